@@ -1,0 +1,3 @@
+"""The cdcflow release version (single source for packaging and ``cdcflow version``)."""
+
+__version__ = "0.1.0"
