@@ -1,0 +1,50 @@
+"""What a codec plugin is: a message format (Open Protocol, canal-json, Avro, JSON).
+
+Codecs turn row changes, DDL and resolved timestamps into keyed messages for
+message-oriented sinks (Kafka, files) and back, so that one sink can speak
+several protocols (``protocol=`` in a sink URI).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cdcflow.core.events import DDLEvent, RowChange, TableName
+from cdcflow.core.plugin.base import ConfigT, Plugin
+
+__all__ = ["Codec", "EncodedMessage"]
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedMessage:
+    """One encoded message: key and value bytes, and what it carries."""
+
+    key: bytes | None
+    value: bytes
+    #: The table the message belongs to (None for resolved events).
+    table: TableName | None = None
+    #: Number of row changes inside (a batching protocol packs several).
+    row_count: int = 0
+    #: Largest commit ts of the contents (resolved ts for resolved events).
+    ts: int = 0
+
+
+class Codec(Plugin[ConfigT], abc.ABC):
+    """Base class of codec plugins."""
+
+    #: File extension for file sinks, without the dot.
+    file_extension: str = "bin"
+
+    @abc.abstractmethod
+    def encode_rows(self, rows: Sequence[RowChange]) -> list[EncodedMessage]:
+        """Messages for ``rows`` (in order). Batching protocols may pack several rows."""
+
+    @abc.abstractmethod
+    def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage:
+        """One message for a schema change (never batched with rows)."""
+
+    @abc.abstractmethod
+    def encode_resolved(self, ts: int) -> EncodedMessage | None:
+        """A resolved-ts message, or None when the protocol has none."""

@@ -1,0 +1,114 @@
+"""The hook specifications: the whole contract between cdcflow and its plugins.
+
+A plugin is a module (or object) with functions named like the hooks below and
+marked with :data:`hookimpl`. Every hook is documented in
+``docs/reference/hooks.md``; a test fails when one is missing there.
+
+Hooks orchestrate; classes carry data. Per-row work never goes through hook
+fan-out: a registration hook adds *classes*, and the runtime calls methods on
+instances of those classes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from cdcflow.core.codec import Codec
+    from cdcflow.core.plugin.registry import Registrar
+    from cdcflow.core.scheduling import Scheduler
+    from cdcflow.core.sink import Sink
+    from cdcflow.core.source import Source
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "cdcflow"
+
+#: Marks a hook specification (only used in this module).
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+#: Marks a hook implementation in a plugin: ``@hookimpl def cdcflow_register_sinks(registry): ...``
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# -- registration -------------------------------------------------------------
+# Called once per plugin when the plugin manager loads it. Each receives a
+# registrar bound to the calling plugin; ``registry.add(cls)`` registers a
+# class under its ``type_name``. Two classes claiming one name is an error
+# naming both origins. Not firstresult: every plugin registers its own.
+
+
+@hookspec
+def cdcflow_register_sources(registry: Registrar[Source[Any]]) -> None:
+    """Register source plugin classes (subclasses of ``cdcflow.core.source.Source``).
+
+    Called once, at plugin load. Return value ignored.
+    """
+
+
+@hookspec
+def cdcflow_register_sinks(registry: Registrar[Sink[Any]]) -> None:
+    """Register sink plugin classes (subclasses of ``cdcflow.core.sink.Sink``).
+
+    Called once, at plugin load. Return value ignored.
+    """
+
+
+@hookspec
+def cdcflow_register_schedulers(registry: Registrar[Scheduler[Any]]) -> None:
+    """Register scheduler plugin classes (subclasses of ``cdcflow.core.scheduling.Scheduler``).
+
+    Called once, at plugin load. Return value ignored.
+    """
+
+
+@hookspec
+def cdcflow_register_codecs(registry: Registrar[Codec[Any]]) -> None:
+    """Register codec (message format) classes (subclasses of ``cdcflow.core.codec.Codec``).
+
+    Called once, at plugin load. Return value ignored.
+    """
+
+
+# -- runtime configuration ----------------------------------------------------
+
+
+@hookspec
+def cdcflow_spark_conf(master: str) -> dict[str, str] | None:
+    """Extra Spark configuration for the capture's SparkSession.
+
+    Called once per capture, before the session is built, with the configured
+    ``spark.master``. Return a mapping of Spark properties (or None). Results
+    of all plugins are merged in registration order; the ``server.spark.conf``
+    section of connectors.yaml is applied last and wins.
+    """
+
+
+# -- lifecycle ----------------------------------------------------------------
+# Notifications from the runtime. Implementations must return quickly and must
+# not raise: an exception is logged and otherwise ignored, so a faulty
+# observer never stalls replication. Not called on abrupt shutdown (SIGKILL).
+
+
+@hookspec
+def cdcflow_changefeed_state_changed(
+    changefeed_id: str, old_state: str, new_state: str, error: dict[str, Any] | None
+) -> None:
+    """A changefeed moved from ``old_state`` to ``new_state``.
+
+    Called on the owner capture after the new state is persisted. States are
+    ``normal``, ``paused``, ``warning``, ``failed``, ``finished``, ``removed``;
+    ``error`` is the error's dict form (code, message, detail, severity,
+    retryable) when the transition was caused by one.
+    """
+
+
+@hookspec
+def cdcflow_batch_flushed(changefeed_id: str, batch_id: int, checkpoint_ts: int, row_count: int) -> None:
+    """Every sink of a changefeed flushed micro-batch ``batch_id``.
+
+    Called on the capture that runs the changefeed's pipeline, after the sinks
+    returned and before the checkpoint is reported to the coordinator.
+    ``checkpoint_ts`` is the batch's end ts, the changefeed's next checkpoint.
+    """

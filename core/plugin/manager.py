@@ -1,0 +1,217 @@
+"""The plugin manager: loads built-in and third-party plugins through pluggy
+and offers a typed facade over the hook caller (STYLE §3–4).
+
+Built-in plugins (``cdcflow.plugins.*``) are loaded through the very same
+path as third-party ones; third-party plugins are discovered from the
+entry-point group ``cdcflow``. ``CDCFLOW_DISABLE_PLUGIN_AUTOLOAD=1`` turns
+entry-point discovery off; ``CDCFLOW_TRACE_PLUGINS=1`` traces every hook call
+on standard error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from typing import Any, TypeVar
+
+import pluggy
+
+from cdcflow.core.codec import Codec
+from cdcflow.core.errors import ConfigInvalidError
+from cdcflow.core.plugin import hookspec
+from cdcflow.core.plugin.hookspec import PROJECT_NAME
+from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry, Registrar
+from cdcflow.core.scheduling import Scheduler
+from cdcflow.core.sink import Sink
+from cdcflow.core.source import Source
+
+__all__ = [
+    "AUTOLOAD_ENV",
+    "BUILTIN_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "TRACE_ENV",
+    "PluginManager",
+    "get_plugin_manager",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "cdcflow"
+AUTOLOAD_ENV = "CDCFLOW_DISABLE_PLUGIN_AUTOLOAD"
+TRACE_ENV = "CDCFLOW_TRACE_PLUGINS"
+
+#: Modules of the built-in plugins, loaded in this order before entry points.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "cdcflow.plugins.sources.tikv",
+    "cdcflow.plugins.codecs.json",
+    "cdcflow.plugins.sinks.file",
+    "cdcflow.plugins.schedulers.round_robin",
+)
+
+T = TypeVar("T")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+class PluginManager:
+    """Loads plugins and keeps one registry per plugin kind.
+
+    Typical use::
+
+        pm = PluginManager.default()
+        sink_cls = pm.sinks["kafka"]
+
+    ``load_builtins`` / ``load_entry_points`` / ``register`` may be called in
+    any order; each registered plugin's registration hooks run immediately.
+    """
+
+    def __init__(self) -> None:
+        self._pm = pluggy.PluginManager(PROJECT_NAME)
+        self._pm.add_hookspecs(hookspec)
+        self._origins: dict[int, PluginOrigin] = {}
+        self.sources: PluginRegistry[Source[Any]] = PluginRegistry("sources", Source)
+        self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", Sink)
+        self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", Scheduler)
+        self.codecs: PluginRegistry[Codec[Any]] = PluginRegistry("codecs", Codec)
+        if _truthy(os.environ.get(TRACE_ENV)):
+            self._pm.trace.root.setwriter(sys.stderr.write)
+            self._pm.enable_tracing()
+
+    @classmethod
+    def default(cls, *, autoload: bool | None = None) -> PluginManager:
+        """A manager with the built-ins and (unless disabled) entry-point plugins."""
+        pm = cls()
+        pm.load_builtins()
+        if autoload is None:
+            autoload = not _truthy(os.environ.get(AUTOLOAD_ENV))
+        if autoload:
+            pm.load_entry_points()
+        return pm
+
+    # -- loading ----------------------------------------------------------------
+
+    def load_builtins(self, modules: Iterable[str] = BUILTIN_PLUGINS) -> None:
+        """Register the built-in plugin modules."""
+        for name in modules:
+            module = importlib.import_module(name)
+            self._register(module, PluginOrigin("builtin", name, name))
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> None:
+        """Register every plugin declared under the entry-point ``group``.
+
+        A plugin that fails to import is reported with its distribution and
+        the error, as a ConfigInvalidError, rather than ignored.
+        """
+        for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
+            dist = ep.dist
+            dist_name = f"{dist.name} {dist.version}" if dist is not None else None
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                raise ConfigInvalidError(
+                    f"plugin entry point '{ep.name}' ({ep.value}) from "
+                    f"{dist_name or 'an unknown distribution'} failed to load: {exc!r}",
+                    detail={"entry_point": ep.name, "value": ep.value},
+                ) from exc
+            module = getattr(plugin, "__name__", ep.value)
+            self._register(plugin, PluginOrigin("entry-point", ep.name, module, dist_name))
+
+    def register(self, plugin: object, name: str | None = None) -> None:
+        """Register a plugin object (module or instance with hook functions) at runtime."""
+        module = getattr(plugin, "__module__", None) or getattr(plugin, "__name__", "?")
+        label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        self._register(plugin, PluginOrigin("runtime", label, str(module)))
+
+    def _register(self, plugin: object, origin: PluginOrigin) -> None:
+        if self._pm.is_registered(plugin):
+            return
+        self._pm.register(plugin, name=f"{origin.kind}:{origin.name}")
+        self._origins[id(plugin)] = origin
+        self._run_registration(plugin, origin)
+
+    def _run_registration(self, plugin: object, origin: PluginOrigin) -> None:
+        hooks: list[tuple[str, PluginRegistry[Any]]] = [
+            ("cdcflow_register_sources", self.sources),
+            ("cdcflow_register_sinks", self.sinks),
+            ("cdcflow_register_schedulers", self.schedulers),
+            ("cdcflow_register_codecs", self.codecs),
+        ]
+        for hook_name, registry in hooks:
+            for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
+                if impl.plugin is plugin:
+                    impl.function(registry=Registrar(registry, origin))
+
+    # -- facade over the lifecycle hooks -------------------------------------
+
+    def spark_conf(self, master: str) -> dict[str, str]:
+        """Merged Spark properties contributed by plugins (see the hook's docs)."""
+        merged: dict[str, str] = {}
+        for result in reversed(self._pm.hook.cdcflow_spark_conf(master=master)):
+            if result:
+                merged.update({str(k): str(v) for k, v in result.items()})
+        return merged
+
+    def changefeed_state_changed(
+        self, changefeed_id: str, old_state: str, new_state: str, error: dict[str, Any] | None = None
+    ) -> None:
+        """Notify observers of a persisted state change; never raises."""
+        self._notify(
+            self._pm.hook.cdcflow_changefeed_state_changed,
+            changefeed_id=changefeed_id,
+            old_state=old_state,
+            new_state=new_state,
+            error=error,
+        )
+
+    def batch_flushed(self, changefeed_id: str, batch_id: int, checkpoint_ts: int, row_count: int) -> None:
+        """Notify observers that every sink flushed a micro-batch; never raises."""
+        self._notify(
+            self._pm.hook.cdcflow_batch_flushed,
+            changefeed_id=changefeed_id,
+            batch_id=batch_id,
+            checkpoint_ts=checkpoint_ts,
+            row_count=row_count,
+        )
+
+    @staticmethod
+    def _notify(caller: Callable[..., Any], **kwargs: Any) -> None:
+        try:
+            caller(**kwargs)
+        except Exception:
+            log.exception("a plugin's %s hook failed; ignored", getattr(caller, "name", "lifecycle"))
+
+    # -- introspection ------------------------------------------------------------
+
+    def origin_of(self, plugin: object) -> PluginOrigin | None:
+        return self._origins.get(id(plugin))
+
+    def registries(self) -> dict[str, PluginRegistry[Any]]:
+        """Every registry by kind, in display order."""
+        return {
+            "sources": self.sources,
+            "sinks": self.sinks,
+            "schedulers": self.schedulers,
+            "codecs": self.codecs,
+        }
+
+    @property
+    def hook(self) -> Any:
+        """The raw pluggy hook relay (for tests and advanced use)."""
+        return self._pm.hook
+
+
+_DEFAULT: PluginManager | None = None
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide default plugin manager, loaded on first use."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = PluginManager.default()
+    return _DEFAULT

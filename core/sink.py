@@ -1,0 +1,86 @@
+"""What a sink plugin is: where micro-batches of a changefeed go.
+
+The contract (the runtime relies on each point):
+
+* **flush before return** — when :meth:`Sink.write_batch` returns, the batch's
+  rows and DDL are durable downstream (or in the downstream's client with
+  delivery confirmed). Only after every sink of a changefeed returned does the
+  checkpoint advance to the batch's ``end_ts``.
+* **idempotent on replay** — after a crash the runtime may deliver a batch
+  again with the same ``batch_id`` and the same or a superset of its rows
+  (at-least-once). Writing it again must leave the downstream as if it had
+  been written once (upserts, a checkpoint table, deterministic file names …).
+* **order** — rows arrive in ``(commit_ts, start_ts, key)`` order; a sink keeps
+  the order of rows of one key downstream. DDL in ``batch.ddl`` is applied
+  after the batch's rows.
+* **errors** — raise a :class:`~cdcflow.core.errors.CdcflowError`
+  (``DownstreamUnavailableError`` for a downstream that cannot be reached: the
+  runtime retries with backoff and the changefeed goes Warning).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+from cdcflow.core.events import MicroBatch
+from cdcflow.core.plugin.base import ConfigT, Plugin
+
+if TYPE_CHECKING:
+    from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = ["Sink", "SinkContext"]
+
+
+class SinkContext:
+    """What the runtime tells a sink when it opens it."""
+
+    def __init__(
+        self,
+        changefeed_id: str,
+        *,
+        restart_ts: int = 0,
+        options: Mapping[str, str] | None = None,
+        plugins: PluginManager | None = None,
+    ) -> None:
+        self.changefeed_id = changefeed_id
+        #: The plugin manager, to look up codecs and other plugins by type name.
+        self.plugins = plugins
+        #: The checkpoint the changefeed (re)started from: rows at or below it may
+        #: have been written before, so sinks apply them idempotently.
+        self.restart_ts = restart_ts
+        self.options = dict(options or {})
+
+
+class Sink(Plugin[ConfigT], abc.ABC):
+    """Base class of sink plugins."""
+
+    #: URI schemes this sink accepts (``kafka``, ``kafka+ssl``); a sink entry
+    #: written as ``uri: kafka://…`` selects the plugin by scheme.
+    uri_schemes: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def options_from_uri(cls, uri: str) -> dict[str, object]:
+        """Config options expressed by a sink URI: ``uri`` itself plus its query
+        parameters (``kafka://h:9092/t?max-batch-size=8`` → ``max-batch-size: "8"``).
+
+        A repeated query parameter becomes a list. Override to map host, path
+        or user info onto other fields.
+        """
+        query = parse_qs(urlsplit(uri).query, keep_blank_values=True)
+        options: dict[str, object] = {"uri": uri}
+        for key, values in query.items():
+            options[key] = values[0] if len(values) == 1 else values
+        return options
+
+    def open(self, context: SinkContext) -> None:
+        """Connect to the downstream. Called once before the first batch."""
+
+    @abc.abstractmethod
+    def write_batch(self, batch: MicroBatch) -> None:
+        """Write ``batch`` (rows, then DDL) and flush it before returning."""
+
+    def close(self) -> None:
+        """Flush and release the downstream. Not called on abrupt shutdown."""
