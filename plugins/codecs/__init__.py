@@ -1,0 +1,1 @@
+"""Built-in codecs (message formats) for message-oriented sinks."""

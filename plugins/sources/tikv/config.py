@@ -1,0 +1,35 @@
+"""Options of the ``tikv`` source."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cdcflow.core.plugin import PluginConfig
+
+__all__ = ["TiKVSourceConfig"]
+
+
+class TiKVSourceConfig(PluginConfig):
+    """Where the TiKV cluster is and how to read it."""
+
+    pd: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1:2379"],
+        min_length=1,
+        description="PD endpoints (host:port); the PD leader is followed automatically.",
+    )
+    tidb_status: str = Field(
+        "127.0.0.1:10080", description="TiDB status API (host:port) serving table schemas and DDL history."
+    )
+    kv_api: Literal["tidb", "rawkv", "txnkv"] = Field(
+        "tidb", description="tidb: decode TiDB rows; rawkv/txnkv: emit key/value changes of key-spans."
+    )
+    key_spans: list[list[str]] = Field(
+        default_factory=list,
+        description="For rawkv/txnkv: [start, end) key pairs (hex) to replicate.",
+    )
+    gc_service_id: str = Field("cdcflow", description="Service id of the GC safepoint kept in PD.")
+    ca: str = Field("", description="CA certificate file for TLS to PD and TiKV; empty for plaintext.")
+    cert: str = Field("", description="Client certificate file for TLS.")
+    key: str = Field("", description="Client private key file for TLS.")
