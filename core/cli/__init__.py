@@ -1,0 +1,1 @@
+"""The ``cdcflow`` command line: one module per sub-command (see :mod:`.main`)."""
