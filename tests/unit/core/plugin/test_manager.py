@@ -1,0 +1,93 @@
+from cdcflow.core.plugin import PluginManager, hookimpl
+from cdcflow.core.plugin.hookspec import PROJECT_NAME
+from cdcflow.core.plugin.manager import BUILTIN_PLUGINS
+
+
+def test_builtins_are_registered_through_the_manager():
+    pm = PluginManager.default(autoload=False)
+    assert "file" in pm.sinks
+    assert "json" in pm.codecs
+    assert "round-robin" in pm.schedulers
+    assert "tikv" in pm.sources
+    for kind, registry in pm.registries().items():
+        for entry in registry:
+            assert entry.origin.kind == "builtin", (kind, entry.type_name)
+            assert entry.origin.module in BUILTIN_PLUGINS
+
+
+def test_autoload_switch(monkeypatch):
+    calls = []
+    monkeypatch.setattr(PluginManager, "load_entry_points", lambda self, group="cdcflow": calls.append(group))
+    monkeypatch.setenv("CDCFLOW_DISABLE_PLUGIN_AUTOLOAD", "1")
+    PluginManager.default()
+    assert calls == []
+    monkeypatch.setenv("CDCFLOW_DISABLE_PLUGIN_AUTOLOAD", "0")
+    PluginManager.default()
+    assert calls == ["cdcflow"]
+
+
+class Observer:
+    def __init__(self):
+        self.events = []
+
+    @hookimpl
+    def cdcflow_changefeed_state_changed(self, changefeed_id, old_state, new_state, error):
+        self.events.append(("state", changefeed_id, old_state, new_state, error))
+
+    @hookimpl
+    def cdcflow_batch_flushed(self, changefeed_id, batch_id, checkpoint_ts, row_count):
+        self.events.append(("batch", changefeed_id, batch_id, checkpoint_ts, row_count))
+
+    @hookimpl
+    def cdcflow_spark_conf(self, master):
+        return {"spark.demo": master}
+
+
+def test_lifecycle_facade_calls_observers():
+    pm = PluginManager.default(autoload=False)
+    obs = Observer()
+    pm.register(obs)
+    pm.changefeed_state_changed("cf", "normal", "paused")
+    pm.batch_flushed("cf", 3, 42, 10)
+    assert obs.events == [("state", "cf", "normal", "paused", None), ("batch", "cf", 3, 42, 10)]
+    assert pm.spark_conf("local[2]") == {"spark.demo": "local[2]"}
+
+
+def test_faulty_observer_does_not_raise(caplog):
+    class Faulty:
+        @hookimpl
+        def cdcflow_batch_flushed(self, changefeed_id, batch_id, checkpoint_ts, row_count):
+            raise RuntimeError("observer bug")
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(Faulty())
+    pm.batch_flushed("cf", 1, 2, 3)
+    assert "observer bug" in caplog.text
+
+
+def test_spark_conf_later_plugins_win_in_registration_order():
+    class First:
+        @hookimpl
+        def cdcflow_spark_conf(self, master):
+            return {"k": "first", "only-first": "1"}
+
+    class Second:
+        @hookimpl
+        def cdcflow_spark_conf(self, master):
+            return {"k": "second"}
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(First())
+    pm.register(Second())
+    assert pm.spark_conf("local") == {"k": "second", "only-first": "1"}
+
+
+def test_trace_env_writes_hook_calls(monkeypatch, capsys):
+    monkeypatch.setenv("CDCFLOW_TRACE_PLUGINS", "1")
+    pm = PluginManager.default(autoload=False)
+    pm.batch_flushed("cf", 1, 2, 3)
+    assert "cdcflow_batch_flushed" in capsys.readouterr().err
+
+
+def test_project_name():
+    assert PROJECT_NAME == "cdcflow"

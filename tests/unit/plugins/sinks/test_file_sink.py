@@ -1,0 +1,75 @@
+import asyncio
+import json
+
+import pytest
+
+from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
+from cdcflow.core.events import DDLEvent, MicroBatch, TableName
+from cdcflow.core.sink import SinkContext
+from cdcflow.core.testing import ListSource, drive, insert, update
+from cdcflow.plugins.sinks.file import FileSink, FileSinkConfig
+from cdcflow.plugins.sinks.file.sink import directory_of
+
+
+def test_writes_per_table_batch_files_and_metadata(tmp_path):
+    sink = FileSink(FileSinkConfig(path=str(tmp_path)))
+    source = ListSource.of(
+        [
+            insert("shop", "orders", {"id": 1, "price": 2}, commit_ts=10),
+            insert("shop", "users", {"id": 3}, commit_ts=11),
+            ListSource.resolved(12),
+            update("shop", "orders", {"id": 1, "price": 2}, {"id": 1, "price": 5}, commit_ts=13),
+            ListSource.resolved(20),
+        ]
+    )
+    asyncio.run(drive(source, [sink], changefeed_id="cf"))
+    orders = sorted((tmp_path / "shop" / "orders").iterdir())
+    assert [p.name for p in orders] == ["000000000000-12.jsonl", "000000000001-20.jsonl"]
+    lines = [json.loads(line) for line in orders[1].read_text().splitlines()]
+    assert lines == [
+        {
+            "type": "row",
+            "op": "update",
+            "schema": "shop",
+            "table": "orders",
+            "commit_ts": 13,
+            "start_ts": 12,
+            "after": {"id": 1, "price": 5},
+            "before": {"id": 1, "price": 2},
+        }
+    ]
+    meta = json.loads((tmp_path / "metadata").read_text())
+    assert meta == {"batch-id": 1, "changefeed-id": "cf", "checkpoint-ts": 20}
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_replay_is_idempotent_and_ddl_written(tmp_path):
+    sink = FileSink(FileSinkConfig(path=str(tmp_path), fsync=False))
+    sink.open(SinkContext("cf"))
+    table = TableName("shop", "orders", 5)
+    batch = MicroBatch(
+        "cf", 7, 0, 30, (insert("shop", "orders", {"id": 1}, commit_ts=20),), (DDLEvent(30, "TRUNCATE orders", table),)
+    )
+    sink.write_batch(batch)
+    first = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    sink.write_batch(batch)
+    again = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert first == again
+    ddl = json.loads((tmp_path / "shop" / "orders" / "ddl-30.jsonl").read_text())
+    assert ddl["query"] == "TRUNCATE orders"
+
+
+def test_uri_forms(tmp_path):
+    assert str(directory_of(FileSinkConfig(uri=f"file://{tmp_path}/x"))) == f"{tmp_path}/x"
+    assert str(directory_of(FileSinkConfig(uri="file://./rel/dir"))) == "rel/dir"
+    with pytest.raises(ConfigInvalidError, match="names host"):
+        directory_of(FileSinkConfig(uri="file://otherhost/x"))
+
+
+def test_file_in_place_of_directory_is_downstream_unavailable(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    sink = FileSink(FileSinkConfig(path=str(blocker / "sub")))
+    with pytest.raises(DownstreamUnavailableError) as info:
+        sink.open(SinkContext("cf"))
+    assert info.value.code == 2001
