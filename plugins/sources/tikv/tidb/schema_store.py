@@ -74,7 +74,7 @@ class SchemaStore:
         versions = self._versions.get(physical_id)
         if not versions:
             return None
-        i = bisect.bisect_right([v.ts for v in versions], ts)
+        i = bisect.bisect_right(versions, ts, key=_version_ts)
         return versions[i - 1] if i else None
 
     def table_for_row(self, physical_id: int, commit_ts: int) -> TableVersion | None:
@@ -130,7 +130,7 @@ class SchemaStore:
         versions = self._versions.setdefault(pid, [])
         # same ts: the later call wins (a job may rewrite a table twice in one ts)
         versions[:] = [v for v in versions if v.ts != version.ts]
-        bisect.insort(versions, version, key=lambda v: v.ts)
+        bisect.insort(versions, version, key=_version_ts)
 
     def _forget_job(self, job_id: int) -> None:
         for versions in self._versions.values():
@@ -201,6 +201,10 @@ class SchemaStore:
         self.add_database(db)
         self.add_table(db.id, db.name, table, 0, exact=False)
         return self.knows(physical_id)
+
+
+def _version_ts(version: TableVersion) -> int:
+    return version.ts
 
 
 def _job_table_ids(job: DDLJob) -> Iterable[int]:
