@@ -198,6 +198,8 @@ def value_from_datum(ft: FieldType, datum: Datum) -> Any:
         return timecodec.unpack_time(v, date_only=tp in (TypeCode.DATE, TypeCode.NEWDATE), utc=tp == TypeCode.TIMESTAMP)
     if tp == TypeCode.DURATION and isinstance(v, int):
         return dt.timedelta(microseconds=v // 1000)
+    if tp == TypeCode.BIT and isinstance(v, bytes):
+        return int.from_bytes(v, "big")  # v1 rows keep BIT as its bytes
     if tp in INT_TYPES or tp in UINT_TYPES:
         if not isinstance(v, int):
             raise values.ValueFormatError(f"a {kind.name} datum in an integer column")
