@@ -14,6 +14,13 @@ Where versions come from:
   TiKV (:mod:`.ddl_job`) — the exact version; it replaces a provisional one of
   the same job id, and a job id applied exactly once is never applied again.
 
+A job that finished after the start ts may have committed its *done* write at
+or before it (the write precedes ``FinishedTS``); a feed from the start ts
+never delivers that write. :meth:`SchemaStore.settle`, called with the
+resolved ts of the DDL job spans, detects this — once the DDL spans are
+resolved past a provisional job's ``FinishedTS`` without its write, the
+write was at or below the load ts — and moves the version there.
+
 Not guaranteed: the base loaded from the status API is the *current* schema,
 so a DDL that finished before the start ts but after the newest job kept in
 ``/ddl/history`` is not reflected as history. Decoding is by column id, and
@@ -66,6 +73,8 @@ class SchemaStore:
         self._databases: dict[int, str] = {}
         self._logical: dict[int, tuple[int, ...]] = {}
         self._jobs: dict[int, bool] = {}  # job id → applied exactly
+        self._provisional: dict[int, DDLJob] = {}
+        self._loaded_at = 0
 
     # ------------------------------------------------------------------ queries
 
@@ -146,6 +155,10 @@ class SchemaStore:
         if job.id in self._jobs:
             self._forget_job(job.id)
         self._jobs[job.id] = exact
+        if exact:
+            self._provisional.pop(job.id, None)
+        else:
+            self._provisional[job.id] = job
         if job.db_info is not None:
             self._databases[job.db_info.id] = job.db_info.name
         db_name = self._databases.get(job.schema_id, job.schema_name)
@@ -163,6 +176,19 @@ class SchemaStore:
             )
         return True
 
+    def settle(self, ddl_resolved_ts: int) -> int:
+        """The DDL job spans are resolved to ``ddl_resolved_ts``: pin unconfirmed jobs to the load ts.
+
+        A provisional job with ``FinishedTS <= ddl_resolved_ts`` whose write
+        was not seen committed at or before the load ts (its done write
+        precedes FinishedTS), so its schema was live from the load ts on.
+        Returns how many jobs were settled.
+        """
+        due = [j for j in self._provisional.values() if j.finished_ts <= ddl_resolved_ts]
+        for job in sorted(due, key=lambda j: j.id):
+            self.apply_job(job, self._loaded_at, exact=True)
+        return len(due)
+
     def _drop_schema(self, schema_id: int, ts: int, job_id: int, exact: bool) -> None:
         for logical_id in list(self._logical):
             pids = self._logical[logical_id]
@@ -174,6 +200,7 @@ class SchemaStore:
 
     async def load(self, client: StatusAPIClient, start_ts: int) -> None:
         """Fill the store from a TiDB status API for a changefeed starting at ``start_ts``."""
+        self._loaded_at = start_ts
         jobs = [j for j in await client.ddl_jobs_since(0) if j.is_done]
         later = [j for j in jobs if j.finished_ts > start_ts]
         touched = {tid for j in later for tid in _job_table_ids(j)}
