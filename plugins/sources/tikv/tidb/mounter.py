@@ -34,7 +34,7 @@ from cdcflow.core.events import DDLEvent, OpType, RawKVEvent, RowChange, TableNa
 from cdcflow.core.source import Mounter
 from cdcflow.plugins.sources.tikv.tidb import ddl_job, keydatum, keys, rowcodec, values
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable
-from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore, TableVersion
+from cdcflow.plugins.sources.tikv.tidb.schema_store import DROP_ACTIONS, SchemaStore, TableVersion
 
 __all__ = ["RowDecodeError", "TiDBMounter", "UnsupportedColumnTypeError"]
 
@@ -199,7 +199,9 @@ class TiDBMounter(Mounter):
         table_info = job.table_info or (job.multiple_table_infos[-1] if job.multiple_table_infos else None)
         db_name = self.schemas.database_name(job.schema_id) or job.schema_name
         table_name = TableName(db_name, table_info.name if table_info else job.table_name, job.table_id)
-        schema_after = table_info.table_schema(db_name, version=job.schema_version) if table_info else None
+        schema_after = None
+        if table_info is not None and job.type not in DROP_ACTIONS:
+            schema_after = table_info.table_schema(db_name, version=job.schema_version)
         no_table = job.table_id == 0 and table_info is None
         return DDLEvent(event.commit_ts, job.query, None if no_table else table_name, job.type, schema_after)
 

@@ -41,7 +41,7 @@ from cdcflow.plugins.sources.tikv.tidb.schema import TiDBDatabase, TiDBTable
 if TYPE_CHECKING:
     from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient
 
-__all__ = ["SchemaStore", "TableVersion"]
+__all__ = ["DROP_ACTIONS", "SchemaStore", "TableVersion"]
 
 ACTION_DROP_SCHEMA = 2
 ACTION_DROP_TABLE = 4
@@ -49,6 +49,8 @@ ACTION_TRUNCATE_TABLE = 11
 ACTION_DROP_VIEW = 24
 ACTION_DROP_SEQUENCE = 36
 _DROPS = frozenset({ACTION_DROP_TABLE, ACTION_DROP_VIEW, ACTION_DROP_SEQUENCE})
+#: ActionTypes after which the object is gone (no schema after the DDL).
+DROP_ACTIONS = _DROPS | {ACTION_DROP_SCHEMA}
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,6 +211,16 @@ def test_ddl_job_states_and_deletes():
     assert mount(m, key=row_key(300, 1), value=users_value("e", "1"), commit_ts=21).table.table_id == 300
 
 
+def test_drop_table_ddl_has_no_schema_after_and_stops_rows():
+    m = TiDBMounter(store_with(tj.users_table()))
+    job = tj.job(45, 4, 1, 100, "DROP TABLE users", state=4, table_info=tj.users_table())
+    key, value = job_row((1 << 48) - 2, job)
+    ddl = mount(m, key=key, value=value, commit_ts=700)
+    assert ddl.action_type == 4 and ddl.schema_after is None and ddl.table.table == "users"
+    assert mount(m, key=row_key(100, 1), value=users_value("x", "1"), commit_ts=700).table.table == "users"
+    assert mount(m, key=row_key(100, 1), value=users_value("x", "1"), commit_ts=701) is None
+
+
 def test_corrupt_ddl_job_raises():
     m = TiDBMounter(store_with(tj.users_table()))
     key = row_key((1 << 48) - 2, 44)
