@@ -42,6 +42,7 @@ class FakeTiDB:
         )
         self.jobs.append(tj.job(10, 7, 1, 100, "ALTER TABLE users ADD INDEX x", state=3, table_info=users_v2))
         self.requests = []
+        self.fail_next = 0
 
     @staticmethod
     def ok(data):
@@ -53,6 +54,9 @@ class FakeTiDB:
 
     async def schema(self, request):
         self.requests.append(str(request.rel_url))
+        if self.fail_next:
+            self.fail_next -= 1
+            return web.Response(status=503, text="busy")
         if "table_id" in request.query:
             raw = request.query["table_id"]
             if not raw.lstrip("-").isdigit():
@@ -242,3 +246,28 @@ def test_schema_store_settles_jobs_whose_write_precedes_the_start():
     version = store.table_for_row(100, 2001)
     assert version.exact and "email" in [c.name for c in version.table.columns]
     assert store.settle(BIG_TS + 5) == 0
+
+
+def test_5xx_is_retried_then_raised():
+    fake = FakeTiDB()
+
+    async def body(client):
+        fake.fail_next = 2
+        assert (await client.databases())[0].name == "shop"  # the third attempt gets an answer
+        fake.fail_next = 3
+        with pytest.raises(StatusAPIUnavailableError) as info:
+            await client.databases()
+        assert info.value.detail["status"] == 503
+
+    run(fake, body)
+
+
+def test_schema_store_resolves_an_unknown_id():
+    async def body(client):
+        store = SchemaStore()
+        assert await store.resolve(client, 101)
+        assert store.table_for_row(101, 5).table.name == "orders"
+        assert store.database_name(1) == "shop"
+        assert not await store.resolve(client, 4040)
+
+    run(FakeTiDB(), body)
