@@ -286,7 +286,9 @@ def typed_rows(draw):
     values = {}
     for i, (_, strategy, _) in enumerate(ALL_TYPES):
         values[i + 2] = draw(st.none() | strategy)
-    values[len(ALL_TYPES) + 2] = draw(st.none() | st.dictionaries(st.text(max_size=4), st.integers(), max_size=3))
+    values[len(ALL_TYPES) + 2] = draw(
+        st.none() | st.dictionaries(st.text(max_size=4), st.integers(-(1 << 63), (1 << 64) - 1), max_size=3)
+    )
     return draw(st.integers(-(1 << 63), (1 << 63) - 1)), values
 
 
