@@ -79,23 +79,27 @@ RawRow = dict[int, bytes | None] | V1Row
 
 def encode_row_raw(columns: Mapping[int, bytes | None]) -> bytes:
     """A v2 row from already-encoded values (None = NULL), keyed by column id."""
-    not_null = sorted(cid for cid, v in columns.items() if v is not None)
-    nulls = sorted(cid for cid, v in columns.items() if v is None)
-    data = b"".join(columns[cid] or b"" for cid in not_null)
-    large = any(cid > 255 for cid in columns) or len(data) > 0xFFFF
-    if any(cid < 0 or cid > 0xFFFFFFFF for cid in columns):
+    ids = sorted(columns)
+    if ids and (ids[0] < 0 or ids[-1] > 0xFFFFFFFF):
         raise RowFormatError("column ids must be between 0 and 2^32-1")
-    id_fmt, off_fmt = ("<I", "<I") if large else ("<B", "<H")
-    out = bytearray([CODEC_VERSION, FLAG_LARGE if large else 0])
-    out += struct.pack("<HH", len(not_null), len(nulls))
-    for cid in not_null + nulls:
-        out += struct.pack(id_fmt, cid)
-    end = 0
-    for cid in not_null:
-        end += len(columns[cid] or b"")
-        out += struct.pack(off_fmt, end)
-    out += data
-    return bytes(out)
+    not_null = [cid for cid in ids if columns[cid] is not None]
+    nulls = [cid for cid in ids if columns[cid] is None]
+    parts = [columns[cid] or b"" for cid in not_null]
+    data = b"".join(parts)
+    large = (bool(ids) and ids[-1] > 255) or len(data) > 0xFFFF
+    ends = list(itertools.accumulate(len(p) for p in parts))
+    id_code, off_code = ("I", "I") if large else ("B", "H")
+    header = struct.pack(
+        f"<BBHH{len(ids)}{id_code}{len(ends)}{off_code}",
+        CODEC_VERSION,
+        FLAG_LARGE if large else 0,
+        len(not_null),
+        len(nulls),
+        *not_null,
+        *nulls,
+        *ends,
+    )
+    return header + data
 
 
 def encode_row(columns: Mapping[int, tuple[FieldType, Any]]) -> bytes:
