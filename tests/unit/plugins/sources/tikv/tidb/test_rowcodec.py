@@ -124,6 +124,8 @@ def test_malformed_v2_rows_raise(bad):
         (FieldType(T.DATETIME), (((2021 * 13 + 2) << 5 | 30) << 41).to_bytes(8, "little")),  # Feb 30
         (FieldType(T.JSON), b"\x01\x05\x00"),
         (FieldType(T.JSON), b"\x7f"),
+        (FieldType(T.JSON), b"\x04\x01\x00"),  # a literal followed by a stray byte
+        (FieldType(T.JSON), b"\x03" + bytes.fromhex("000000000c000000") + b"\x00"),  # says 12 bytes, has 9
     ],
 )
 def test_corrupt_values_raise(ft, raw):
