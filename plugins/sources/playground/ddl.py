@@ -62,7 +62,7 @@ class DDLExecutor:
         with self.cluster.lock:
             table = self.catalog.find(db, name)
             col = Column(table.max_col_id + 1, column, ft, default=default, origin_default=default)
-            new = replace(table, columns=(*table.columns, col))
+            new = replace(table, columns=(*table.columns, col), col_id_high=col.id)
             query = f"ALTER TABLE `{db}`.`{name}` ADD COLUMN `{column}` {ft.sql_type()}"
             return self._run(ACTION_ADD_COLUMN, self.catalog.databases[db].id, db, new, query)
 
@@ -71,7 +71,8 @@ class DDLExecutor:
             table = self.catalog.find(db, name)
             if column == table.pk.name or all(c.name != column for c in table.columns):
                 raise PlaygroundError(f"cannot drop column {column!r} of {db}.{name}")
-            new = replace(table, columns=tuple(c for c in table.columns if c.name != column))
+            kept = tuple(c for c in table.columns if c.name != column)
+            new = replace(table, columns=kept, col_id_high=table.max_col_id)
             query = f"ALTER TABLE `{db}`.`{name}` DROP COLUMN `{column}`"
             return self._run(ACTION_DROP_COLUMN, self.catalog.databases[db].id, db, new, query)
 
