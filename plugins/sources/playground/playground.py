@@ -94,7 +94,14 @@ class Playground:
         runner = web.AppRunner(build_app(self.catalog), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self._host, self._status_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise PlaygroundError(
+                f"cannot listen on {self._host}:{self._status_port} for the TiDB status API ({exc.strerror}); "
+                "choose another --status-port or 0"
+            ) from exc
         self._status = runner
         self._status_port = runner.addresses[0][1]
 
