@@ -110,3 +110,18 @@ def test_service_gc_safepoints_hold_gc_back_until_their_ttl_expires(pg: Playgrou
     assert update(b"late", 60, 150) == 200
     assert update(b"long", 60, 300) == 300
     assert update(b"long", 0, 0) == 200  # TTL <= 0 removes the service
+
+
+async def _async_use() -> tuple[int, int]:
+    async with Playground(stores=1, create_tables=False) as pg:
+        txn = pg.begin()
+        txn.put(record_key(1, 1), b"v")
+        commit_ts = txn.commit()
+        return commit_ts, len(pg.store_addresses)
+
+
+def test_async_context_manager() -> None:
+    import asyncio
+
+    commit_ts, stores = asyncio.run(_async_use())
+    assert commit_ts > 0 and stores == 1

@@ -268,3 +268,12 @@ def test_workload_runs_at_a_rate_in_the_background() -> None:
         stats = pg.stop_workload()
         assert stats.transactions >= 20 and stats.last_commit_ts > deadline
         assert not pg.workload.running
+
+
+def test_regions_split_by_size_too() -> None:
+    with Playground(stores=1, seed=2, split_keys=100_000, split_bytes=20_000, ddl_every=0) as pg:
+        before = len(pg.regions())
+        pg.run_workload(150)
+        assert len(pg.regions()) > before
+        for table in SHOP_TABLES:  # splits move no data
+            assert _normal(pg.snapshot(table)) == _normal(_expected(pg, table))
