@@ -101,15 +101,18 @@ def test_service_gc_safepoints_hold_gc_back_until_their_ttl_expires(pg: Playgrou
 
     assert update(b"short", 1, 100) == 100
     assert update(b"long", 60, 200) == 100
-    assert pg.advance_gc(1000) == 100
+    assert pg.advance_gc(1000) == 100  # held back by "short"
     time.sleep(1.2)  # let the 1 s TTL of "short" lapse
-    assert pg.advance_gc(1000) == 200
+    assert pg.advance_gc(1000) == 200  # now by "long"
     gc = pd.stub.GetGCSafePoint(pdpb_pb2.GetGCSafePointRequest(header=pd.header))
     assert gc.safe_point == 200
-    # Below the GC safepoint: refused, the minimum that stands is returned.
+    # Below the minimum service safepoint: not stored; the minimum that stands is returned.
     assert update(b"late", 60, 150) == 200
+    assert pg.advance_gc(1000) == 200
     assert update(b"long", 60, 300) == 300
-    assert update(b"long", 0, 0) == 200  # TTL <= 0 removes the service
+    assert pg.advance_gc(1000) == 300
+    assert pg.advance_gc(100) == 300  # never goes back
+    assert update(b"long", 0, 0) == 1000  # TTL <= 0 removes the service; gc_worker's 1000 remains
 
 
 async def _async_use() -> tuple[int, int]:
