@@ -128,3 +128,25 @@ def test_async_context_manager() -> None:
 
     commit_ts, stores = asyncio.run(_async_use())
     assert commit_ts > 0 and stores == 1
+
+
+def test_embedded_playground_is_shared_in_the_process() -> None:
+    from cdcflow.plugins.sources.playground.embedded import embedded_playground, stop_embedded_playground
+
+    first = embedded_playground(stores=1, rate=0)
+    try:
+        assert embedded_playground(stores=5) is first
+        assert len(first.store_addresses) == 1
+        client = PD(first)
+        try:
+            assert client.stub.GetMembers(pdpb_pb2.GetMembersRequest()).header.cluster_id == first.cluster_id
+        finally:
+            client.close()
+    finally:
+        stop_embedded_playground()
+    stop_embedded_playground()
+    second = embedded_playground(stores=1, rate=0)
+    try:
+        assert second is not first
+    finally:
+        stop_embedded_playground()
