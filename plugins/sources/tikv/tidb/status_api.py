@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -33,6 +34,11 @@ __all__ = ["MAX_HISTORY_PAGE", "StatusAPIClient", "StatusAPIUnavailableError", "
 
 MAX_HISTORY_PAGE = 2048
 _NOT_FOUND_CODES = ("[schema:1146]", "[schema:1049]")
+
+
+def _seg(name: str) -> str:
+    """A database or table name as one URL path segment."""
+    return quote(name, safe="")
 
 
 class StatusAPIUnavailableError(PDUnavailableError):
@@ -97,13 +103,13 @@ class StatusAPIClient:
         return [TiDBDatabase.from_json(d) for d in data or ()]
 
     async def tables(self, db: str) -> list[TiDBTable]:
-        data = await self._get(f"/schema/{db}")
+        data = await self._get(f"/schema/{_seg(db)}")
         if data is None:
             raise TiDBObjectNotFoundError(f"database {db!r} does not exist in TiDB", detail={"db": db})
         return [TiDBTable.from_json(t) for t in data]
 
     async def table(self, db: str, table: str) -> TiDBTable | None:
-        data = await self._get(f"/schema/{db}/{table}")
+        data = await self._get(f"/schema/{_seg(db)}/{_seg(table)}")
         return TiDBTable.from_json(data) if data is not None else None
 
     async def table_by_id(self, table_id: int) -> TiDBTable | None:

@@ -225,3 +225,20 @@ def test_schema_store_load_then_exact_ddl_ts():
     assert store.table_for_row((1 << 62) + 1, 10) is None
     names = [(v.db_name, v.table.name) for v in store.live_tables(5000)]
     assert ("shop", "users") in names and ("shop", "orders") in names
+
+
+def test_schema_store_settles_jobs_whose_write_precedes_the_start():
+    fake = FakeTiDB()
+
+    async def body(client):
+        store = SchemaStore()
+        await store.load(client, start_ts=2000)
+        return store
+
+    store = run(fake, body)
+    assert "email" not in [c.name for c in store.table_for_row(100, 2001).table.columns]
+    assert store.settle(BIG_TS - 1) == 0  # the write may still come
+    assert store.settle(BIG_TS) == 1  # resolved past FinishedTS without it: it was at or below 2000
+    version = store.table_for_row(100, 2001)
+    assert version.exact and "email" in [c.name for c in version.table.columns]
+    assert store.settle(BIG_TS + 5) == 0
