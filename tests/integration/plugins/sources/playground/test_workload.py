@@ -264,3 +264,26 @@ def test_regions_split_by_size_too() -> None:
         assert len(pg.regions()) > before
         for table in SHOP_TABLES:  # splits move no data
             assert _normal(pg.snapshot(table)) == _normal(_expected(pg, table))
+
+
+def test_the_tikv_sources_status_client_reads_the_playground(pg: Playground) -> None:
+    import asyncio
+
+    from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient, TiDBObjectNotFoundError
+
+    async def read() -> None:
+        async with StatusAPIClient(pg.status_address) as client:
+            assert [d.name for d in await client.databases()] == ["shop"]
+            tables = {t.name: t for t in await client.tables("shop")}
+            assert set(tables) == set(SHOP_TABLES)
+            orders = await client.table("shop", "orders")
+            assert orders is not None and orders.id == pg.table_id("orders")
+            assert await client.table("shop", "missing") is None
+            assert (await client.table_by_id(orders.id)) == orders
+            with pytest.raises(TiDBObjectNotFoundError):
+                await client.tables("nope")
+            jobs = await client.ddl_jobs_since(0, page=2)
+            assert [j.id for j in jobs] == sorted(j.id for j in pg.catalog.jobs)
+            assert all(j.is_done for j in jobs)
+
+    asyncio.run(read())
