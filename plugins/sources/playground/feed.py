@@ -9,7 +9,8 @@ and turns what happens into ``cdcpb`` messages queued on the sessions:
   epoch, key range, duplicates on a non-multiplexed stream), then the
   incremental scan from ``checkpoint_ts`` — COMMITTED for writes above it,
   PREWRITE for current locks — then INITIALIZED; live changes follow;
-* live: PREWRITE / COMMIT / ROLLBACK rows (old values if ``ReadOldValue``);
+* live: PREWRITE (value, and old value if ``ReadOldValue``), COMMIT (key,
+  op and timestamps only — the value is the PREWRITE's) and ROLLBACK rows;
 * split / merge / leader move: EpochNotMatch / RegionNotFound / NotLeader to
   the subscriptions of the changed regions, which are then dropped;
 * resolved ts: per region min(fresh TSO, oldest lock start ts in the region),
@@ -29,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.mvcc import Change, ChangeKind, Op
 from cdcflow.plugins.sources.playground.regions import Region, RegionEvent, RegionEventKind
@@ -215,8 +217,6 @@ class FeedHub:
     # -- live changes ----------------------------------------------------------------------------
 
     def _on_changes(self, changes: Sequence[Change]) -> None:
-        from cdcflow.plugins.sources.playground._keys import encode_key
-
         batches: dict[int, tuple[Subscription, list[cdcpb_pb2.Event.Row]]] = {}
         for change in changes:
             enc = encode_key(change.key)
@@ -229,14 +229,17 @@ class FeedHub:
 
     @staticmethod
     def _row(change: Change, sub: Subscription, log_type: int) -> cdcpb_pb2.Event.Row:
+        # A live COMMIT carries no value and no old value (as TiKV's, outside 1PC):
+        # the client takes both from the matching PREWRITE.
+        bare = log_type == cdcpb_pb2.Event.COMMIT
         return cdcpb_pb2.Event.Row(
             start_ts=change.start_ts,
             commit_ts=change.commit_ts,
             type=log_type,  # type: ignore[arg-type]
             op_type=_OP[change.op],
             key=change.key,
-            value=change.value,
-            old_value=change.old_value if sub.old_value else b"",
+            value=b"" if bare else change.value,
+            old_value=change.old_value if sub.old_value and not bare else b"",
         )
 
     def _send_rows(self, sub: Subscription, rows: Iterable[cdcpb_pb2.Event.Row]) -> None:

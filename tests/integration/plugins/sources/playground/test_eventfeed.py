@@ -79,13 +79,16 @@ def test_incremental_scan_then_live_stream(pg: Playground, pd: PD) -> None:
         update.delete(key(1))
         update.commit()
         feed.wait_for(lambda m: len(rows_of(m, Event.COMMIT)) == 3)
-        by_key = {r.key: r for r in rows_of(feed.messages, Event.COMMIT)}
-        assert (by_key[key(2)].value, by_key[key(2)].old_value) == (b"b2", b"b1")
-        assert (by_key[key(1)].op_type, by_key[key(1)].value, by_key[key(1)].old_value) == (
+        commits = rows_of(feed.messages, Event.COMMIT)
+        assert all(r.value == b"" and r.old_value == b"" for r in commits)  # values travel with PREWRITE
+        prewrites = {r.key: r for r in rows_of(feed.messages, Event.PREWRITE) if r.start_ts == update.start_ts}
+        assert (prewrites[key(2)].value, prewrites[key(2)].old_value) == (b"b2", b"b1")
+        assert (prewrites[key(1)].op_type, prewrites[key(1)].value, prewrites[key(1)].old_value) == (
             Event.Row.DELETE,
             b"",
             b"a2",
         )
+        assert {r.key: r.op_type for r in commits[1:]} == {key(2): Event.Row.PUT, key(1): Event.Row.DELETE}
     finally:
         feed.close()
 
