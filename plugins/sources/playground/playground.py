@@ -38,7 +38,9 @@ class Playground:
     started with the playground (0: none; use :meth:`run_workload` or
     :meth:`start_workload`); ``ddl_every``: one DDL every that many workload
     transactions (0: never); ``create_tables``: create the ``shop`` tables at
-    start.
+    start; ``scan_delay``: deliver each incremental scan that many seconds
+    late, so that live PREWRITE/COMMIT rows overtake it, as they may on TiKV
+    (0: the scan comes first).
     """
 
     def __init__(
@@ -56,9 +58,10 @@ class Playground:
         rate: float = 0.0,
         ddl_every: int = 200,
         create_tables: bool = True,
+        scan_delay: float = 0.0,
     ) -> None:
         self.cluster = Cluster(stores, split_keys=split_keys, split_bytes=split_bytes, seed=seed)
-        self.hub = FeedHub(self.cluster)
+        self.hub = FeedHub(self.cluster, scan_delay=scan_delay)
         self.catalog = Catalog(self.cluster.lock)
         self.ddl = DDLExecutor(self.cluster, self.catalog)
         self.workload = Workload(self.cluster, self.catalog, self.ddl, seed=seed, ddl_every=ddl_every)
