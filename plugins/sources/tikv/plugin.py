@@ -8,32 +8,105 @@ from typing import Any
 from cdcflow.core.errors import NotAvailableError
 from cdcflow.core.events import SourceEvent, Span, TableName, TableSchema
 from cdcflow.core.plugin import Registrar, hookimpl
-from cdcflow.core.source import Source
+from cdcflow.core.source import Mounter, Source
+from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig
+from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
+from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
+from cdcflow.plugins.sources.tikv.pd import PDClient
+from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVMounter, parse_key_spans
+from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 
 __all__ = ["TiKVSource", "cdcflow_register_sources"]
 
-_NOT_YET = "the TiKV EventFeed client is not available in this build of cdcflow yet"
+_NO_SCHEMA = "TiDB table schemas and row decoding are not available in this build of cdcflow yet"
 
 
 class TiKVSource(Source[TiKVSourceConfig]):
-    """TiKV EventFeed source (PD regions, TSO and GC safepoints; TiDB row decoding)."""
+    """TiKV EventFeed source (PD regions, TSO and GC safepoints; TiDB row decoding).
+
+    Feeds yield :class:`RawKVEvent`: in ``tidb`` mode the mounter decodes TiDB
+    rows; in ``rawkv``/``txnkv`` mode each key span is a two-column
+    pseudo-table (see :mod:`~cdcflow.plugins.sources.tikv.rawkv`).
+    """
 
     type_name = "tikv"
     Config = TiKVSourceConfig
     yields_raw_kv = True
 
+    def __init__(self, config: TiKVSourceConfig) -> None:
+        super().__init__(config)
+        self._pd: PDClient | None = None
+        self._feeds: EventFeedClient | None = None
+        self._keyspace: KeySpace | None = None
+        if config.kv_api != "tidb":
+            self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
+
+    async def open(self) -> None:
+        cfg = self.config
+        tls = TLSFiles(cfg.ca, cfg.cert, cfg.key) if cfg.ca else None
+        self._pd = PDClient(cfg.pd, tls=tls)
+        await self._pd.connect()
+        self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
+
+    async def close(self) -> None:
+        if self._feeds is not None:
+            await self._feeds.close()
+        if self._pd is not None:
+            await self._pd.close()
+        self._feeds = self._pd = None
+
+    @property
+    def pd(self) -> PDClient:
+        if self._pd is None:
+            raise RuntimeError("the tikv source is not open")
+        return self._pd
+
+    @property
+    def feeds(self) -> EventFeedClient:
+        if self._feeds is None:
+            raise RuntimeError("the tikv source is not open")
+        return self._feeds
+
+    def gc_safepoints(self) -> GCSafepointKeeper:
+        """The service GC safepoint keeper of this upstream, for the control plane."""
+        return GCSafepointKeeper(self.pd)
+
     async def list_tables(self) -> Sequence[TableName]:
-        raise NotAvailableError(_NOT_YET)
+        if self._keyspace is not None:
+            return list(self._keyspace.tables)
+        raise NotAvailableError(_NO_SCHEMA)
 
     async def spans_for(self, table: TableName) -> Sequence[Span]:
-        raise NotAvailableError(_NOT_YET)
+        if self._keyspace is not None:
+            return [self._keyspace.span(table)]
+        physical = table.partition_id if table.partition_id is not None else table.table_id
+        if physical <= 0:
+            raise ValueError(f"{table} has no table id; list it through list_tables() first")
+        start, end = table_record_span(physical)
+        return [Span(physical, start, end)]
 
     async def table_schema(self, table: TableName, ts: int) -> TableSchema:
-        raise NotAvailableError(_NOT_YET)
+        if self._keyspace is not None:
+            return self._keyspace.schema(table)
+        raise NotAvailableError(_NO_SCHEMA)
 
-    def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
-        raise NotAvailableError(_NOT_YET)
+    async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:  # type: ignore[override]
+        """Committed changes of ``span`` above ``start_ts`` and its resolved ts (see :mod:`.eventfeed`).
+
+        Raises CheckpointStaleError (5001) first if ``start_ts`` is below PD's GC safepoint.
+        """
+        await self.gc_safepoints().check_start_ts(start_ts)
+        async for event in self.feeds.feed(span, start_ts):
+            yield event
+
+    def mounter(self) -> Mounter | None:
+        if self._keyspace is not None:
+            return RawKVMounter(self._keyspace)
+        raise NotAvailableError(_NO_SCHEMA)
+
+    async def current_ts(self) -> int:
+        return await self.pd.tso()
 
 
 @hookimpl
