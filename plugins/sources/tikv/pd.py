@@ -348,4 +348,4 @@ class _TsoBatcher:
             self._pd._lost_leader()
             raise _LeaderLost(f"TSO refused: {resp.header.error.message}")
         ts = resp.timestamp
-        return (ts.physical << TSO_LOGICAL_BITS) | ts.logical
+        return (int(ts.physical) << TSO_LOGICAL_BITS) | int(ts.logical)

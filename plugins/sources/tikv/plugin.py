@@ -1,4 +1,20 @@
-"""The ``tikv`` source plugin class."""
+"""The ``tikv`` source: TiKV's EventFeed through PD.
+
+Each span (a table's record range ``[t{id}_r, t{id}_s)``, or a configured key
+span in raw mode) is split by PD's regions and subscribed region by region on
+one ChangeData stream per store (EventFeedV2 with stream multiplexing, or
+EventFeed). Feeds yield committed key-value changes and the span's resolved
+ts: every change above the start ts at least once, never a change at or below
+a resolved ts already yielded, resolved ts never backwards. A start ts below
+PD's GC safepoint fails with ErrCheckpointStale (5001); PD unreachable past
+the retry budget fails with ErrPDUnavailable (3001).
+
+``kv-api: tidb`` decodes TiDB rows with the schema valid at commit ts − 1.
+``kv-api: rawkv`` / ``txnkv`` replicate ``key-spans``: each span is a
+pseudo-table ``<kv-api>.keys_<i>`` with binary columns ``key`` and ``value``
+(PUT without old value → INSERT, with old value → UPDATE, DELETE → DELETE).
+See docs/reference/tikv-source.md and docs/explanation/eventfeed.md.
+"""
 
 from __future__ import annotations
 
@@ -91,7 +107,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
             return self._keyspace.schema(table)
         raise NotAvailableError(_NO_SCHEMA)
 
-    async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:  # type: ignore[override]
+    async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
         """Committed changes of ``span`` above ``start_ts`` and its resolved ts (see :mod:`.eventfeed`).
 
         Raises CheckpointStaleError (5001) first if ``start_ts`` is below PD's GC safepoint.

@@ -16,6 +16,7 @@ without it a PUT over an existing key is reported as an INSERT.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.events import ColumnInfo, OpType, RawKVEvent, RowChange, Span, TableName, TableSchema
@@ -90,7 +91,7 @@ class RawKVMounter(Mounter):
         table = self._keyspace.table(event.span)
         if table is None:
             return None
-        before = {"key": event.key, "value": event.old_value} if event.old_value else None
+        before: dict[str, Any] | None = {"key": event.key, "value": event.old_value} if event.old_value else None
         if event.delete:
             op, after = OpType.DELETE, None
             before = before or {"key": event.key, "value": None}

@@ -30,8 +30,11 @@ FEATURES_METADATA = (("features", "stream-multiplexing"),)
 
 
 class RegionHandle(Protocol):
-    request_id: int
-    region_id: int
+    @property
+    def request_id(self) -> int: ...
+
+    @property
+    def region_id(self) -> int: ...
 
 
 class StreamOwner(Protocol):
