@@ -1,0 +1,289 @@
+"""The playground's schema catalog: databases, tables and their versions over time.
+
+Each table keeps every version of its definition with the TSO from which it
+is valid (the commit ts of the DDL job write), so that a reader at ts ``t``
+gets the definition a TiDB would have used at ``t`` (``version_at``). The JSON
+the status API serves is built here with the keys a real TiDB uses
+(docs: reference/tidb-status-api.md §3): DBInfo, TableInfo, ColumnInfo,
+IndexInfo, and DDL history jobs.
+
+Ids (schemas, tables, jobs) come from one allocator, as in TiDB's meta.
+Thread-safe through the cluster lock the catalog is given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from cdcflow.plugins.sources.playground.errors import PlaygroundError
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
+
+__all__ = ["Catalog", "Column", "DDLJob", "Database", "TableDef"]
+
+PUBLIC = 5  # SchemaState public
+JOB_SYNCED = 6  # JobState synced
+
+
+@dataclass(frozen=True)
+class Column:
+    id: int
+    name: str
+    ft: FieldType
+    default: Any = None
+    origin_default: Any = None
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """One version of a table. ``columns`` in offset order; the first is the int primary key."""
+
+    id: int
+    name: str
+    columns: tuple[Column, ...]
+    valid_from: int = 0  # TSO from which this version is in force
+    update_timestamp: int = 0
+    schema_version: int = 0
+
+    @property
+    def pk(self) -> Column:
+        return self.columns[0]
+
+    @property
+    def max_col_id(self) -> int:
+        return max(c.id for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise PlaygroundError(f"table {self.name} has no column {name!r}")
+
+
+@dataclass(frozen=True)
+class Database:
+    id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class DDLJob:
+    id: int
+    type: int  # ActionType
+    schema_id: int
+    schema_name: str
+    table_id: int
+    table_name: str
+    query: str
+    start_ts: int
+    commit_ts: int
+    schema_version: int
+    table: TableDef | None
+
+
+@dataclass
+class Catalog:
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+    databases: dict[str, Database] = field(default_factory=dict)
+    _tables: dict[int, list[TableDef]] = field(default_factory=dict)  # id -> versions, oldest first
+    _table_db: dict[int, str] = field(default_factory=dict)
+    jobs: list[DDLJob] = field(default_factory=list)
+    schema_version: int = 0
+
+    def alloc_id(self) -> int:
+        with self.lock:
+            return next(self._ids)
+
+    def add_database(self, name: str) -> Database:
+        with self.lock:
+            db = self.databases.get(name) or Database(self.alloc_id(), name)
+            self.databases[name] = db
+            return db
+
+    def put_table(self, db: str, table: TableDef) -> TableDef:
+        """Record a new version of ``table`` (valid from ``table.valid_from``)."""
+        with self.lock:
+            self.schema_version += 1
+            table = replace(table, schema_version=self.schema_version)
+            self._tables.setdefault(table.id, []).append(table)
+            self._table_db[table.id] = db
+            return table
+
+    def record_job(self, job: DDLJob) -> None:
+        with self.lock:
+            self.jobs.append(job)
+
+    # -- lookups ---------------------------------------------------------------------------------
+
+    def tables(self, db: str, ts: int | None = None) -> list[TableDef]:
+        with self.lock:
+            ids = [tid for tid, name in self._table_db.items() if name == db]
+            found = [self.version_at(tid, ts) for tid in ids]
+            return [t for t in found if t is not None]
+
+    def version_at(self, table_id: int, ts: int | None = None) -> TableDef | None:
+        """The version in force at ``ts`` (the latest if None); None if the table did not exist yet."""
+        with self.lock:
+            versions = self._tables.get(table_id, [])
+            valid = [v for v in versions if ts is None or v.valid_from <= ts]
+            return valid[-1] if valid else None
+
+    def find(self, db: str, table: str, ts: int | None = None) -> TableDef:
+        with self.lock:
+            for t in self.tables(db, ts):
+                if t.name.lower() == table.lower():
+                    return t
+        raise PlaygroundError(f"table {db}.{table} does not exist in the playground (at ts {ts})")
+
+    def db_of(self, table_id: int) -> Database:
+        with self.lock:
+            return self.databases[self._table_db[table_id]]
+
+    # -- JSON as TiDB's status API serves it -----------------------------------------------------
+
+    @staticmethod
+    def db_json(db: Database) -> dict[str, Any]:
+        return {
+            "id": db.id,
+            "db_name": {"O": db.name, "L": db.name.lower()},
+            "charset": "utf8mb4",
+            "collate": "utf8mb4_bin",
+            "state": PUBLIC,
+            "policy_ref_info": None,
+        }
+
+    @staticmethod
+    def column_json(column: Column, offset: int) -> dict[str, Any]:
+        return {
+            "id": column.id,
+            "name": {"O": column.name, "L": column.name.lower()},
+            "offset": offset,
+            "origin_default": column.origin_default,
+            "origin_default_bit": None,
+            "default": column.default,
+            "default_bit": None,
+            "default_is_expr": False,
+            "generated_expr_string": "",
+            "generated_stored": False,
+            "dependences": None,
+            "type": column.ft.to_json(),
+            "state": PUBLIC,
+            "comment": column.comment,
+            "hidden": False,
+            "change_state_info": None,
+            "version": 2,
+        }
+
+    @classmethod
+    def table_json(cls, table: TableDef) -> dict[str, Any]:
+        name = {"O": table.name, "L": table.name.lower()}
+        pk = table.pk
+        primary = {
+            "id": 1,
+            "idx_name": {"O": "PRIMARY", "L": "primary"},
+            "tbl_name": {"O": "", "L": ""},
+            "idx_cols": [{"name": {"O": pk.name, "L": pk.name.lower()}, "offset": 0, "length": -1}],
+            "state": PUBLIC,
+            "backfill_state": 0,
+            "comment": "",
+            "index_type": 1,
+            "is_unique": True,
+            "is_primary": True,
+            "is_invisible": False,
+            "is_global": False,
+            "mv_index": False,
+        }
+        return {
+            "id": table.id,
+            "name": name,
+            "charset": "utf8mb4",
+            "collate": "utf8mb4_bin",
+            "cols": [cls.column_json(c, i) for i, c in enumerate(table.columns)],
+            "index_info": [primary],
+            "constraint_info": None,
+            "fk_info": None,
+            "state": PUBLIC,
+            "pk_is_handle": bool(pk.ft.flag & Flag.PRI_KEY),
+            "is_common_handle": False,
+            "common_handle_version": 0,
+            "comment": "",
+            "auto_inc_id": 0,
+            "auto_id_cache": 0,
+            "auto_rand_id": 0,
+            "max_col_id": table.max_col_id,
+            "max_idx_id": 1,
+            "max_fk_id": 0,
+            "max_cst_id": 0,
+            "update_timestamp": table.update_timestamp,
+            "ShardRowIDBits": 0,
+            "max_shard_row_id_bits": 0,
+            "auto_random_bits": 0,
+            "auto_random_range_bits": 0,
+            "pre_split_regions": 0,
+            "partition": None,
+            "compression": "",
+            "view": None,
+            "sequence": None,
+            "Lock": None,
+            "version": 5,
+            "tiflash_replica": None,
+            "is_columnar": False,
+            "temp_table_type": 0,
+            "cache_table_status": 0,
+            "policy_ref_info": None,
+            "stats_options": None,
+            "exchange_partition_info": None,
+            "ttl_info": None,
+            "revision": table.schema_version,
+        }
+
+    def job_json(self, job: DDLJob) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "type": job.type,
+            "schema_id": job.schema_id,
+            "table_id": job.table_id,
+            "schema_name": job.schema_name,
+            "table_name": job.table_name,
+            "state": JOB_SYNCED,
+            "warning": None,
+            "err": None,
+            "err_count": 0,
+            "row_count": 0,
+            "raw_args": None,
+            "schema_state": PUBLIC,
+            "snapshot_ver": 0,
+            "real_start_ts": job.start_ts,
+            "start_ts": job.start_ts,
+            "dependency_id": 0,
+            "query": job.query,
+            "binlog": {
+                "SchemaVersion": job.schema_version,
+                "DBInfo": None,
+                "TableInfo": None if job.table is None else self.table_json(job.table),
+                # As in TiDB: the start ts of the transaction that finished the job,
+                # not its commit ts (readers take the commit ts from TiKV).
+                "FinishedTS": job.start_ts,
+                "MultipleTableInfos": None,
+            },
+            "version": 1,
+            "reorg_meta": None,
+            "multi_schema_info": None,
+            "priority": 0,
+            "seq_num": job.id,
+            "charset": "utf8mb4",
+            "collate": "utf8mb4_bin",
+        }
+
+    def history_json(self, limit: int, start_job_id: int | None) -> list[dict[str, Any]]:
+        """Jobs newest first (ids <= ``start_job_id`` when given), at most ``limit``."""
+        with self.lock:
+            jobs: Sequence[DDLJob] = sorted(self.jobs, key=lambda j: j.id, reverse=True)
+            if start_job_id is not None:
+                jobs = [j for j in jobs if j.id <= start_job_id]
+            return [self.job_json(j) for j in jobs[:limit]]
