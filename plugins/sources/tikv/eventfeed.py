@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +92,9 @@ class _Subscription:
     regions: dict[int, _RegionState] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     closed: bool = False
+    #: Consecutive stream breaks and busy answers since the frontier last moved (drives backoff).
+    failures: int = 0
+    failing_since: float | None = None
 
 
 @dataclass(eq=False)
@@ -320,6 +324,48 @@ class EventFeedClient:
         self.pd.regions.invalidate(state.region_id)
         self._spawn(state.sub, self._subscribe_range(state.sub, state.start, state.end, delay=delay))
 
+    def _backoff(self, sub: _Subscription) -> float | None:
+        """The delay before the next retry of ``sub``, or None when it has failed for too long.
+
+        Exponential with jitter in the number of failures since the span's
+        frontier last moved; a span that keeps failing for ``retry_timeout``
+        seconds (and at least 10 times) gives up, so an unreachable store
+        surfaces as a Warning instead of retrying silently forever.
+        """
+        now = asyncio.get_running_loop().time()
+        if sub.failing_since is None:
+            sub.failing_since = now
+        sub.failures += 1
+        if sub.failures >= 10 and now - sub.failing_since > self._retry_timeout:
+            return None
+        return min(self._backoff_max, 0.02 * 2 ** min(sub.failures, 16)) * random.uniform(0.5, 1.0)
+
+    async def _retry_later(self, states: list[_RegionState], *, at_least: float = 0.0) -> None:
+        """Resubscribe ``states`` after a backoff (per subscription), or fail a subscription that keeps failing."""
+        by_sub: dict[int, list[_RegionState]] = {}
+        for state in states:
+            by_sub.setdefault(id(state.sub), []).append(state)
+        for group in by_sub.values():
+            sub = group[0].sub
+            delay = self._backoff(sub)
+            if delay is None:
+                for state in group:
+                    self._retire(state)
+                stores = sorted({state.stream.address for state in group})
+                await self._fail(
+                    sub,
+                    CdcflowError(
+                        f"{sub.span}: TiKV store(s) {', '.join(stores)} kept failing for "
+                        f"{self._retry_timeout:g}s ({sub.failures} attempts)",
+                        detail={"stores": stores, "failures": sub.failures},
+                        severity=Severity.WARN,
+                        retryable=Retryable.RETRY,
+                    ),
+                )
+                continue
+            for state in group:
+                self._resubscribe(state, delay=max(delay, at_least))
+
     # -- what the streams report ----------------------------------------------
 
     async def on_event(self, stream: StoreStream, handle: Any, event: cdcpb_pb2.Event) -> None:
@@ -391,6 +437,7 @@ class EventFeedClient:
         frontier = sub.ranges.frontier
         if frontier > sub.emitted_resolved and not sub.closed:
             sub.emitted_resolved = frontier
+            sub.failures, sub.failing_since = 0, None
             await sub.out.put(ResolvedEvent(sub.span, frontier))
 
     async def on_stream_broken(self, stream: StoreStream, error: BaseException, *, unimplemented: bool) -> None:
@@ -400,8 +447,12 @@ class EventFeedClient:
         for key, known in list(self._streams.items()):
             if known is stream:
                 del self._streams[key]
-        for state in list(stream.handles.values()):
-            self._resubscribe(state, delay=0.0 if unimplemented else 0.1)
+        states = list(stream.handles.values())
+        if unimplemented:
+            for state in states:
+                self._resubscribe(state)
+        else:
+            await self._retry_later(states)
 
     async def _deregister(self, state: _RegionState) -> None:
         req = cdcpb_pb2.ChangeDataRequest(
@@ -431,9 +482,8 @@ class EventFeedClient:
             self._resubscribe(state)
         elif error.HasField("server_is_busy") or error.HasField("congested"):
             backoff_ms = error.server_is_busy.backoff_ms if error.HasField("server_is_busy") else 0
-            delay = backoff_ms / 1000 if backoff_ms else min(0.2, self._backoff_max)
-            log.info("region %d: %s; retrying in %.2fs", region_id, _error_name(error), delay)
-            self._resubscribe(state, delay=delay)
+            log.info("region %d: %s; backing off", region_id, _error_name(error))
+            await self._retry_later([state], at_least=backoff_ms / 1000)
         elif error.HasField("duplicate_request"):
             await self._fail(
                 sub,
@@ -462,7 +512,7 @@ class EventFeedClient:
             )
         else:
             log.warning("region %d: unknown region error %s; reloading from PD", region_id, error)
-            self._resubscribe(state, delay=0.1)
+            await self._retry_later([state])
 
     async def _subscribe_at(self, sub: _Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
         try:

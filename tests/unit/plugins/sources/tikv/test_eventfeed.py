@@ -56,6 +56,7 @@ class Cluster:
     stores: dict[int, ScriptedStore]
     client: EventFeedClient
     events: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    servers: list[Any] = field(default_factory=list)
 
     async def next(self, timeout: float = 10.0) -> Any:
         return await asyncio.wait_for(self.events.get(), timeout)
@@ -67,7 +68,9 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(regions: list[tuple[Any, int]], stores: dict[int, ScriptedStore]) -> AsyncIterator[Cluster]:
+async def cluster(
+    regions: list[tuple[Any, int]], stores: dict[int, ScriptedStore], *, retry_timeout: float = 5.0
+) -> AsyncIterator[Cluster]:
     servers = []
     state = PDState(regions=regions)
     pd_server, pd_address = await start_server((pdpb_pb2_grpc.add_PDServicer_to_server, ScriptedPD(state)))
@@ -79,8 +82,8 @@ async def cluster(regions: list[tuple[Any, int]], stores: dict[int, ScriptedStor
         state.stores[store_id] = address
     pd = PDClient([pd_address], retry_timeout=5.0, rpc_timeout=2.0)
     await pd.connect()
-    client = EventFeedClient(pd, retry_timeout=5.0, backoff_max=0.2)
-    c = Cluster(state, stores, client)
+    client = EventFeedClient(pd, retry_timeout=retry_timeout, backoff_max=0.05)
+    c = Cluster(state, stores, client, servers=servers)
     try:
         yield c
     finally:
@@ -402,5 +405,21 @@ def test_broken_stream_resubscribes_every_region_from_its_resolved_ts() -> None:
                 req = await _registered(conn2)
                 again[req.region_id] = req.checkpoint_ts
             assert again == {10: 130, 11: 120}
+
+    run(body)
+
+
+def test_unreachable_store_backs_off_then_fails_with_a_warning() -> None:
+    async def body() -> None:
+        store = ScriptedStore()
+        async with cluster([(region(10, b"", b""), 1)], {1: store}, retry_timeout=0.5) as c:
+            run_feed(c, SPAN, 100)
+            conn = await store.next_conn()
+            await _registered(conn)
+            await c.servers[1].stop(None)  # the store goes away for good
+            got = await c.next(timeout=30)
+            assert isinstance(got, CdcflowError), got
+            assert got.severity.value == "WARN" and got.retryable.value == "RETRY"
+            assert "kept failing" in got.message
 
     run(body)
