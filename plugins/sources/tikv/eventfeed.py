@@ -249,11 +249,13 @@ class EventFeedClient:
     async def _subscribe_once(self, sub: _Subscription, start: bytes, end: bytes) -> None:
         key = start
         while not sub.closed:
-            regions = await self.pd.scan_regions(key, end)
+            regions = await self.pd.regions_for(key, end)
             if not regions or not regions[0].contains(key):
+                self.pd.regions.invalidate_range(key, end)
                 raise _Resplit(f"no region holds key {key.hex()} yet")
             for region in regions:
                 if region.start > key:
+                    self.pd.regions.invalidate_range(key, end)
                     raise _Resplit(f"hole in PD's regions at {key.hex()}")
                 lo, hi = clip(key, end, region)
                 await self._subscribe_region(sub, region, lo, hi)

@@ -145,7 +145,7 @@ class PDClient:
                 await self._channel.close()
             self._channel = open_channel(address, self._tls)
             self._stub = pdpb_pb2_grpc.PDStub(self._channel)
-            if self._leader:
+            if self._leader and self._leader != address:
                 log.info("PD leader moved from %s to %s", self._leader, address)
             self._leader = address
             await self._tso.reset()
@@ -235,6 +235,13 @@ class PDClient:
         for info in found:
             self.regions.insert(info)
         return found
+
+    async def regions_for(self, start: bytes, end: bytes) -> list[RegionInfo]:
+        """Regions covering region-space ``[start, end)``: from the cache when it covers the range, else PD."""
+        cached = self.regions.covering(start, end)
+        if cached is not None:
+            return cached
+        return await self.scan_regions(start, end)
 
     async def get_all_stores(self) -> dict[int, metapb_pb2.Store]:
         """Every non-tombstone store by id (refreshes the store cache)."""

@@ -85,6 +85,19 @@ class RegionCache:
         region = self._regions[i]
         return region if region.contains(key) else None
 
+    def covering(self, start: bytes, end: bytes) -> list[RegionInfo] | None:
+        """Cached regions covering ``[start, end)`` without a hole, or None if any part is unknown."""
+        out: list[RegionInfo] = []
+        key = start
+        while True:
+            region = self.locate(key)
+            if region is None:
+                return None
+            out.append(region)
+            key = region.end
+            if not key or (end and key >= end):
+                return out
+
     def insert(self, region: RegionInfo) -> None:
         """Cache ``region``, dropping cached regions whose ranges overlap it (they are stale)."""
         self.invalidate(region.id)
@@ -112,6 +125,12 @@ class RegionCache:
         i = self._regions.index(region)
         del self._regions[i]
         del self._starts[i]
+
+    def invalidate_range(self, start: bytes, end: bytes) -> None:
+        """Forget every cached region overlapping ``[start, end)``."""
+        probe = RegionInfo(id=0, start=start, end=end, conf_ver=0, version=0, leader_store_id=0)
+        for region in [r for r in self._regions if _overlaps(r, probe)]:
+            self.invalidate(region.id)
 
     def update_leader(self, region_id: int, store_id: int) -> RegionInfo | None:
         """Record a new leader store for a cached region (a NotLeader hint)."""

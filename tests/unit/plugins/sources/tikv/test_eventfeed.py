@@ -423,3 +423,33 @@ def test_unreachable_store_backs_off_then_fails_with_a_warning() -> None:
             assert "kept failing" in got.message
 
     run(body)
+
+
+def test_feeds_share_one_stream_per_store_and_the_region_cache() -> None:
+    async def body() -> None:
+        store = ScriptedStore()
+        async with cluster([(region(10, b"", b""), 1)], {1: store}) as c:
+            other = Span(2, b"m", b"n")
+            run_feed(c, SPAN, 100)
+            conn = await store.next_conn()
+            first = await _registered(conn)
+            run_feed(c, other, 200)
+            second = await _registered(conn)  # same stream: multiplexed by request id
+            assert first.request_id != second.request_id
+            assert (second.start_key, second.end_key, second.checkpoint_ts) == (
+                encode_bytes(b"m"),
+                encode_bytes(b"n"),
+                200,
+            )
+            assert store.conns.empty()
+            assert c.pd_state.calls.count("ScanRegions") == 1  # the second feed used the cache
+            conn.send(
+                entries(10, first.request_id, entry(Event.INITIALIZED, b"")),
+                entries(10, second.request_id, entry(Event.INITIALIZED, b"")),
+                resolved=([10], 300, second.request_id),
+            )
+            got = await c.next()
+            assert got == ResolvedEvent(other, 300)
+            await c.expect_quiet()  # the first feed's request id was not resolved
+
+    run(body)

@@ -63,8 +63,13 @@ def test_region_cache_locate_insert_evicts_overlaps_and_invalidate() -> None:
     assert cache.by_id(2) is None
     assert cache.locate(b"h").id == 4  # type: ignore[union-attr]
     assert cache.locate(b"m") is None  # not known until PD is asked
+    assert cache.covering(b"a", b"h") == [cache.by_id(1), cache.by_id(4)]
+    assert cache.covering(b"a", b"m") is None  # [k, p) is unknown
+    assert cache.covering(b"q", b"") == [cache.by_id(3)]
     cache.invalidate(4)
     assert cache.locate(b"h") is None
+    cache.invalidate_range(b"q", b"r")
+    assert cache.by_id(3) is None and cache.by_id(1) is not None
     moved = cache.update_leader(1, 9)
     assert moved is not None and cache.locate(b"a").leader_store_id == 9  # type: ignore[union-attr]
 
