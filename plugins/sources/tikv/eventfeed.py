@@ -74,6 +74,10 @@ class DuplicateRequestError(CdcflowError):
     default_retryable = Retryable.RETRY
 
 
+#: Put in a feed's queue when the client closes: the feed ends.
+_END = object()
+
+
 class _Resplit(Exception):
     """PD's regions do not cover the range yet (a split in flight); ask again."""
 
@@ -87,7 +91,7 @@ class _Subscription:
     start: bytes  # region-space
     end: bytes
     ranges: RangeTs
-    out: asyncio.Queue[FeedEvent | BaseException]
+    out: asyncio.Queue[FeedEvent | BaseException | object]
     emitted_resolved: int
     regions: dict[int, _RegionState] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -150,8 +154,16 @@ class EventFeedClient:
         self._stream_lock = asyncio.Lock()
         #: Store addresses that answered EventFeedV2 with UNIMPLEMENTED.
         self.v1_stores: set[str] = set()
+        self._subs: set[_Subscription] = set()
 
     async def close(self) -> None:
+        """Close every stream; open feeds end (their iterators stop)."""
+        for sub in list(self._subs):
+            sub.closed = True
+            _drain(sub.out)
+            sub.out.put_nowait(_END)
+            for task in sub.tasks:
+                task.cancel()
         for stream in list(self._streams.values()):
             await stream.close()
         self._streams.clear()
@@ -174,14 +186,19 @@ class EventFeedClient:
             out=asyncio.Queue(self._queue_size),
             emitted_resolved=start_ts,
         )
+        self._subs.add(sub)
         self._spawn(sub, self._subscribe_range(sub, start, end, delay=0.0))
         try:
             while True:
                 item = await sub.out.get()
+                if item is _END:
+                    return
                 if isinstance(item, BaseException):
                     raise item
+                assert isinstance(item, RawKVEvent | ResolvedEvent)
                 yield item
         finally:
+            self._subs.discard(sub)
             await self._unsubscribe(sub)
 
     def _spawn(self, sub: _Subscription, coro: Any) -> None:
@@ -194,6 +211,8 @@ class EventFeedClient:
 
     async def _unsubscribe(self, sub: _Subscription) -> None:
         sub.closed = True
+        # A stream reader blocked on this feed's full queue must not hold up the other feeds.
+        _drain(sub.out)
         for task in list(sub.tasks):
             task.cancel()
         await asyncio.gather(*sub.tasks, return_exceptions=True)
@@ -524,6 +543,11 @@ class EventFeedClient:
             self._spawn(sub, self._subscribe_range(sub, start, end, delay=0.05))
         except CdcflowError as exc:
             await self._fail(sub, exc)
+
+
+def _drain(queue: asyncio.Queue[Any]) -> None:
+    while not queue.empty():
+        queue.get_nowait()
 
 
 def _error_name(error: cdcpb_pb2.Error) -> str:

@@ -453,3 +453,28 @@ def test_feeds_share_one_stream_per_store_and_the_region_cache() -> None:
             await c.expect_quiet()  # the first feed's request id was not resolved
 
     run(body)
+
+
+def test_abandoned_feed_does_not_block_the_shared_stream_and_close_ends_feeds() -> None:
+    async def body() -> None:
+        store = ScriptedStore()
+        async with cluster([(region(10, b"", b""), 1)], {1: store}) as c:
+            c.client._queue_size = 1
+            stuck = c.client.feed(Span(2, b"m", b"n"), 100)
+            first = asyncio.ensure_future(anext(stuck))  # subscribes, then nobody reads
+            conn = await store.next_conn()
+            abandoned = await _registered(conn)
+            live_feed = run_feed(c, SPAN, 100)
+            live = await _registered(conn)
+            rows = [entry(Event.COMMITTED, b"m%d" % i, start=101, commit=102 + i, value=b"v") for i in range(5)]
+            conn.send(entries(10, abandoned.request_id, *rows))
+            await first  # one event taken; the rest fill the queue and block the stream's reader
+            await stuck.aclose()  # the consumer goes away
+            conn.send(entries(10, live.request_id, entry(Event.COMMITTED, b"k1", start=101, commit=102, value=b"x")))
+            assert kv(await c.next())[0] == b"k1"
+            await c.client.close()
+            # The feed of SPAN ends: its pump task finishes without an error.
+            await asyncio.wait_for(live_feed, 5)
+            assert c.events.empty()
+
+    run(body)
