@@ -88,7 +88,7 @@ def decode_int(data: bytes, offset: int = 0) -> int:
     """The signed integer whose comparable form starts at ``data[offset]``."""
     if len(data) < offset + 8:
         raise KeyFormatError(f"need 8 bytes for a comparable int at offset {offset}, have {len(data) - offset}")
-    (raw,) = _U64.unpack_from(data, offset)
+    raw: int = _U64.unpack_from(data, offset)[0]
     raw ^= _SIGN_MASK
     return raw - (1 << 64) if raw & _SIGN_MASK else raw
 
