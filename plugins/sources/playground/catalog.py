@@ -48,6 +48,9 @@ class TableDef:
     valid_from: int = 0  # TSO from which this version is in force
     update_timestamp: int = 0
     schema_version: int = 0
+    #: High-water mark of column ids: ids are never reused, even after DROP COLUMN
+    #: (rows written before still carry the dropped id).
+    col_id_high: int = 0
 
     @property
     def pk(self) -> Column:
@@ -55,7 +58,7 @@ class TableDef:
 
     @property
     def max_col_id(self) -> int:
-        return max(c.id for c in self.columns)
+        return max(self.col_id_high, *(c.id for c in self.columns))
 
     def column(self, name: str) -> Column:
         for c in self.columns:

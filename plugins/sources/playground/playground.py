@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdcflow.plugins.sources.playground.catalog import Catalog
 from cdcflow.plugins.sources.playground.cluster import Cluster
+from cdcflow.plugins.sources.playground.ddl import DDLExecutor
 from cdcflow.plugins.sources.playground.errors import PlaygroundError
 from cdcflow.plugins.sources.playground.feed import FeedHub
 from cdcflow.plugins.sources.playground.regions import Region
 from cdcflow.plugins.sources.playground.servers import LoopThread, StoreServers
+from cdcflow.plugins.sources.playground.snapshot import read_snapshot
 from cdcflow.plugins.sources.playground.txn import Transaction
+from cdcflow.plugins.sources.playground.workload import Workload, WorkloadStats
 
 __all__ = ["Playground"]
 
@@ -28,7 +32,11 @@ class Playground:
     never by itself); ``resolved_ts_interval``: seconds between resolved-ts
     messages; ``eventfeed_v2``: serve ``EventFeedV2`` (False: UNIMPLEMENTED,
     to test a client's fallback); ``seed``: makes the workload and the
-    cluster id deterministic.
+    cluster id deterministic; ``rate``: workload transactions per second
+    started with the playground (0: none; use :meth:`run_workload` or
+    :meth:`start_workload`); ``ddl_every``: one DDL every that many workload
+    transactions (0: never); ``create_tables``: create the ``shop`` tables at
+    start.
     """
 
     def __init__(
@@ -42,9 +50,17 @@ class Playground:
         resolved_ts_interval: float = 0.2,
         eventfeed_v2: bool = True,
         seed: int = 0,
+        rate: float = 0.0,
+        ddl_every: int = 200,
+        create_tables: bool = True,
     ) -> None:
         self.cluster = Cluster(stores, split_keys=split_keys, seed=seed)
         self.hub = FeedHub(self.cluster)
+        self.catalog = Catalog(self.cluster.lock)
+        self.ddl = DDLExecutor(self.cluster, self.catalog)
+        self.workload = Workload(self.cluster, self.catalog, self.ddl, seed=seed, ddl_every=ddl_every)
+        self._rate, self._create_tables = rate, create_tables
+        self._status: Any = None
         self.seed = seed
         self._host, self._status_port = host, status_port
         self._options = {"pd_port": pd_port, "eventfeed_v2": eventfeed_v2, "resolved_ts_interval": resolved_ts_interval}
@@ -61,18 +77,37 @@ class Playground:
         servers = self._servers
         try:
             self._loop.call(servers.start)
+            self._loop.call(self._start_status)
+            if self._create_tables:
+                self.workload.create_tables()
+            self.workload.start(self._rate)
         except BaseException:
             self.stop()
             raise
         return self
 
+    async def _start_status(self) -> None:
+        from aiohttp import web
+
+        from cdcflow.plugins.sources.playground.status_api import build_app
+
+        runner = web.AppRunner(build_app(self.catalog), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, self._status_port)
+        await site.start()
+        self._status = runner
+        self._status_port = runner.addresses[0][1]
+
     def stop(self) -> None:
         """Stop the servers (streams end with UNAVAILABLE). Idempotent."""
-        loop, servers = self._loop, self._servers
-        self._loop = self._servers = None
+        self.workload.stop()
+        loop, servers, status = self._loop, self._servers, self._status
+        self._loop = self._servers = self._status = None
         if loop is None:
             return
         try:
+            if status is not None:
+                loop.call(status.cleanup)
             if servers is not None:
                 loop.call(servers.stop)
         finally:
@@ -107,6 +142,12 @@ class Playground:
         return self._require_servers().pd_address
 
     @property
+    def status_address(self) -> str:
+        """host:port of the TiDB status API."""
+        self._require_servers()
+        return f"{self._host}:{self._status_port}"
+
+    @property
     def store_addresses(self) -> dict[int, str]:
         return {s.id: s.address for s in self.cluster.stores.values()}
 
@@ -116,7 +157,7 @@ class Playground:
 
     def addresses(self) -> dict[str, Any]:
         """Every address, for printing: ``pd``, ``stores`` (id → address)."""
-        return {"pd": self.pd_address, "stores": self.store_addresses}
+        return {"pd": self.pd_address, "tidb_status": self.status_address, "stores": self.store_addresses}
 
     # -- data ------------------------------------------------------------------------------------
 
@@ -130,6 +171,27 @@ class Playground:
 
     def regions(self) -> list[Region]:
         return self.cluster.regions.all()
+
+    def snapshot(self, table: str, ts: int | None = None, *, db: str = "shop") -> list[dict[str, Any]]:
+        """Rows of ``db.table`` committed at ``ts`` (now if None), decoded, ordered by primary key."""
+        return read_snapshot(self.cluster, self.catalog, db, table, self.now() if ts is None else ts)
+
+    def table_id(self, table: str, *, db: str = "shop") -> int:
+        return self.catalog.find(db, table).id
+
+    # -- workload --------------------------------------------------------------------------------
+
+    def run_workload(self, transactions: int) -> WorkloadStats:
+        """Run the next ``transactions`` workload transactions now (blocking)."""
+        return self.workload.run(transactions)
+
+    def start_workload(self, rate: float) -> None:
+        """Run the workload in the background at ``rate`` transactions per second."""
+        self.workload.start(rate)
+
+    def stop_workload(self) -> WorkloadStats:
+        self.workload.stop()
+        return self.workload.stats
 
     # -- faults ----------------------------------------------------------------------------------
 

@@ -24,11 +24,12 @@ MAX_HISTORY = 2048
 
 
 def _json(data: Any) -> web.Response:
-    return web.Response(text=json.dumps(data, indent=1), content_type="application/json")
+    # Exactly TiDB's content type (aiohttp would append a charset).
+    return web.Response(body=json.dumps(data, indent=1).encode(), headers={"Content-Type": "application/json"})
 
 
 def _error(text: str) -> web.Response:
-    return web.Response(status=400, text=text, content_type="text/plain")
+    return web.Response(status=400, body=text.encode(), headers={"Content-Type": "text/plain"})
 
 
 def _parse_int(text: str) -> int | None:

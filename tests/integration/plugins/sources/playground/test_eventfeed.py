@@ -24,7 +24,7 @@ def key(handle: int) -> bytes:
 
 @pytest.fixture
 def pg() -> Iterator[Playground]:
-    with Playground(stores=3, split_keys=0, resolved_ts_interval=0.05) as playground:
+    with Playground(stores=3, split_keys=0, resolved_ts_interval=0.05, create_tables=False) as playground:
         yield playground
 
 
@@ -311,7 +311,7 @@ def test_v2_features_header_and_deregister(pg: Playground, pd: PD) -> None:
 
 
 def test_eventfeed_v1_fallback_when_v2_is_disabled() -> None:
-    with Playground(stores=1, eventfeed_v2=False, resolved_ts_interval=0.05) as pg:
+    with Playground(stores=1, eventfeed_v2=False, resolved_ts_interval=0.05, create_tables=False) as pg:
         pd = PD(pg)
         v2, region = leader_feed(pg, pd, 1, v2=True)
         v2.send(cdcpb_pb2.ChangeDataRequest())

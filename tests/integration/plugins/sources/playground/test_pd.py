@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[Playground]:
-    with Playground(stores=3, split_keys=0) as playground:
+    with Playground(stores=3, split_keys=0, create_tables=False) as playground:
         yield playground
 
 
