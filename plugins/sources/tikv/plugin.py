@@ -21,21 +21,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from cdcflow.core.errors import NotAvailableError
+from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.events import SourceEvent, Span, TableName, TableSchema
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.core.source import Mounter, Source
+from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVMounter, parse_key_spans
-from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 
 __all__ = ["TiKVSource", "cdcflow_register_sources"]
-
-_NO_SCHEMA = "TiDB table schemas and row decoding are not available in this build of cdcflow yet"
 
 
 class TiKVSource(Source[TiKVSourceConfig]):
@@ -55,8 +53,11 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._pd: PDClient | None = None
         self._feeds: EventFeedClient | None = None
         self._keyspace: KeySpace | None = None
+        self._catalog: TiDBCatalog | None = None
         if config.kv_api != "tidb":
             self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
+        else:
+            self._catalog = TiDBCatalog(config.tidb_status)
 
     async def open(self) -> None:
         cfg = self.config
@@ -66,6 +67,8 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
 
     async def close(self) -> None:
+        if self._catalog is not None:
+            await self._catalog.close()
         if self._feeds is not None:
             await self._feeds.close()
         if self._pd is not None:
@@ -88,24 +91,39 @@ class TiKVSource(Source[TiKVSourceConfig]):
         """The service GC safepoint keeper of this upstream, for the control plane."""
         return GCSafepointKeeper(self.pd)
 
+    @property
+    def catalog(self) -> TiDBCatalog:
+        if self._catalog is None:
+            raise RuntimeError(f"the tikv source has no TiDB tables in kv-api {self.config.kv_api!r}")
+        return self._catalog
+
     async def list_tables(self) -> Sequence[TableName]:
         if self._keyspace is not None:
             return list(self._keyspace.tables)
-        raise NotAvailableError(_NO_SCHEMA)
+        return await self.catalog.tables(await self.current_ts())
 
     async def spans_for(self, table: TableName) -> Sequence[Span]:
         if self._keyspace is not None:
             return [self._keyspace.span(table)]
-        physical = table.partition_id if table.partition_id is not None else table.table_id
-        if physical <= 0:
-            raise ValueError(f"{table} has no table id; list it through list_tables() first")
-        start, end = table_record_span(physical)
-        return [Span(physical, start, end)]
+        if table.table_id <= 0 and table.partition_id is None:
+            named = [t for t in await self.list_tables() if (t.schema, t.table) == (table.schema, table.table)]
+            if not named:
+                raise ConfigInvalidError(f"TiDB has no table {table}")
+            table = named[0]
+        return self.catalog.spans(table)
+
+    def ddl_spans(self) -> Sequence[Span]:
+        """Spans whose feeds carry DDL (TiDB's DDL job tables); none in raw modes.
+
+        The mounter turns their changes into :class:`DDLEvent` at the DDL's
+        exact commit ts (``TiDBMounter.mount_event``).
+        """
+        return TiDBCatalog.ddl_spans() if self._keyspace is None else []
 
     async def table_schema(self, table: TableName, ts: int) -> TableSchema:
         if self._keyspace is not None:
             return self._keyspace.schema(table)
-        raise NotAvailableError(_NO_SCHEMA)
+        return await self.catalog.schema(table, ts)
 
     async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
         """Committed changes of ``span`` above ``start_ts`` and its resolved ts (see :mod:`.eventfeed`).
@@ -113,13 +131,16 @@ class TiKVSource(Source[TiKVSourceConfig]):
         Raises CheckpointStaleError (5001) first if ``start_ts`` is below PD's GC safepoint.
         """
         await self.gc_safepoints().check_start_ts(start_ts)
+        if self._catalog is not None:
+            await self._catalog.ensure_loaded(start_ts)
         async for event in self.feeds.feed(span, start_ts):
             yield event
 
     def mounter(self) -> Mounter | None:
+        """TiDBMounter (rows and DDL job writes) in tidb mode, RawKVMounter in raw modes."""
         if self._keyspace is not None:
             return RawKVMounter(self._keyspace)
-        raise NotAvailableError(_NO_SCHEMA)
+        return self.catalog.mounter()
 
     async def current_ts(self) -> int:
         return await self.pd.tso()
