@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from cdcflow.core.errors import CheckpointStaleError
-from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
+from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
+from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +94,76 @@ def test_feeds_of_every_table_replay_to_the_snapshot() -> None:
                     await anext(aiter(source.feed(spans[0], start)))
                 with pytest.raises(CheckpointStaleError):
                     await keeper.update("cdcflow-test", start, ttl=60)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 240))
+
+
+def test_rows_across_ddl_decode_with_the_schema_at_their_commit_ts() -> None:
+    async def body() -> None:
+        async with Playground(stores=2, split_keys=0, resolved_ts_interval=0.05, ddl_every=15, seed=5) as pg:
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            tasks: list[asyncio.Task[None]] = []
+            try:
+                start = await source.current_ts()
+                ddls_before = pg.workload.stats.ddls
+                tables = [t for t in await source.list_tables() if t.schema == "shop"]
+                spans = [span for t in tables for span in await source.spans_for(t)] + list(source.ddl_spans())
+                events: list[RawKVEvent] = []
+                resolved: dict[Span, int] = {}
+                for span in spans:
+                    tasks.append(asyncio.create_task(_collect(source, span, start, events, resolved)))
+                stats = await asyncio.to_thread(pg.run_workload, 120)
+                last = await source.current_ts()  # above every commit, DML or DDL
+                await _wait_resolved(resolved, spans, last)
+
+                mounter = source.mounter()
+                assert isinstance(mounter, TiDBMounter)
+                base = {t.table: await source.table_schema(t, start) for t in tables}
+                state: dict[str, dict[tuple[Any, ...], tuple[int, dict[str, Any]]]] = defaultdict(dict)
+                for t in tables:
+                    pk = base[t.table].handle_key_columns()
+                    for row in await asyncio.to_thread(pg.snapshot, t.table, start):
+                        state[t.table][tuple(row[c] for c in pk)] = (start, row)
+                last_ddl: dict[str, int] = defaultdict(int)
+                ddl_events = []
+                unique = {(ev.key, ev.commit_ts): ev for ev in events if ev.commit_ts <= last}
+                for ev in sorted(unique.values(), key=lambda e: e.sort_key()):
+                    change = await mounter.mount_event(ev)
+                    if isinstance(change, DDLEvent):
+                        ddl_events.append(change)
+                        if change.table is not None:
+                            last_ddl[change.table.table] = change.commit_ts
+                        continue
+                    if change is None:
+                        continue
+                    assert change.schema is not None
+                    # Decoded with the schema valid just below its commit ts: exactly its columns.
+                    image = change.image()
+                    assert set(image) == {c.name for c in change.schema.columns}
+                    k = tuple(image[c] for c in change.schema.handle_key_columns())
+                    if change.after is None:
+                        state[change.table.table].pop(k, None)
+                    else:
+                        state[change.table.table][k] = (change.commit_ts, dict(change.after))
+                assert len(ddl_events) == stats.ddls - ddls_before > 0
+                for t in tables:
+                    expected = await asyncio.to_thread(pg.snapshot, t.table, last)
+                    pk = base[t.table].handle_key_columns()
+                    got = state[t.table]
+                    assert len(got) == len(expected), t
+                    original = [c.name for c in base[t.table].columns]
+                    for row in expected:
+                        ts, image = got[tuple(row[c] for c in pk)]
+                        if ts > last_ddl[t.table]:
+                            assert image == row  # written after the table's last DDL: the final schema
+                        else:
+                            assert {c: image[c] for c in original} == {c: row[c] for c in original}
             finally:
                 for task in tasks:
                     task.cancel()
