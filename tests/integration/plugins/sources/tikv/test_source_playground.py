@@ -171,3 +171,48 @@ def test_rows_across_ddl_decode_with_the_schema_at_their_commit_ts() -> None:
                 await source.close()
 
     asyncio.run(asyncio.wait_for(body(), 240))
+
+
+def test_txnkv_mode_key_span_as_key_value_rows() -> None:
+    async def body() -> None:
+        async with Playground(stores=2, split_keys=0, resolved_ts_interval=0.05, create_tables=False) as pg:
+            cfg = TiKVSourceConfig(pd=[pg.pd_address], kv_api="txnkv", key_spans=[[b"app/".hex(), b"app0".hex()]])
+            source = TiKVSource(cfg)
+            await source.open()
+            try:
+                (table,) = await source.list_tables()
+                (span,) = await source.spans_for(table)
+                start = await source.current_ts()
+
+                def write() -> int:
+                    txn = pg.begin()
+                    txn.put(b"app/a", b"1")
+                    txn.put(b"app/b", b"2")
+                    txn.put(b"other", b"x")  # outside the span
+                    txn.commit()
+                    txn = pg.begin()
+                    txn.put(b"app/a", b"3")
+                    txn.delete(b"app/b")
+                    return txn.commit()
+
+                last = await asyncio.to_thread(write)
+                events: list[RawKVEvent] = []
+                resolved: dict[Span, int] = {}
+                task = asyncio.create_task(_collect(source, span, start, events, resolved))
+                await _wait_resolved(resolved, [span], last)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                mounter = source.mounter()
+                assert mounter is not None
+                rows = [await mounter.mount(ev) for ev in sorted(events, key=lambda e: e.sort_key())]
+                got = [(r.op.value, r.before, r.after) for r in rows if r is not None]
+                assert got == [
+                    ("insert", None, {"key": b"app/a", "value": b"1"}),
+                    ("insert", None, {"key": b"app/b", "value": b"2"}),
+                    ("update", {"key": b"app/a", "value": b"1"}, {"key": b"app/a", "value": b"3"}),
+                    ("delete", {"key": b"app/b", "value": b"2"}, None),
+                ]
+            finally:
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
