@@ -135,6 +135,7 @@ class ScriptedPD(pdpb_pb2_grpc.PDServicer):
         )
 
     async def GetGCSafePoint(self, request: Any, context: Any) -> Any:
+        self.state.calls.append("GetGCSafePoint")
         return pdpb_pb2.GetGCSafePointResponse(header=self._header(), safe_point=self.state.gc_safepoint)
 
 

@@ -112,3 +112,30 @@ def test_gc_keeper_updates_removes_and_refuses_stale_checkpoints() -> None:
             await server.stop(None)
 
     asyncio.run(main())
+
+
+def test_follows_the_pd_leader_through_a_follower_and_after_a_failover() -> None:
+    async def main() -> None:
+        follower_state, leader_state = PDState(), PDState(gc_safepoint=5)
+        follower, follower_address = await start_server(
+            (pdpb_pb2_grpc.add_PDServicer_to_server, ScriptedPD(follower_state))
+        )
+        leader, leader_address = await start_server((pdpb_pb2_grpc.add_PDServicer_to_server, ScriptedPD(leader_state)))
+        follower_state.leader_address = leader_state.leader_address = leader_address
+        pd = PDClient([follower_address, leader_address], retry_timeout=5.0, rpc_timeout=1.0)
+        try:
+            await pd.connect()  # asks the follower, which names the leader
+            assert pd.leader == leader_address
+            assert await pd.get_gc_safepoint() == 5
+            assert "GetGCSafePoint" not in follower_state.calls
+            await leader.stop(None)  # fail-over: the follower is elected
+            follower_state.leader_address = follower_address
+            follower_state.gc_safepoint = 5
+            assert await pd.get_gc_safepoint() == 5
+            assert pd.leader == follower_address
+            assert await pd.tso() > 0
+        finally:
+            await pd.close()
+            await follower.stop(None)
+
+    asyncio.run(main())
