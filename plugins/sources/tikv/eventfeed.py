@@ -283,6 +283,14 @@ class EventFeedClient:
                     return
 
     async def _subscribe_region(self, sub: _Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
+        old = sub.regions.get(region.id)
+        if old is not None:
+            # The region already serves another part of this span (regions merged into it).
+            # A store takes one registration per region and request id, so the new one
+            # covers both parts, from the older part's ts: nothing of either is lost.
+            start, end = min(start, old.start), _max_end(end, old.end)
+            self._retire(old)
+            await self._deregister(old)
         ts = sub.ranges.min_ts(start, end)
         address = await self.pd.store_address(region.leader_store_id)
         stream = await self._stream(address, sub.request_id)
@@ -296,9 +304,6 @@ class EventFeedClient:
             matcher=Matcher(ts),
             resolved_ts=ts,
         )
-        old = sub.regions.get(region.id)
-        if old is not None:
-            self._retire(old)
         sub.regions[region.id] = state
         stream.add(state)
         req = cdcpb_pb2.ChangeDataRequest(
@@ -543,6 +548,11 @@ class EventFeedClient:
             self._spawn(sub, self._subscribe_range(sub, start, end, delay=0.05))
         except CdcflowError as exc:
             await self._fail(sub, exc)
+
+
+def _max_end(a: bytes, b: bytes) -> bytes:
+    """The larger of two range ends, where empty means +infinity."""
+    return b"" if not a or not b else max(a, b)
 
 
 def _drain(queue: asyncio.Queue[Any]) -> None:

@@ -247,3 +247,25 @@ def test_eventfeed_fallback_and_server_busy() -> None:
             rec.check(e.committed, exactly_once=True)
 
     run(body)
+
+
+def test_region_merge_mid_stream() -> None:
+    async def body() -> None:
+        async with env() as e:
+            left, right = await e.fault(lambda: e.pg.split_region(key(10)))
+            start = await asyncio.to_thread(e.pg.now)
+            async with feeding(e, start) as rec:
+                for i in range(0, 20, 2):
+                    await e.put((i, b"a%d" % i))
+                await rec.wait_resolved(e.committed[-1][1])
+                await e.fault(lambda: e.pg.merge_regions(right.id, left.id))
+                for i in range(20):
+                    await e.put((i, b"b%d" % i))
+                last = await e.put((15, b"last"))
+                await rec.wait_resolved(last)
+                await e.fault(lambda: e.pg.split_region(key(7)))
+                last = await e.put((3, b"after-split"), (17, b"after-split"))
+                await rec.wait_resolved(last)
+            rec.check(e.committed, exactly_once=False)
+
+    run(body)

@@ -478,3 +478,29 @@ def test_abandoned_feed_does_not_block_the_shared_stream_and_close_ends_feeds() 
             assert c.events.empty()
 
     run(body)
+
+
+def test_merge_widens_the_surviving_region_to_both_parts() -> None:
+    async def body() -> None:
+        store = ScriptedStore()
+        regions = [(region(10, b"", MID), 1), (region(11, MID, b""), 1)]
+        async with cluster(regions, {1: store}) as c:
+            run_feed(c, SPAN, 100)
+            conn = await store.next_conn()
+            rid = (await _registered(conn)).request_id
+            await _registered(conn)
+            conn.send(entries(10, rid, entry(Event.INITIALIZED, b"")), resolved=([10], 150, rid))
+            conn.send(entries(11, rid, entry(Event.INITIALIZED, b"")), resolved=([11], 120, rid))
+            assert await c.next() == ResolvedEvent(SPAN, 120)
+            # Region 11 merges into region 10; only region 11 is told so far.
+            c.pd_state.regions = [(region(10, b"", b"", version=3), 1)]
+            conn.send(error_event(11, rid, region_not_found=errorpb_pb2.RegionNotFound(region_id=11)))
+            dereg = await conn.request()
+            assert dereg.HasField("deregister") and dereg.region_id == 10
+            widened = await _registered(conn)
+            assert (widened.region_id, widened.start_key, widened.end_key) == (10, LO, HI)
+            assert widened.checkpoint_ts == 120 and widened.region_epoch.version == 3
+            conn.send(entries(10, rid, entry(Event.INITIALIZED, b"")), resolved=([10], 200, rid))
+            assert await c.next() == ResolvedEvent(SPAN, 200)
+
+    run(body)
