@@ -12,6 +12,9 @@ Every test records what it committed and checks the feed against it:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import random
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -269,3 +272,55 @@ def test_region_merge_mid_stream() -> None:
             rec.check(e.committed, exactly_once=False)
 
     run(body)
+
+
+@pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("CDCFLOW_FAULT_SEEDS", "1,2,3").split(",")])
+def test_random_faults_during_a_write_stream(seed: int) -> None:
+    """Writes interleaved with random splits, merges, leader moves, stream resets, busy stores and restarts.
+
+    More seeds: ``CDCFLOW_FAULT_SEEDS=1,2,...,40 pytest -k random_faults``.
+    """
+
+    async def body() -> None:
+        rng = random.Random(seed)
+        async with env() as e:
+            start = await asyncio.to_thread(e.pg.now)
+            pending = e.pg.begin()  # a lock held across every fault, committed at the end
+            pending.put(key(99), b"long-running")
+            await asyncio.to_thread(pending.prewrite)
+            async with feeding(e, start) as rec:
+                for _ in range(12):
+                    for _ in range(rng.randrange(1, 5)):
+                        handles = rng.sample(range(40), rng.randrange(1, 4))
+                        await e.put(
+                            *[(h, None if rng.random() < 0.2 else b"v%d" % rng.randrange(1000)) for h in handles]
+                        )
+                    await e.fault(lambda: _random_fault(e.pg, rng))
+                commit_ts = await asyncio.to_thread(pending.commit_prewritten)
+                e.committed.append((key(99), commit_ts, b"long-running"))
+                last = await e.put((0, b"end"))
+                await rec.wait_resolved(last, timeout=60)
+            rec.check(e.committed, exactly_once=False)
+
+    run(body)
+
+
+def _random_fault(pg: Playground, rng: random.Random) -> None:
+    regions = sorted(pg.regions(), key=lambda r: r.start)
+    stores = sorted(pg.store_addresses)
+    kind = rng.choice(["split", "split", "merge", "leader", "reset", "busy", "restart"])
+    if kind == "split":
+        handle = rng.randrange(1, 40)
+        with contextlib.suppress(Exception):  # the key may already be a boundary
+            pg.split_region(key(handle))
+    elif kind == "merge" and len(regions) > 1:
+        i = rng.randrange(len(regions) - 1)
+        pg.merge_regions(regions[i + 1].id, regions[i].id)
+    elif kind == "leader":
+        pg.transfer_leader(rng.choice(regions).id)
+    elif kind == "reset":
+        pg.reset_streams(rng.choice(stores))
+    elif kind == "busy":
+        pg.server_busy(rng.choice(stores), rng.randrange(1, 3), congested=rng.random() < 0.5)
+    elif kind == "restart":
+        pg.restart_store(rng.choice(stores), 0.2)
