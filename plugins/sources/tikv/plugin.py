@@ -61,7 +61,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
 
     async def open(self) -> None:
         cfg = self.config
-        tls = TLSFiles(cfg.ca, cfg.cert, cfg.key) if cfg.ca else None
+        tls = self._tls()
         self._pd = PDClient(cfg.pd, tls=tls)
         await self._pd.connect()
         self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
@@ -87,9 +87,20 @@ class TiKVSource(Source[TiKVSourceConfig]):
             raise RuntimeError("the tikv source is not open")
         return self._feeds
 
-    def gc_safepoints(self) -> GCSafepointKeeper:
-        """The service GC safepoint keeper of this upstream, for the control plane."""
-        return GCSafepointKeeper(self.pd)
+    def gc_safepoint_keeper(self) -> GCSafepointKeeper:
+        """The service GC safepoint keeper of this upstream, for the control plane.
+
+        Shares the source's PD client when the source is open; otherwise the
+        keeper owns a client of its own, connected on first use and released
+        by ``keeper.close()``.
+        """
+        if self._pd is not None:
+            return GCSafepointKeeper(self._pd)
+        return GCSafepointKeeper(PDClient(self.config.pd, tls=self._tls()), owns_client=True)
+
+    def _tls(self) -> TLSFiles | None:
+        cfg = self.config
+        return TLSFiles(cfg.ca, cfg.cert, cfg.key) if cfg.ca else None
 
     @property
     def catalog(self) -> TiDBCatalog:
@@ -130,7 +141,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
 
         Raises CheckpointStaleError (5001) first if ``start_ts`` is below PD's GC safepoint.
         """
-        await self.gc_safepoints().check_start_ts(start_ts)
+        await self.gc_safepoint_keeper().check_start_ts(start_ts)
         if self._catalog is not None:
             await self._catalog.ensure_loaded(start_ts)
         async for event in self.feeds.feed(span, start_ts):

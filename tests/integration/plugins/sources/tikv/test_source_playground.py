@@ -86,7 +86,7 @@ def test_feeds_of_every_table_replay_to_the_snapshot() -> None:
                     got = [state[t.table][k] for k in sorted(state[t.table])]
                     assert got == expected, t
 
-                keeper = source.gc_safepoints()
+                keeper = source.gc_safepoint_keeper()
                 assert await keeper.update("cdcflow-test", last, ttl=60) == last
                 assert await asyncio.to_thread(pg.advance_gc, last + 1000) == last  # held by the service safepoint
                 assert await keeper.current() == last

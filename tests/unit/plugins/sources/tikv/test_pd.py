@@ -139,3 +139,24 @@ def test_follows_the_pd_leader_through_a_follower_and_after_a_failover() -> None
             await follower.stop(None)
 
     asyncio.run(main())
+
+
+def test_keeper_of_an_unopened_source_owns_its_pd_connection() -> None:
+    async def main() -> None:
+        from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
+
+        state = PDState(gc_safepoint=10)
+        server, address = await start_server((pdpb_pb2_grpc.add_PDServicer_to_server, ScriptedPD(state)))
+        state.leader_address = address
+        keeper = TiKVSource(TiKVSourceConfig(pd=[address])).gc_safepoint_keeper()
+        try:
+            assert await keeper.update_service_gc_safepoint("cf", 60, 5) == 10  # stale: the caller judges
+            assert await keeper.update_service_gc_safepoint("cf", 60, 20) == 20
+            await keeper.remove_service_gc_safepoint("cf")
+            await keeper.remove_service_gc_safepoint("cf")  # idempotent
+            assert state.service_safepoints == {}
+        finally:
+            await keeper.close()
+            await server.stop(None)
+
+    asyncio.run(main())
