@@ -31,7 +31,7 @@ class TiDBCatalog:
     def __init__(self, status_address: str) -> None:
         self.client = StatusAPIClient(status_address)
         self.schemas = SchemaStore()
-        self._loaded_at: int | None = None
+        self.loaded_at: int | None = None
         self._lock = asyncio.Lock()
 
     async def close(self) -> None:
@@ -40,9 +40,9 @@ class TiDBCatalog:
     async def ensure_loaded(self, ts: int) -> None:
         """Load the schema store as of ``ts`` unless it is loaded already."""
         async with self._lock:
-            if self._loaded_at is None:
+            if self.loaded_at is None:
                 await self.schemas.load(self.client, ts)
-                self._loaded_at = ts
+                self.loaded_at = ts
 
     async def tables(self, ts: int) -> list[TableName]:
         """Every table with rows alive at ``ts`` (logical tables; partitions are in :meth:`spans`)."""

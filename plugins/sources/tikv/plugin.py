@@ -18,16 +18,18 @@ See docs/reference/tikv-source.md and docs/explanation/eventfeed.md.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.events import ResolvedEvent, SourceEvent, Span, TableName, TableSchema
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.core.source import Mounter, Source
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig
+from cdcflow.plugins.sources.tikv.ddl import DDLTracker
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
 from cdcflow.plugins.sources.tikv.pd import PDClient
@@ -54,6 +56,8 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._feeds: EventFeedClient | None = None
         self._keyspace: KeySpace | None = None
         self._catalog: TiDBCatalog | None = None
+        self._tracker: DDLTracker | None = None
+        self._tracker_lock = asyncio.Lock()
         if config.kv_api != "tidb":
             self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
         else:
@@ -67,6 +71,9 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
 
     async def close(self) -> None:
+        if self._tracker is not None:
+            await self._tracker.close()
+            self._tracker = None
         if self._catalog is not None:
             await self._catalog.close()
         if self._feeds is not None:
@@ -124,10 +131,10 @@ class TiKVSource(Source[TiKVSourceConfig]):
         return self.catalog.spans(table)
 
     def ddl_spans(self) -> Sequence[Span]:
-        """Spans whose feeds carry DDL (TiDB's DDL job tables); none in raw modes.
+        """The spans of TiDB's DDL job tables (tidb mode; none in raw modes).
 
-        The mounter turns their changes into :class:`DDLEvent` at the DDL's
-        exact commit ts (``TiDBMounter.mount_event``).
+        The source follows them itself (:class:`DDLTracker`) and yields each
+        table's DDL in that table's feeds; callers need not feed them.
         """
         return TiDBCatalog.ddl_spans() if self._keyspace is None else []
 
@@ -142,10 +149,31 @@ class TiKVSource(Source[TiKVSourceConfig]):
         Raises CheckpointStaleError (5001) first if ``start_ts`` is below PD's GC safepoint.
         """
         await self.gc_safepoint_keeper().check_start_ts(start_ts)
-        if self._catalog is not None:
-            await self._catalog.ensure_loaded(start_ts)
+        if self._catalog is None:
+            async for event in self.feeds.feed(span, start_ts):
+                yield event
+            return
+        await self._catalog.ensure_loaded(start_ts)
+        tracker = await self._ddl_tracker()
+        last = start_ts
         async for event in self.feeds.feed(span, start_ts):
+            if isinstance(event, ResolvedEvent):
+                # The DDL barrier: the table's DDL up to the resolved ts goes first, and rows
+                # at or below it are mounted with every DDL below it applied.
+                await tracker.wait_resolved(event.ts)
+                for ddl in tracker.between(max(last, tracker.start_ts), event.ts):
+                    if tracker.concerns(ddl, span):
+                        yield ddl
+                last = event.ts
             yield event
+
+    async def _ddl_tracker(self) -> DDLTracker:
+        async with self._tracker_lock:
+            if self._tracker is None:
+                catalog = self.catalog
+                start = catalog.loaded_at if catalog.loaded_at is not None else await self.current_ts()
+                self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), start)
+            return self._tracker
 
     def mounter(self) -> Mounter | None:
         """TiDBMounter (rows and DDL job writes) in tidb mode, RawKVMounter in raw modes."""
