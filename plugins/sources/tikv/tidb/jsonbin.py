@@ -55,6 +55,9 @@ def decode_json(data: bytes) -> str:
     """JSON text of a JSON column value (type byte + binary)."""
     if not data:
         raise JSONFormatError("empty JSON value")
+    size = json_size(data)
+    if size != len(data):
+        raise JSONFormatError(f"JSON value says it is {size} bytes long but the column holds {len(data)}")
     value = _decode(data[0], memoryview(data)[1:], 0)
     return _to_text(value)
 

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity
-from cdcflow.core.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName
+from cdcflow.core.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
 from cdcflow.core.source import Mounter
 from cdcflow.plugins.sources.tikv.tidb import ddl_job, keydatum, keys, rowcodec, values
-from cdcflow.plugins.sources.tikv.tidb.schema import TiDBTable
-from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore, TableVersion
+from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable
+from cdcflow.plugins.sources.tikv.tidb.schema_store import DROP_ACTIONS, SchemaStore, TableVersion
 
 __all__ = ["RowDecodeError", "TiDBMounter", "UnsupportedColumnTypeError"]
 
@@ -57,12 +58,40 @@ class UnsupportedColumnTypeError(RowDecodeError):
     """A column of a type cdcflow does not decode (GEOMETRY, VECTOR, …)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What decoding rows of one physical table at one schema version needs, computed once."""
+
+    table: TiDBTable
+    schema: TableSchema
+    replicated: bool
+    #: The public, non-virtual columns in offset order.
+    columns: tuple[TiDBColumn, ...]
+
+
 class TiDBMounter(Mounter):
     """Decodes TiDB rows with the schema store's schema at ``commit_ts − 1``."""
 
     def __init__(self, schemas: SchemaStore, *, replicate: Callable[[TableName], bool] | None = None) -> None:
         self.schemas = schemas
         self._replicate = replicate
+        self._plans: dict[tuple[int, int], tuple[TableVersion, _Plan]] = {}
+
+    def _plan(self, version: TableVersion, physical_id: int) -> _Plan:
+        key = (id(version), physical_id)
+        cached = self._plans.get(key)
+        if cached is not None and cached[0] is version:
+            return cached[1]
+        table = version.table
+        assert table is not None
+        schema = table.table_schema(version.db_name, physical_id, version.schema_version)
+        replicated = self._replicate is None or self._replicate(schema.table)
+        columns = tuple(c for c in table.public_columns() if not c.is_virtual)
+        plan = _Plan(table, schema, replicated, columns)
+        if len(self._plans) > 4096:
+            self._plans.clear()  # versions come and go with DDL; keep the cache bounded
+        self._plans[key] = (version, plan)
+        return plan
 
     async def mount(self, event: RawKVEvent) -> RowChange | None:
         """The row change of ``event``; DDL job writes are applied to the store and yield None here."""
@@ -82,33 +111,32 @@ class TiDBMounter(Mounter):
         version = self.schemas.table_for_row(record.table_id, event.commit_ts)
         if version is None or version.table is None or not version.table.has_rows:
             return None
-        schema = version.table.table_schema(version.db_name, record.table_id, version.schema_version)
-        if self._replicate is not None and not self._replicate(schema.table):
+        plan = self._plan(version, record.table_id)
+        if not plan.replicated:
             return None
-        before = self._image(event, version, record, event.old_value) if event.old_value else None
+        schema = plan.schema
+        before = self._image(event, version, plan, record, event.old_value) if event.old_value else None
         if event.delete or not event.value:
             op, after = OpType.DELETE, None
             if before is None:
                 before = self._handle_image(event, version, record)
         else:
-            after = self._image(event, version, record, event.value)
+            after = self._image(event, version, plan, record, event.value)
             op = OpType.UPDATE if before is not None else OpType.INSERT
         return RowChange(schema.table, op, event.commit_ts, event.start_ts, after, before, schema, event.key)
 
     # ------------------------------------------------------------------ rows
 
-    def _image(self, event: RawKVEvent, version: TableVersion, record: keys.RecordKey, value: bytes) -> dict[str, Any]:
-        table = version.table
-        assert table is not None
+    def _image(
+        self, event: RawKVEvent, version: TableVersion, plan: _Plan, record: keys.RecordKey, value: bytes
+    ) -> dict[str, Any]:
         try:
             row = rowcodec.decode_row(value)
         except rowcodec.RowFormatError as e:
             raise self._error(RowDecodeError, "malformed row value", event, version, e) from e
         from_key = self._handle_values(event, version, record)
         image: dict[str, Any] = {}
-        for col in table.public_columns():
-            if col.is_virtual:
-                continue
+        for col in plan.columns:
             try:
                 if col.id in row:
                     image[col.name] = rowcodec.decode_column(col.type, row[col.id])
@@ -171,7 +199,9 @@ class TiDBMounter(Mounter):
         table_info = job.table_info or (job.multiple_table_infos[-1] if job.multiple_table_infos else None)
         db_name = self.schemas.database_name(job.schema_id) or job.schema_name
         table_name = TableName(db_name, table_info.name if table_info else job.table_name, job.table_id)
-        schema_after = table_info.table_schema(db_name, version=job.schema_version) if table_info else None
+        schema_after = None
+        if table_info is not None and job.type not in DROP_ACTIONS:
+            schema_after = table_info.table_schema(db_name, version=job.schema_version)
         no_table = job.table_id == 0 and table_info is None
         return DDLEvent(event.commit_ts, job.query, None if no_table else table_name, job.type, schema_after)
 

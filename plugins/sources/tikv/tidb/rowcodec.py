@@ -27,6 +27,7 @@ value comes from :func:`decode_column` with the column's FieldType.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -78,23 +79,27 @@ RawRow = dict[int, bytes | None] | V1Row
 
 def encode_row_raw(columns: Mapping[int, bytes | None]) -> bytes:
     """A v2 row from already-encoded values (None = NULL), keyed by column id."""
-    not_null = sorted(cid for cid, v in columns.items() if v is not None)
-    nulls = sorted(cid for cid, v in columns.items() if v is None)
-    data = b"".join(columns[cid] or b"" for cid in not_null)
-    large = any(cid > 255 for cid in columns) or len(data) > 0xFFFF
-    if any(cid < 0 or cid > 0xFFFFFFFF for cid in columns):
+    ids = sorted(columns)
+    if ids and (ids[0] < 0 or ids[-1] > 0xFFFFFFFF):
         raise RowFormatError("column ids must be between 0 and 2^32-1")
-    id_fmt, off_fmt = ("<I", "<I") if large else ("<B", "<H")
-    out = bytearray([CODEC_VERSION, FLAG_LARGE if large else 0])
-    out += struct.pack("<HH", len(not_null), len(nulls))
-    for cid in not_null + nulls:
-        out += struct.pack(id_fmt, cid)
-    end = 0
-    for cid in not_null:
-        end += len(columns[cid] or b"")
-        out += struct.pack(off_fmt, end)
-    out += data
-    return bytes(out)
+    not_null = [cid for cid in ids if columns[cid] is not None]
+    nulls = [cid for cid in ids if columns[cid] is None]
+    parts = [columns[cid] or b"" for cid in not_null]
+    data = b"".join(parts)
+    large = (bool(ids) and ids[-1] > 255) or len(data) > 0xFFFF
+    ends = list(itertools.accumulate(len(p) for p in parts))
+    id_code, off_code = ("I", "I") if large else ("B", "H")
+    header = struct.pack(
+        f"<BBHH{len(ids)}{id_code}{len(ends)}{off_code}",
+        CODEC_VERSION,
+        FLAG_LARGE if large else 0,
+        len(not_null),
+        len(nulls),
+        *not_null,
+        *nulls,
+        *ends,
+    )
+    return header + data
 
 
 def encode_row(columns: Mapping[int, tuple[FieldType, Any]]) -> bytes:
@@ -125,26 +130,29 @@ def _decode_v2(data: bytes) -> dict[int, bytes | None]:
     offs_end = ids_end + n_not_null * off_size
     if len(data) < offs_end:
         raise RowFormatError(f"v2 row of {len(data)} bytes is shorter than its {n_not_null + n_null} column headers")
-    id_fmt = "<I" if large else "<B"
-    off_fmt = "<I" if large else "<H"
-    ids = [struct.unpack_from(id_fmt, data, 6 + i * id_size)[0] for i in range(n_not_null + n_null)]
-    if ids[:n_not_null] != sorted(set(ids[:n_not_null])) or ids[n_not_null:] != sorted(set(ids[n_not_null:])):
+    n = n_not_null + n_null
+    ids = struct.unpack_from(f"<{n}{'I' if large else 'B'}", data, 6)
+    ends = struct.unpack_from(f"<{n_not_null}{'I' if large else 'H'}", data, ids_end)
+    if not (_ascending(ids[:n_not_null]) and _ascending(ids[n_not_null:])):
         raise RowFormatError("v2 row column ids are not strictly ascending")
-    if set(ids[:n_not_null]) & set(ids[n_not_null:]):
-        raise RowFormatError("v2 row lists a column as both null and not null")
     row: dict[int, bytes | None] = {}
     start = 0
     payload = data[offs_end:]
-    for i, cid in enumerate(ids[:n_not_null]):
-        end = struct.unpack_from(off_fmt, data, ids_end + i * off_size)[0]
+    for cid, end in zip(ids[:n_not_null], ends, strict=True):
         if end < start or end > len(payload):
             raise RowFormatError(f"v2 row offset {end} of column {cid} is out of order or past the data")
         row[cid] = payload[start:end]
         start = end
     for cid in ids[n_not_null:]:
+        if cid in row:
+            raise RowFormatError(f"v2 row lists column {cid} as both null and not null")
         row[cid] = None
     _check_tail(flags, payload[start:])
     return row
+
+
+def _ascending(ids: tuple[int, ...]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(ids))
 
 
 def _check_tail(flags: int, tail: bytes) -> None:
@@ -194,6 +202,8 @@ def value_from_datum(ft: FieldType, datum: Datum) -> Any:
         return timecodec.unpack_time(v, date_only=tp in (TypeCode.DATE, TypeCode.NEWDATE), utc=tp == TypeCode.TIMESTAMP)
     if tp == TypeCode.DURATION and isinstance(v, int):
         return dt.timedelta(microseconds=v // 1000)
+    if tp == TypeCode.BIT and isinstance(v, bytes):
+        return int.from_bytes(v, "big")  # v1 rows keep BIT as its bytes
     if tp in INT_TYPES or tp in UINT_TYPES:
         if not isinstance(v, int):
             raise values.ValueFormatError(f"a {kind.name} datum in an integer column")

@@ -14,6 +14,13 @@ Where versions come from:
   TiKV (:mod:`.ddl_job`) — the exact version; it replaces a provisional one of
   the same job id, and a job id applied exactly once is never applied again.
 
+A job that finished after the start ts may have committed its *done* write at
+or before it (the write precedes ``FinishedTS``); a feed from the start ts
+never delivers that write. :meth:`SchemaStore.settle`, called with the
+resolved ts of the DDL job spans, detects this — once the DDL spans are
+resolved past a provisional job's ``FinishedTS`` without its write, the
+write was at or below the load ts — and moves the version there.
+
 Not guaranteed: the base loaded from the status API is the *current* schema,
 so a DDL that finished before the start ts but after the newest job kept in
 ``/ddl/history`` is not reflected as history. Decoding is by column id, and
@@ -34,7 +41,7 @@ from cdcflow.plugins.sources.tikv.tidb.schema import TiDBDatabase, TiDBTable
 if TYPE_CHECKING:
     from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient
 
-__all__ = ["SchemaStore", "TableVersion"]
+__all__ = ["DROP_ACTIONS", "SchemaStore", "TableVersion"]
 
 ACTION_DROP_SCHEMA = 2
 ACTION_DROP_TABLE = 4
@@ -42,6 +49,8 @@ ACTION_TRUNCATE_TABLE = 11
 ACTION_DROP_VIEW = 24
 ACTION_DROP_SEQUENCE = 36
 _DROPS = frozenset({ACTION_DROP_TABLE, ACTION_DROP_VIEW, ACTION_DROP_SEQUENCE})
+#: ActionTypes after which the object is gone (no schema after the DDL).
+DROP_ACTIONS = _DROPS | {ACTION_DROP_SCHEMA}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,8 @@ class SchemaStore:
         self._databases: dict[int, str] = {}
         self._logical: dict[int, tuple[int, ...]] = {}
         self._jobs: dict[int, bool] = {}  # job id → applied exactly
+        self._provisional: dict[int, DDLJob] = {}
+        self._loaded_at = 0
 
     # ------------------------------------------------------------------ queries
 
@@ -74,7 +85,7 @@ class SchemaStore:
         versions = self._versions.get(physical_id)
         if not versions:
             return None
-        i = bisect.bisect_right([v.ts for v in versions], ts)
+        i = bisect.bisect_right(versions, ts, key=_version_ts)
         return versions[i - 1] if i else None
 
     def table_for_row(self, physical_id: int, commit_ts: int) -> TableVersion | None:
@@ -130,7 +141,7 @@ class SchemaStore:
         versions = self._versions.setdefault(pid, [])
         # same ts: the later call wins (a job may rewrite a table twice in one ts)
         versions[:] = [v for v in versions if v.ts != version.ts]
-        bisect.insort(versions, version, key=lambda v: v.ts)
+        bisect.insort(versions, version, key=_version_ts)
 
     def _forget_job(self, job_id: int) -> None:
         for versions in self._versions.values():
@@ -146,6 +157,10 @@ class SchemaStore:
         if job.id in self._jobs:
             self._forget_job(job.id)
         self._jobs[job.id] = exact
+        if exact:
+            self._provisional.pop(job.id, None)
+        else:
+            self._provisional[job.id] = job
         if job.db_info is not None:
             self._databases[job.db_info.id] = job.db_info.name
         db_name = self._databases.get(job.schema_id, job.schema_name)
@@ -163,6 +178,19 @@ class SchemaStore:
             )
         return True
 
+    def settle(self, ddl_resolved_ts: int) -> int:
+        """The DDL job spans are resolved to ``ddl_resolved_ts``: pin unconfirmed jobs to the load ts.
+
+        A provisional job with ``FinishedTS <= ddl_resolved_ts`` whose write
+        was not seen committed at or before the load ts (its done write
+        precedes FinishedTS), so its schema was live from the load ts on.
+        Returns how many jobs were settled.
+        """
+        due = [j for j in self._provisional.values() if j.finished_ts <= ddl_resolved_ts]
+        for job in sorted(due, key=lambda j: j.id):
+            self.apply_job(job, self._loaded_at, exact=True)
+        return len(due)
+
     def _drop_schema(self, schema_id: int, ts: int, job_id: int, exact: bool) -> None:
         for logical_id in list(self._logical):
             pids = self._logical[logical_id]
@@ -174,6 +202,7 @@ class SchemaStore:
 
     async def load(self, client: StatusAPIClient, start_ts: int) -> None:
         """Fill the store from a TiDB status API for a changefeed starting at ``start_ts``."""
+        self._loaded_at = start_ts
         jobs = [j for j in await client.ddl_jobs_since(0) if j.is_done]
         later = [j for j in jobs if j.finished_ts > start_ts]
         touched = {tid for j in later for tid in _job_table_ids(j)}
@@ -201,6 +230,10 @@ class SchemaStore:
         self.add_database(db)
         self.add_table(db.id, db.name, table, 0, exact=False)
         return self.knows(physical_id)
+
+
+def _version_ts(version: TableVersion) -> int:
+    return version.ts
 
 
 def _job_table_ids(job: DDLJob) -> Iterable[int]:

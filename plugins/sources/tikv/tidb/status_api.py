@@ -22,8 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from cdcflow.core.errors import CdcflowError, PDUnavailableError
 from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
@@ -35,6 +37,11 @@ MAX_HISTORY_PAGE = 2048
 _NOT_FOUND_CODES = ("[schema:1146]", "[schema:1049]")
 
 
+def _seg(name: str) -> str:
+    """A database or table name as one URL path segment."""
+    return quote(name, safe="")
+
+
 class StatusAPIUnavailableError(PDUnavailableError):
     """The TiDB status API cannot be reached or answered with an error."""
 
@@ -43,10 +50,26 @@ class TiDBObjectNotFoundError(CdcflowError):
     """A database or table the request named does not exist in TiDB."""
 
 
+class _Transient(Exception):
+    """Wraps an error worth retrying."""
+
+    def __init__(self, error: StatusAPIUnavailableError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class StatusAPIClient:
     """Asyncio client of one TiDB status address (``host:port`` or a URL)."""
 
-    def __init__(self, address: str, *, timeout: float = 10.0, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout: float = 10.0,
+        attempts: int = 3,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.attempts = max(1, attempts)
         self.base_url = address.rstrip("/") if "://" in address else f"http://{address.rstrip('/')}"
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
@@ -70,25 +93,49 @@ class StatusAPIClient:
         return self._session
 
     async def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
-        """The JSON of ``GET path``; None when TiDB says the object does not exist."""
+        """The JSON of ``GET path``; None when TiDB says the object does not exist.
+
+        Unreachable servers and 5xx answers are retried ``attempts`` times with
+        exponential backoff (0.1 s, 0.2 s, … at most 2 s) before the error is raised.
+        """
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=0.1, max=2.0),
+            retry=retry_if_exception_type(_Transient),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._get_once(path, params)
+        except _Transient as e:
+            raise e.error from e.__cause__
+        raise AssertionError("unreachable")  # pragma: no cover - AsyncRetrying always runs once
+
+    async def _get_once(self, path: str, params: Mapping[str, str] | None) -> Any:
         url = self.base_url + path
         try:
             async with self._client().get(url, params=params) as resp:
                 body = await resp.text()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as e:
-            raise StatusAPIUnavailableError(
-                f"TiDB status API {self.base_url} unreachable: {e!r}; check tidb-status and that TiDB is up",
-                detail={"url": url},
+            raise _Transient(
+                StatusAPIUnavailableError(
+                    f"TiDB status API {self.base_url} unreachable: {e!r}; check tidb-status and that TiDB is up",
+                    detail={"url": url, "attempts": self.attempts},
+                )
             ) from e
         if status == 200:
             return json.loads(body)
         if status == 400 and body.startswith(_NOT_FOUND_CODES):
             return None
-        raise StatusAPIUnavailableError(
+        error = StatusAPIUnavailableError(
             f"TiDB status API answered {status} for {path}: {body.strip()[:200]}",
             detail={"url": url, "status": status},
         )
+        if status >= 500:
+            raise _Transient(error)
+        raise error
 
     # ------------------------------------------------------------------ schemas
 
@@ -97,13 +144,13 @@ class StatusAPIClient:
         return [TiDBDatabase.from_json(d) for d in data or ()]
 
     async def tables(self, db: str) -> list[TiDBTable]:
-        data = await self._get(f"/schema/{db}")
+        data = await self._get(f"/schema/{_seg(db)}")
         if data is None:
             raise TiDBObjectNotFoundError(f"database {db!r} does not exist in TiDB", detail={"db": db})
         return [TiDBTable.from_json(t) for t in data]
 
     async def table(self, db: str, table: str) -> TiDBTable | None:
-        data = await self._get(f"/schema/{db}/{table}")
+        data = await self._get(f"/schema/{_seg(db)}/{_seg(table)}")
         return TiDBTable.from_json(data) if data is not None else None
 
     async def table_by_id(self, table_id: int) -> TiDBTable | None:

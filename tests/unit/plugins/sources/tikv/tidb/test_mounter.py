@@ -7,6 +7,8 @@ import json
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdcflow.core.errors import CdcflowError, Severity
 from cdcflow.core.events import DDLEvent, OpType, RawKVEvent, Span
@@ -209,6 +211,16 @@ def test_ddl_job_states_and_deletes():
     assert mount(m, key=row_key(300, 1), value=users_value("e", "1"), commit_ts=21).table.table_id == 300
 
 
+def test_drop_table_ddl_has_no_schema_after_and_stops_rows():
+    m = TiDBMounter(store_with(tj.users_table()))
+    job = tj.job(45, 4, 1, 100, "DROP TABLE users", state=4, table_info=tj.users_table())
+    key, value = job_row((1 << 48) - 2, job)
+    ddl = mount(m, key=key, value=value, commit_ts=700)
+    assert ddl.action_type == 4 and ddl.schema_after is None and ddl.table.table == "users"
+    assert mount(m, key=row_key(100, 1), value=users_value("x", "1"), commit_ts=700).table.table == "users"
+    assert mount(m, key=row_key(100, 1), value=users_value("x", "1"), commit_ts=701) is None
+
+
 def test_corrupt_ddl_job_raises():
     m = TiDBMounter(store_with(tj.users_table()))
     key = row_key((1 << 48) - 2, 44)
@@ -234,3 +246,79 @@ def test_product_ddl_job_encoder_matches_reader():
         DDLJob.from_json(tj.job(51, 3, 1, 5, "CREATE TABLE x", table_info=tj.users_table(5)))
     )
     assert ddl_job.decode_job_write(hkey, hvalue, start_ts=1, commit_ts=3).id == 51
+
+
+# ----------------------------------------------------------------- property: whole rows
+
+
+ALL_TYPES = [
+    # (field type JSON, hypothesis strategy of decoded values, reference encoder)
+    (tj.field_type(3, 0, 11), st.integers(-(1 << 31), (1 << 31) - 1), lambda v: refcodec.le_int(v, True)),
+    (tj.field_type(8, tj.UNSIGNED, 20), st.integers(0, (1 << 64) - 1), lambda v: refcodec.le_int(v, False)),
+    (tj.field_type(5, 0, 22), st.floats(allow_nan=False), refcodec.cmp_float),
+    (
+        tj.field_type(246, 0, 20, 4, "binary", "binary"),
+        st.integers(-(10**20) + 1, 10**20 - 1).map(lambda i: decimal.Decimal(f"{i}E-4")),
+        lambda v: bytes([20, 4]) + refcodec.bin_decimal(v, 20, 4),
+    ),
+    (tj.field_type(15, 0, 64, **tj.UTF8), st.text(max_size=20), str.encode),
+    (tj.field_type(252, 0, 65535, **tj.BIN), st.binary(max_size=20), bytes),
+    (tj.field_type(10, 0, 10, 0), st.dates(), lambda v: refcodec.le_int(refcodec.packed_time(v), False)),
+    (tj.field_type(12, 0, 26, 6), st.datetimes(), lambda v: refcodec.le_int(refcodec.packed_time(v), False)),
+    (
+        tj.field_type(7, 0, 26, 6),
+        st.datetimes(min_value=dt.datetime(1971, 1, 1), max_value=dt.datetime(2037, 1, 1), timezones=st.just(dt.UTC)),
+        lambda v: refcodec.le_int(refcodec.packed_time(v), False),
+    ),
+    (
+        tj.field_type(11, 0, 17, 6),
+        st.integers(-(10**12), 10**12).map(lambda us: dt.timedelta(microseconds=us)),
+        lambda v: refcodec.le_int((v // dt.timedelta(microseconds=1)) * 1000, True),
+    ),
+    (tj.field_type(247, 0, 1, elems=["a", "b", "c"]), st.integers(1, 3), lambda v: refcodec.le_int(v, False)),
+    (tj.field_type(248, 0, 5, elems=["a", "b", "c"]), st.integers(0, 7), lambda v: refcodec.le_int(v, False)),
+    (tj.field_type(16, tj.UNSIGNED, 64), st.integers(0, (1 << 64) - 1), lambda v: refcodec.le_int(v, False)),
+]
+
+
+@st.composite
+def typed_rows(draw):
+    values = {}
+    for i, (_, strategy, _) in enumerate(ALL_TYPES):
+        values[i + 2] = draw(st.none() | strategy)
+    values[len(ALL_TYPES) + 2] = draw(
+        st.none() | st.dictionaries(st.text(max_size=4), st.integers(-(1 << 63), (1 << 64) - 1), max_size=3)
+    )
+    return draw(st.integers(-(1 << 63), (1 << 63) - 1)), values
+
+
+def wide_table():
+    cols = [tj.column(1, "id", 0, tj.field_type(8, tj.NOT_NULL | tj.PRI, 20))]
+    for i, (ft, _, _) in enumerate(ALL_TYPES):
+        cols.append(tj.column(i + 2, f"c{i + 2}", i + 1, ft))
+    n = len(ALL_TYPES) + 2
+    cols.append(tj.column(n, f"c{n}", n - 1, tj.field_type(245, 0, -1, -1, "binary", "binary")))
+    return tj.table(500, "wide", cols, pk_is_handle=True)
+
+
+@settings(max_examples=60)
+@given(typed_rows())
+def test_every_type_mounts_back_to_its_value(case):
+    handle, row = case
+    m = TiDBMounter(store_with(wide_table()))
+    raw = {}
+    for cid, v in row.items():
+        if v is None:
+            raw[cid] = None
+        elif cid - 2 < len(ALL_TYPES):
+            raw[cid] = ALL_TYPES[cid - 2][2](v)
+        else:
+            tp, body = refcodec.json_bin(v)
+            raw[cid] = bytes([tp]) + body
+    change = mount(m, key=row_key(500, handle), value=refcodec.row_v2(raw), commit_ts=10)
+    expected = {"id": handle, **{f"c{cid}": v for cid, v in row.items()}}
+    json_col = f"c{len(ALL_TYPES) + 2}"
+    got = dict(change.after)
+    if got[json_col] is not None:
+        got[json_col] = json.loads(got[json_col])
+    assert got == expected

@@ -124,6 +124,8 @@ def test_malformed_v2_rows_raise(bad):
         (FieldType(T.DATETIME), (((2021 * 13 + 2) << 5 | 30) << 41).to_bytes(8, "little")),  # Feb 30
         (FieldType(T.JSON), b"\x01\x05\x00"),
         (FieldType(T.JSON), b"\x7f"),
+        (FieldType(T.JSON), b"\x04\x01\x00"),  # a literal followed by a stray byte
+        (FieldType(T.JSON), b"\x03" + bytes.fromhex("000000000c000000") + b"\x00"),  # says 12 bytes, has 9
     ],
 )
 def test_corrupt_values_raise(ft, raw):
@@ -148,6 +150,34 @@ def test_v1_row():
     assert row[3] is None
     assert rowcodec.decode_column(FieldType(T.DATE), row[4]) == dt.date(2000, 1, 2)
     assert rowcodec.decode_row(b"\x00") == {}
+
+
+def test_v1_row_more_kinds():
+    # BIT as compact bytes, DECIMAL, TIME as comparable int, DOUBLE, uvarint ENUM, JSON
+    dec = bytes([5, 2]) + refcodec.bin_decimal(decimal.Decimal("-1.25"), 5, 2)
+    json_body = b"\x0c\x02hi"
+    raw = (
+        b"\x08\x02\x02\x04\x01\x02"
+        + b"\x08\x04\x06"
+        + dec
+        + b"\x08\x06\x07"
+        + (5_000_000_000 + (1 << 63)).to_bytes(8, "big")
+        + b"\x08\x08\x05"
+        + refcodec.cmp_float(2.5)
+        + b"\x08\x0a\x09\x02"
+        + b"\x08\x0c\x0a"
+        + json_body
+    )
+    row = rowcodec.decode_row(raw)
+    col = rowcodec.decode_column
+    assert col(FieldType(T.BIT, flen=16), row[1]) == 0x0102
+    assert col(FieldType(T.NEWDECIMAL, flen=5, decimal=2), row[2]) == decimal.Decimal("-1.25")
+    assert col(FieldType(T.DURATION), row[3]) == dt.timedelta(seconds=5)
+    assert col(FieldType(T.DOUBLE), row[4]) == 2.5
+    assert col(FieldType(T.ENUM, elems=("a", "b")), row[5]) == 2
+    assert col(FieldType(T.JSON), row[6]) == '"hi"'
+    with pytest.raises(values.ValueFormatError):
+        col(FieldType(T.LONG), row[2])
 
 
 def test_common_handle_datums():
