@@ -3,9 +3,9 @@
 Each table keeps every version of its definition with the TSO from which it
 is valid (the commit ts of the DDL job write), so that a reader at ts ``t``
 gets the definition a TiDB would have used at ``t`` (``version_at``). The JSON
-the status API serves is built here with the keys a real TiDB uses
-(docs: reference/tidb-status-api.md §3): DBInfo, TableInfo, ColumnInfo,
-IndexInfo, and DDL history jobs.
+the status API serves (DBInfo, TableInfo, DDL history jobs) comes from the
+TiDB codec's models (``cdcflow.plugins.sources.tikv.tidb.schema`` and
+``.ddl_job``), so the playground serves exactly what the TiKV source parses.
 
 Ids (schemas, tables, jobs) come from one allocator, as in TiDB's meta.
 Thread-safe through the cluster lock the catalog is given.
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdcflow.plugins.sources.playground.errors import PlaygroundError
+from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob as TiDBJob
+from cdcflow.plugins.sources.tikv.tidb.ddl_job import JobState
 from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
+from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBDatabase, TiDBIndex, TiDBTable
 
 __all__ = ["Catalog", "Column", "DDLJob", "Database", "TableDef"]
-
-PUBLIC = 5  # SchemaState public
-JOB_SYNCED = 6  # JobState synced
 
 
 @dataclass(frozen=True)
@@ -82,10 +82,11 @@ class DDLJob:
     table_id: int
     table_name: str
     query: str
-    start_ts: int
-    commit_ts: int
+    start_ts: int  # of the transaction that made the schema live (wrote the done job)
+    commit_ts: int  # of that transaction: the DDL's exact commit ts
     schema_version: int
     table: TableDef | None
+    finished_ts: int = 0  # start ts of the later transaction that moved the job to history
 
 
 @dataclass
@@ -147,141 +148,86 @@ class Catalog:
         with self.lock:
             return self.databases[self._table_db[table_id]]
 
-    # -- JSON as TiDB's status API serves it -----------------------------------------------------
+    # -- JSON as TiDB's status API serves it (through the TiDB codec's models) ----------------
 
     @staticmethod
-    def db_json(db: Database) -> dict[str, Any]:
-        return {
-            "id": db.id,
-            "db_name": {"O": db.name, "L": db.name.lower()},
-            "charset": "utf8mb4",
-            "collate": "utf8mb4_bin",
-            "state": PUBLIC,
-            "policy_ref_info": None,
-        }
+    def tidb_database(db: Database) -> TiDBDatabase:
+        return TiDBDatabase(db.id, db.name)
 
     @staticmethod
-    def column_json(column: Column, offset: int) -> dict[str, Any]:
-        return {
-            "id": column.id,
-            "name": {"O": column.name, "L": column.name.lower()},
-            "offset": offset,
-            "origin_default": column.origin_default,
-            "origin_default_bit": None,
-            "default": column.default,
-            "default_bit": None,
-            "default_is_expr": False,
-            "generated_expr_string": "",
-            "generated_stored": False,
-            "dependences": None,
-            "type": column.ft.to_json(),
-            "state": PUBLIC,
-            "comment": column.comment,
-            "hidden": False,
-            "change_state_info": None,
-            "version": 2,
-        }
-
-    @classmethod
-    def table_json(cls, table: TableDef) -> dict[str, Any]:
-        name = {"O": table.name, "L": table.name.lower()}
-        pk = table.pk
-        primary = {
-            "id": 1,
-            "idx_name": {"O": "PRIMARY", "L": "primary"},
-            "tbl_name": {"O": "", "L": ""},
-            "idx_cols": [{"name": {"O": pk.name, "L": pk.name.lower()}, "offset": 0, "length": -1}],
-            "state": PUBLIC,
-            "backfill_state": 0,
-            "comment": "",
-            "index_type": 1,
-            "is_unique": True,
-            "is_primary": True,
-            "is_invisible": False,
-            "is_global": False,
-            "mv_index": False,
-        }
-        return {
-            "id": table.id,
-            "name": name,
-            "charset": "utf8mb4",
-            "collate": "utf8mb4_bin",
-            "cols": [cls.column_json(c, i) for i, c in enumerate(table.columns)],
-            "index_info": [primary],
-            "constraint_info": None,
-            "fk_info": None,
-            "state": PUBLIC,
-            "pk_is_handle": bool(pk.ft.flag & Flag.PRI_KEY),
-            "is_common_handle": False,
-            "common_handle_version": 0,
-            "comment": "",
-            "auto_inc_id": 0,
+    def tidb_table(table: TableDef) -> TiDBTable:
+        """The codec's TableInfo model of ``table`` (what TiDB would serve for it)."""
+        columns = tuple(
+            TiDBColumn(
+                c.id,
+                c.name,
+                offset,
+                c.ft,
+                origin_default=c.origin_default,
+                default=c.default,
+                raw={"comment": c.comment, "default_is_expr": False, "default_bit": None},
+            )
+            for offset, c in enumerate(table.columns)
+        )
+        primary = TiDBIndex(1, "PRIMARY", ((table.pk.name, 0),), unique=True, primary=True)
+        raw = {
             "auto_id_cache": 0,
             "auto_rand_id": 0,
+            "common_handle_version": 0,
+            # The high-water mark: ids of dropped columns are not reused.
             "max_col_id": table.max_col_id,
-            "max_idx_id": 1,
             "max_fk_id": 0,
             "max_cst_id": 0,
-            "update_timestamp": table.update_timestamp,
-            "ShardRowIDBits": 0,
             "max_shard_row_id_bits": 0,
             "auto_random_bits": 0,
             "auto_random_range_bits": 0,
             "pre_split_regions": 0,
-            "partition": None,
             "compression": "",
-            "view": None,
-            "sequence": None,
-            "Lock": None,
-            "version": 5,
-            "tiflash_replica": None,
             "is_columnar": False,
-            "temp_table_type": 0,
-            "cache_table_status": 0,
             "policy_ref_info": None,
             "stats_options": None,
             "exchange_partition_info": None,
             "ttl_info": None,
             "revision": table.schema_version,
         }
+        return TiDBTable(
+            table.id,
+            table.name,
+            columns,
+            (primary,),
+            pk_is_handle=bool(table.pk.ft.flag & Flag.PRI_KEY),
+            update_timestamp=table.update_timestamp,
+            raw=raw,
+        )
+
+    @classmethod
+    def db_json(cls, db: Database) -> dict[str, Any]:
+        return cls.tidb_database(db).to_json()
+
+    @classmethod
+    def table_json(cls, table: TableDef) -> dict[str, Any]:
+        return cls.tidb_table(table).to_json()
+
+    def tidb_job(self, job: DDLJob, state: int, finished_ts: int) -> TiDBJob:
+        """The codec's model of ``job`` in ``state`` (done in the job table, synced in history)."""
+        return TiDBJob(
+            id=job.id,
+            type=job.type,
+            schema_id=job.schema_id,
+            table_id=job.table_id,
+            state=state,
+            query=job.query,
+            schema_name=job.schema_name,
+            table_name=job.table_name,
+            schema_version=job.schema_version,
+            table_info=None if job.table is None else self.tidb_table(job.table),
+            start_ts=job.start_ts,
+            finished_ts=finished_ts,
+            raw={"seq_num": job.id, "charset": "utf8mb4", "collate": "utf8mb4_bin", "priority": 0},
+        )
 
     def job_json(self, job: DDLJob) -> dict[str, Any]:
-        return {
-            "id": job.id,
-            "type": job.type,
-            "schema_id": job.schema_id,
-            "table_id": job.table_id,
-            "schema_name": job.schema_name,
-            "table_name": job.table_name,
-            "state": JOB_SYNCED,
-            "warning": None,
-            "err": None,
-            "err_count": 0,
-            "row_count": 0,
-            "raw_args": None,
-            "schema_state": PUBLIC,
-            "snapshot_ver": 0,
-            "real_start_ts": job.start_ts,
-            "start_ts": job.start_ts,
-            "dependency_id": 0,
-            "query": job.query,
-            "binlog": {
-                "SchemaVersion": job.schema_version,
-                "DBInfo": None,
-                "TableInfo": None if job.table is None else self.table_json(job.table),
-                # As in TiDB: the start ts of the transaction that finished the job,
-                # not its commit ts (readers take the commit ts from TiKV).
-                "FinishedTS": job.start_ts,
-                "MultipleTableInfos": None,
-            },
-            "version": 1,
-            "reorg_meta": None,
-            "multi_schema_info": None,
-            "priority": 0,
-            "seq_num": job.id,
-            "charset": "utf8mb4",
-            "collate": "utf8mb4_bin",
-        }
+        return self.tidb_job(job, JobState.SYNCED, job.finished_ts).to_json()
 
     def history_json(self, limit: int, start_job_id: int | None) -> list[dict[str, Any]]:
         """Jobs newest first (ids <= ``start_job_id`` when given), at most ``limit``."""

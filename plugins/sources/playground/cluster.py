@@ -2,7 +2,10 @@
 
 One re-entrant lock orders everything that TiKV streams must see in order:
 data changes, region changes and resolved-ts computations. Regions split by
-themselves once they hold more than ``split_keys`` keys (at the middle key).
+themselves (at their middle key) once they hold more than ``split_keys`` keys
+or once more than ``split_bytes`` of keys and values were committed into them
+since they were created (an approximation of TiKV's region size check).
+``split_keys=0`` turns automatic splits off (splits then happen on demand only).
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ class Cluster:
     """Shared state of PD and the TiKV stores (see the module docstring)."""
 
     def __init__(
-        self, stores: int = 3, *, cluster_id: int | None = None, split_keys: int = 2000, seed: int = 0
+        self,
+        stores: int = 3,
+        *,
+        cluster_id: int | None = None,
+        split_keys: int = 2000,
+        split_bytes: int = 1 << 20,
+        seed: int = 0,
     ) -> None:
         if stores < 1:
             from cdcflow.plugins.sources.playground.errors import PlaygroundError
@@ -47,7 +56,9 @@ class Cluster:
         self.stores = {i: StoreInfo(i) for i in range(1, stores + 1)}
         self.regions = RegionMap(list(self.stores), self.lock)
         self.split_keys = split_keys
-        self.auto_split = split_keys > 0
+        self.split_bytes = split_bytes
+        self.auto_split = split_keys > 0  # 0 turns automatic splits off entirely
+        self._written: dict[int, int] = {}  # region id -> bytes committed into it since it was created
         self.mvcc.subscribe(self._maybe_split)
 
     def store_ids(self) -> Sequence[int]:
@@ -64,13 +75,17 @@ class Cluster:
     def _maybe_split(self, changes: Sequence[Change]) -> None:
         if not self.auto_split or changes[0].kind is not ChangeKind.COMMIT:
             return
-        seen: set[int] = set()
+        touched: dict[int, int] = {}
         for change in changes:
             region = self.regions.locate(encode_key(change.key))
-            if region.id in seen:
-                continue
-            seen.add(region.id)
-            if self.mvcc.key_count(region.start, region.end) > self.split_keys:
+            touched[region.id] = touched.get(region.id, 0) + len(change.key) + len(change.value)
+        for region_id, size in touched.items():
+            written = self._written[region_id] = self._written.get(region_id, 0) + size
+            region = self.regions.by_id(region_id)
+            assert region is not None
+            too_many = self.split_keys < self.mvcc.key_count(region.start, region.end)
+            if too_many or 0 < self.split_bytes < written:
                 middle = self.mvcc.middle_key(region.start, region.end)
                 if middle is not None and middle != region.start:
+                    self._written.pop(region_id, None)
                     self.regions.split(region.id, middle)

@@ -124,6 +124,7 @@ class MVCCStore:
         self._keys: dict[bytes, _KeyState] = {}
         self._order: list[bytes] = []  # memcomparable-encoded keys, sorted
         self._raw: dict[bytes, bytes] = {}  # encoded -> raw
+        self._locked: dict[bytes, int] = {}  # encoded key -> lock start ts (resolved ts needs it often)
         self._observers: list[Observer] = []
 
     def subscribe(self, observer: Observer) -> None:
@@ -150,6 +151,7 @@ class MVCCStore:
                 old = self._value_at(state, start_ts)
                 value = m.value if m.op is Op.PUT else b""
                 state.lock = Lock(start_ts, primary, m.op, value, old)
+                self._locked[encode_key(m.key)] = start_ts
                 changes.append(Change(ChangeKind.PREWRITE, m.key, start_ts, m.op, value, old))
             self._notify(changes)
 
@@ -166,6 +168,7 @@ class MVCCStore:
                     raise TxnError(f"no lock of start ts {start_ts} on key {key.hex()} to commit")
                 state.writes.append(Write(start_ts, commit_ts, lock.op, lock.value))
                 state.lock = None
+                self._locked.pop(encode_key(key), None)
                 changes.append(Change(ChangeKind.COMMIT, key, start_ts, lock.op, lock.value, lock.old_value, commit_ts))
             self._notify(changes)
 
@@ -178,6 +181,7 @@ class MVCCStore:
                 if state is None or state.lock is None or state.lock.start_ts != start_ts:
                     continue
                 lock, state.lock = state.lock, None
+                self._locked.pop(encode_key(key), None)
                 changes.append(Change(ChangeKind.ROLLBACK, key, start_ts, lock.op, b"", lock.old_value))
             self._notify(changes)
 
@@ -231,11 +235,7 @@ class MVCCStore:
     def min_lock_ts(self, enc_start: bytes, enc_end: bytes) -> int | None:
         """Smallest start ts of a lock in encoded range [start, end), None if unlocked."""
         with self.lock:
-            tss = [
-                self._keys[raw].lock.start_ts  # type: ignore[union-attr]
-                for raw in self._raw_keys_between(enc_start, enc_end)
-                if self._keys[raw].lock is not None
-            ]
+            tss = [ts for enc, ts in self._locked.items() if enc >= enc_start and (not enc_end or enc < enc_end)]
             return min(tss) if tss else None
 
     def key_count(self, enc_start: bytes, enc_end: bytes) -> int:

@@ -7,6 +7,7 @@ as PD does for clients that do not know the id yet (GetMembers).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,13 +23,20 @@ from cdcflow.plugins.sources.tikv.kvproto import metapb_pb2, pdpb_pb2, pdpb_pb2_
 __all__ = ["GCSafePoints", "PDService"]
 
 
+GC_WORKER = b"gc_worker"
+
+
 @dataclass
 class GCSafePoints:
     """PD's GC safepoint and the service safepoints that hold it back (with TTL).
 
-    An update below the current GC safepoint is refused (not stored); the
-    answer's ``min_safe_point`` is then the minimum that stands. TTL <= 0
-    removes the service. Expired services are ignored and purged lazily.
+    As PD does: an update is stored only if its safe point is not below the
+    current minimum service safepoint (otherwise the answer's
+    ``min_safe_point`` is that minimum, above the request — the caller's data
+    may already be gone); TTL <= 0 removes the service. ``gc_worker`` is the
+    service safepoint of TiDB's GC worker (infinite TTL): :meth:`advance` sets
+    it to the GC target and moves the GC safepoint to the minimum of all
+    services. Expired services are purged lazily.
     """
 
     gc_safe_point: int = 0
@@ -37,20 +45,32 @@ class GCSafePoints:
     def update(self, service_id: bytes, ttl: int, safe_point: int) -> int:
         self._purge()
         if ttl <= 0:
-            self.services.pop(service_id, None)
-        elif safe_point >= self.gc_safe_point:
+            if service_id != GC_WORKER:
+                self.services.pop(service_id, None)
+            return self.min_service_safe_point()
+        current = self._min()
+        if current is None or safe_point >= current[1]:
             self.services[service_id] = (safe_point, time.monotonic() + ttl)
         return self.min_service_safe_point()
 
     def min_service_safe_point(self) -> int:
-        self._purge()
-        points = [sp for sp, _ in self.services.values()]
-        return min(points) if points else self.gc_safe_point
+        current = self._min()
+        return 0 if current is None else current[1]
 
     def advance(self, target: int) -> int:
-        """Run 'GC': move the GC safepoint towards ``target`` but not past any service."""
-        self.gc_safe_point = max(self.gc_safe_point, min(target, self.min_service_safe_point()))
+        """Run 'GC' towards ``target``; the GC safepoint never passes a service nor goes back."""
+        self._purge()
+        previous = self.services.get(GC_WORKER, (0, math.inf))[0]
+        self.services[GC_WORKER] = (max(previous, target), math.inf)  # TiDB's GC target only moves on
+        self.gc_safe_point = max(self.gc_safe_point, self.min_service_safe_point())
         return self.gc_safe_point
+
+    def _min(self) -> tuple[bytes, int] | None:
+        self._purge()
+        if not self.services:
+            return None
+        service, (point, _) = min(self.services.items(), key=lambda item: item[1][0])
+        return service, point
 
     def _purge(self) -> None:
         now = time.monotonic()

@@ -28,10 +28,12 @@ class Playground:
 
     ``stores``: number of TiKV stores (each region has a peer on every store);
     ``pd_port`` / ``status_port``: 0 lets the OS choose (see the ``*_address``
-    properties); ``split_keys``: a region splits when it holds more keys (0:
-    never by itself); ``resolved_ts_interval``: seconds between resolved-ts
-    messages; ``eventfeed_v2``: serve ``EventFeedV2`` (False: UNIMPLEMENTED,
-    to test a client's fallback); ``seed``: makes the workload and the
+    properties); ``split_keys`` / ``split_bytes``: a region splits at its
+    middle key when it holds more keys, or had more bytes committed into it
+    (``split_keys=0``: no automatic splits; ``split_bytes=0``: no size limit);
+    ``resolved_ts_interval``: seconds between resolved-ts messages;
+    ``eventfeed_v2``: serve ``EventFeedV2`` (False: UNIMPLEMENTED, to test a
+    client's fallback); ``seed``: makes the workload and the
     cluster id deterministic; ``rate``: workload transactions per second
     started with the playground (0: none; use :meth:`run_workload` or
     :meth:`start_workload`); ``ddl_every``: one DDL every that many workload
@@ -47,6 +49,7 @@ class Playground:
         status_port: int = 0,
         host: str = "127.0.0.1",
         split_keys: int = 2000,
+        split_bytes: int = 1 << 20,
         resolved_ts_interval: float = 0.2,
         eventfeed_v2: bool = True,
         seed: int = 0,
@@ -54,7 +57,7 @@ class Playground:
         ddl_every: int = 200,
         create_tables: bool = True,
     ) -> None:
-        self.cluster = Cluster(stores, split_keys=split_keys, seed=seed)
+        self.cluster = Cluster(stores, split_keys=split_keys, split_bytes=split_bytes, seed=seed)
         self.hub = FeedHub(self.cluster)
         self.catalog = Catalog(self.cluster.lock)
         self.ddl = DDLExecutor(self.cluster, self.catalog)
@@ -94,7 +97,14 @@ class Playground:
         runner = web.AppRunner(build_app(self.catalog), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self._host, self._status_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise PlaygroundError(
+                f"cannot listen on {self._host}:{self._status_port} for the TiDB status API ({exc.strerror}); "
+                "choose another --status-port or 0"
+            ) from exc
         self._status = runner
         self._status_port = runner.addresses[0][1]
 

@@ -75,12 +75,14 @@ class RegionMap:
     lock: threading.RLock = field(default_factory=threading.RLock)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _regions: list[Region] = field(default_factory=list)  # sorted by start
+    _starts: list[bytes] = field(default_factory=list)  # their start keys, for bisect
     _observers: list[RegionObserver] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.store_ids:
             raise PlaygroundError("a playground cluster needs at least one store")
         self._regions = [self._new_region(b"", b"", version=1, leader=self.store_ids[0])]
+        self._starts = [b""]
 
     def subscribe(self, observer: RegionObserver) -> None:
         with self.lock:
@@ -97,8 +99,7 @@ class RegionMap:
 
     def locate(self, enc_key: bytes) -> Region:
         with self.lock:
-            starts = [r.start for r in self._regions]
-            return self._regions[bisect.bisect_right(starts, enc_key) - 1]
+            return self._regions[bisect.bisect_right(self._starts, enc_key) - 1]
 
     def previous(self, enc_key: bytes) -> Region | None:
         with self.lock:
@@ -166,5 +167,6 @@ class RegionMap:
         return Region(self.alloc_id(), start, end, version, 1, peers, leader)
 
     def _emit(self, event: RegionEvent) -> None:
+        self._starts = [r.start for r in self._regions]
         for observer in self._observers:
             observer(event)

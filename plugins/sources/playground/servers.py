@@ -59,7 +59,10 @@ class LoopThread:
 async def _start_server(servicer_adder: Callable[[grpc.aio.Server], None], host: str, port: int) -> tuple[Any, int]:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     servicer_adder(server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpc raises when the port is taken
+        bound = 0
     if bound == 0:
         raise PlaygroundError(f"cannot listen on {host}:{port}; choose another port or 0")
     await server.start()

@@ -59,3 +59,17 @@ def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--stores must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main.main(["playground", "--pd-port", "70000"])
+
+
+def test_a_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for option in ("--pd-port", "--status-port"):
+            args = ["playground", "--pd-port", "0", "--status-port", "0", "--rate", "0", "--duration", "0.1"]
+            args[args.index(option) + 1] = str(port)
+            assert cli_main.main(args) == 1
+            assert f"127.0.0.1:{port}" in capsys.readouterr().err

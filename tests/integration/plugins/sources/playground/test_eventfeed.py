@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from cdcflow.plugins.sources.playground import Playground
-from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2
+from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, pdpb_pb2
 from cdcflow.plugins.sources.tikv.tidb.keys import record_key
 
 from .feed_client import PD, Event, Feed, rows_of
@@ -328,3 +328,40 @@ def test_eventfeed_v1_fallback_when_v2_is_disabled() -> None:
         finally:
             v1.close()
             pd.close()
+
+
+def test_no_commit_at_or_below_a_sent_resolved_ts_under_load() -> None:
+    """The resolved-ts guarantee, checked on the wire while the workload commits concurrently."""
+    with Playground(stores=1, split_keys=0, resolved_ts_interval=0.005, seed=9, ddl_every=30) as pg:
+        pd = PD(pg)
+        feed = Feed(pd.store_address(1), v2=True)
+        try:
+            regions = [
+                pd.stub.GetRegionByID(pdpb_pb2.GetRegionByIDRequest(header=pd.header, region_id=r.id)).region
+                for r in pg.regions()
+            ]
+            for request_id, region in enumerate(regions, start=1):
+                feed.register(pg, region, pg.now(), request_id=request_id)
+            feed.wait_for(lambda m: len(rows_of(m, Event.INITIALIZED)) == len(regions))
+            pg.start_workload(2000)
+            feed.wait_for(lambda m: len(rows_of(m, Event.COMMIT)) > 300, timeout=120)
+            stats = pg.stop_workload()
+            last = stats.last_commit_ts
+            feed.wait_for(lambda m: m[-1].HasField("resolved_ts") and m[-1].resolved_ts.ts > last)
+        finally:
+            feed.close()
+            pd.close()
+        resolved: dict[int, int] = {}
+        commits = 0
+        for message in feed.messages:
+            if message.HasField("resolved_ts"):
+                for region_id in message.resolved_ts.regions:
+                    assert message.resolved_ts.ts >= resolved.get(region_id, 0)
+                    resolved[region_id] = message.resolved_ts.ts
+            for event in message.events:
+                assert not event.HasField("error"), event
+                for row in event.entries.entries:
+                    if row.type == Event.COMMIT:
+                        commits += 1
+                        assert row.commit_ts > resolved.get(event.region_id, 0), (row, resolved[event.region_id])
+        assert commits > 300 and len(resolved) == len(regions)

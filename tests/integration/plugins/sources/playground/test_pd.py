@@ -101,12 +101,52 @@ def test_service_gc_safepoints_hold_gc_back_until_their_ttl_expires(pg: Playgrou
 
     assert update(b"short", 1, 100) == 100
     assert update(b"long", 60, 200) == 100
-    assert pg.advance_gc(1000) == 100
+    assert pg.advance_gc(1000) == 100  # held back by "short"
     time.sleep(1.2)  # let the 1 s TTL of "short" lapse
-    assert pg.advance_gc(1000) == 200
+    assert pg.advance_gc(1000) == 200  # now by "long"
     gc = pd.stub.GetGCSafePoint(pdpb_pb2.GetGCSafePointRequest(header=pd.header))
     assert gc.safe_point == 200
-    # Below the GC safepoint: refused, the minimum that stands is returned.
+    # Below the minimum service safepoint: not stored; the minimum that stands is returned.
     assert update(b"late", 60, 150) == 200
+    assert pg.advance_gc(1000) == 200
     assert update(b"long", 60, 300) == 300
-    assert update(b"long", 0, 0) == 200  # TTL <= 0 removes the service
+    assert pg.advance_gc(1000) == 300
+    assert pg.advance_gc(100) == 300  # never goes back
+    assert update(b"long", 0, 0) == 1000  # TTL <= 0 removes the service; gc_worker's 1000 remains
+
+
+async def _async_use() -> tuple[int, int]:
+    async with Playground(stores=1, create_tables=False) as pg:
+        txn = pg.begin()
+        txn.put(record_key(1, 1), b"v")
+        commit_ts = txn.commit()
+        return commit_ts, len(pg.store_addresses)
+
+
+def test_async_context_manager() -> None:
+    import asyncio
+
+    commit_ts, stores = asyncio.run(_async_use())
+    assert commit_ts > 0 and stores == 1
+
+
+def test_embedded_playground_is_shared_in_the_process() -> None:
+    from cdcflow.plugins.sources.playground.embedded import embedded_playground, stop_embedded_playground
+
+    first = embedded_playground(stores=1, rate=0)
+    try:
+        assert embedded_playground(stores=5) is first
+        assert len(first.store_addresses) == 1
+        client = PD(first)
+        try:
+            assert client.stub.GetMembers(pdpb_pb2.GetMembersRequest()).header.cluster_id == first.cluster_id
+        finally:
+            client.close()
+    finally:
+        stop_embedded_playground()
+    stop_embedded_playground()
+    second = embedded_playground(stores=1, rate=0)
+    try:
+        assert second is not first
+    finally:
+        stop_embedded_playground()

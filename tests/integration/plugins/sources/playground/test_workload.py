@@ -13,14 +13,13 @@ from typing import Any
 import pytest
 
 from cdcflow.plugins.sources.playground import Playground
-from cdcflow.plugins.sources.playground.ddl import DDL_JOB_TABLE_ID
 from cdcflow.plugins.sources.playground.rows import decode_row_value, encode_row_value
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
-from cdcflow.plugins.sources.playground.workload import WorkloadPlanner
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, pdpb_pb2
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.ddl_job import ddl_spans, decode_job_write
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import TypeCode
 from cdcflow.plugins.sources.tikv.tidb.keys import encode_bytes, record_key, table_record_span
-from cdcflow.plugins.sources.tikv.tidb.rowcodec import decode_column, decode_row
+from cdcflow.plugins.sources.tikv.tidb.schema import TiDBTable
 
 from .feed_client import PD, Event, Feed, rows_of
 
@@ -41,18 +40,6 @@ def get(pg: Playground, path: str) -> tuple[int, str, Any]:
             return response.status, response.headers["Content-Type"], json.loads(body)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers["Content-Type"], exc.read().decode()
-
-
-def test_planner_is_deterministic_for_a_seed() -> None:
-    a, b, c = WorkloadPlanner(seed=3, ddl_every=10), WorkloadPlanner(seed=3, ddl_every=10), WorkloadPlanner(seed=4)
-    plans_a = [a.next_plan() for _ in range(300)]
-    assert plans_a == [b.next_plan() for _ in range(300)]
-    assert plans_a != [c.next_plan() for _ in range(300)]
-    kinds = {op.kind for plan in plans_a for op in plan.ops}
-    assert kinds == {"insert", "update", "delete"}
-    assert any(plan.ddl is not None for plan in plans_a)
-    assert any(len(plan.ops) > 1 and len({op.table for op in plan.ops}) > 1 for plan in plans_a)
-    assert any(len(plan.ops) >= 100 for plan in plans_a)
 
 
 def test_same_seed_same_committed_rows() -> None:
@@ -124,42 +111,57 @@ def test_regions_split_as_tables_grow_and_transactions_span_regions(pg: Playgrou
 
 
 def test_ddl_jobs_are_rows_in_tikv_with_the_exact_commit_ts(pg: Playground) -> None:
-    start, end = record_key(DDL_JOB_TABLE_ID, 0), record_key(DDL_JOB_TABLE_ID + 1, 0)
+    """The TiKV source's own DDL-job reader finds every DDL at the commit ts its schema went live."""
+    found: dict[int, Any] = {}
     pd = PD(pg)
-    feed = Feed(pd.store_address(pd.region(start).leader.store_id))
     try:
-        region = pd.region(start).region
-        feed.send(
-            cdcpb_pb2.ChangeDataRequest(
-                header=cdcpb_pb2.Header(cluster_id=pg.cluster_id),
-                region_id=region.id,
-                region_epoch=region.region_epoch,
-                checkpoint_ts=0,
-                start_key=max(region.start_key, encode_bytes(start)),
-                end_key=encode_bytes(end),
-                request_id=1,
-            )
-        )
-        feed.wait_for(lambda m: rows_of(m, Event.INITIALIZED))
-        committed = rows_of(feed.messages, Event.COMMITTED)
+        for start, end in ddl_spans():
+            region = pd.region(start).region
+            feed = Feed(pd.store_address(pd.region(start).leader.store_id))
+            try:
+                feed.send(
+                    cdcpb_pb2.ChangeDataRequest(
+                        header=cdcpb_pb2.Header(cluster_id=pg.cluster_id),
+                        region_id=region.id,
+                        region_epoch=region.region_epoch,
+                        checkpoint_ts=0,
+                        start_key=max(region.start_key, encode_bytes(start)),
+                        end_key=encode_bytes(end),
+                        request_id=1,
+                    )
+                )
+                feed.wait_for(lambda m: rows_of(m, Event.INITIALIZED))
+                for row in rows_of(feed.messages, Event.COMMITTED):
+                    value = row.value if row.op_type == Event.Row.PUT else b""
+                    job = decode_job_write(row.key, value, start_ts=row.start_ts, commit_ts=row.commit_ts)
+                    if job is not None:
+                        found.setdefault(job.id, job)  # the first write of a job is the one that counts
+            finally:
+                feed.close()
     finally:
-        feed.close()
         pd.close()
-    job_meta = FieldType(int(TypeCode.LONG_BLOB), charset="binary", collate="binary")
-    jobs = {}
-    for row in committed:
-        job = json.loads(decode_column(job_meta, decode_row(row.value)[5]))
-        jobs[job["id"]] = (job, row.commit_ts, row.start_ts)
-    assert len(jobs) == len(pg.catalog.jobs) >= 3 + 240 // 40
+    assert len(found) == len(pg.catalog.jobs) >= 3 + 240 // 40
+    history = {j["id"]: j for j in get(pg, "/ddl/history")[2]}
     for recorded in pg.catalog.jobs:
-        job, commit_ts, start_ts = jobs[recorded.id]
-        assert commit_ts == recorded.commit_ts
-        assert job["binlog"]["FinishedTS"] == start_ts < commit_ts
-        assert job["state"] == 6 and job["binlog"]["TableInfo"]["id"] == recorded.table_id
+        job = found[recorded.id]
+        assert job.finished_ts == recorded.commit_ts  # stamped by the reader with the write's commit ts
+        assert job.table_info is not None and job.table_info.id == recorded.table_id
+        assert history[recorded.id]["binlog"]["FinishedTS"] > recorded.commit_ts  # as in TiDB: not exact
         # The new schema is in force from exactly the job's commit ts.
-        assert pg.catalog.version_at(recorded.table_id, commit_ts).schema_version == recorded.schema_version
+        assert pg.catalog.version_at(recorded.table_id, recorded.commit_ts).schema_version == recorded.schema_version
         if recorded.type != 3:
-            assert pg.catalog.version_at(recorded.table_id, commit_ts - 1).schema_version < recorded.schema_version
+            before = pg.catalog.version_at(recorded.table_id, recorded.commit_ts - 1)
+            assert before is not None and before.schema_version < recorded.schema_version
+
+
+def test_the_tikv_source_parses_the_served_schemas(pg: Playground) -> None:
+    tables = {t["name"]["O"]: TiDBTable.from_json(t) for t in get(pg, "/schema/shop")[2]}
+    customers = tables["customers"]
+    assert customers.pk_is_handle and customers.primary_index() is not None
+    definition = pg.catalog.find("shop", "customers")
+    assert [(c.id, c.name, c.type) for c in customers.columns] == [(c.id, c.name, c.ft) for c in definition.columns]
+    schema = customers.table_schema("shop")
+    assert schema.handle_key_columns() == ("id",)
 
 
 def test_feed_replay_equals_the_snapshot(pg: Playground) -> None:
@@ -253,3 +255,35 @@ def test_workload_runs_at_a_rate_in_the_background() -> None:
         stats = pg.stop_workload()
         assert stats.transactions >= 20 and stats.last_commit_ts > deadline
         assert not pg.workload.running
+
+
+def test_regions_split_by_size_too() -> None:
+    with Playground(stores=1, seed=2, split_keys=100_000, split_bytes=20_000, ddl_every=0) as pg:
+        before = len(pg.regions())
+        pg.run_workload(150)
+        assert len(pg.regions()) > before
+        for table in SHOP_TABLES:  # splits move no data
+            assert _normal(pg.snapshot(table)) == _normal(_expected(pg, table))
+
+
+def test_the_tikv_sources_status_client_reads_the_playground(pg: Playground) -> None:
+    import asyncio
+
+    from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient, TiDBObjectNotFoundError
+
+    async def read() -> None:
+        async with StatusAPIClient(pg.status_address) as client:
+            assert [d.name for d in await client.databases()] == ["shop"]
+            tables = {t.name: t for t in await client.tables("shop")}
+            assert set(tables) == set(SHOP_TABLES)
+            orders = await client.table("shop", "orders")
+            assert orders is not None and orders.id == pg.table_id("orders")
+            assert await client.table("shop", "missing") is None
+            assert (await client.table_by_id(orders.id)) == orders
+            with pytest.raises(TiDBObjectNotFoundError):
+                await client.tables("nope")
+            jobs = await client.ddl_jobs_since(0, page=2)
+            assert [j.id for j in jobs] == sorted(j.id for j in pg.catalog.jobs)
+            assert all(j.is_done for j in jobs)
+
+    asyncio.run(read())
