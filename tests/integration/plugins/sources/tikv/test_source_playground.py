@@ -112,9 +112,10 @@ def test_feeds_of_every_table_replay_to_the_snapshot() -> None:
     asyncio.run(asyncio.wait_for(body(), 240))
 
 
-def test_rows_across_ddl_decode_with_the_schema_at_their_commit_ts() -> None:
+@pytest.mark.parametrize("faults", [False, True], ids=["steady", "faults"])
+def test_rows_across_ddl_decode_with_the_schema_at_their_commit_ts(faults: bool) -> None:
     async def body() -> None:
-        async with Playground(stores=2, split_keys=0, resolved_ts_interval=0.05, ddl_every=15, seed=5) as pg:
+        async with Playground(stores=2, split_keys=80, resolved_ts_interval=0.05, ddl_every=15, seed=5) as pg:
             source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
             await source.open()
             tasks: list[asyncio.Task[None]] = []
@@ -128,7 +129,12 @@ def test_rows_across_ddl_decode_with_the_schema_at_their_commit_ts() -> None:
                 resolved: dict[Span, int] = {}
                 for span in spans:
                     tasks.append(asyncio.create_task(_collect(source, span, start, events, resolved, ddl_events)))
-                stats = await asyncio.to_thread(pg.run_workload, 120)
+                for _ in range(6):
+                    stats = await asyncio.to_thread(pg.run_workload, 20)
+                    if faults:  # leader moves and stream resets hit table and DDL feeds alike
+                        region = max(pg.regions(), key=lambda r: r.start)
+                        await asyncio.to_thread(pg.transfer_leader, region.id)
+                        await asyncio.to_thread(pg.reset_streams, min(pg.store_addresses))
                 last = await source.current_ts()  # above every commit, DML or DDL
                 await _wait_resolved(resolved, spans, last)
 
