@@ -38,16 +38,30 @@ _Item = RawKVEvent | ResolvedEvent | BaseException
 class DDLTracker:
     """Follows the DDL job spans from ``start_ts``; :attr:`resolved` only moves forward."""
 
-    def __init__(self, feeds: EventFeedClient, catalog: TiDBCatalog, mounter: TiDBMounter, start_ts: int) -> None:
+    def __init__(
+        self,
+        feeds: EventFeedClient,
+        catalog: TiDBCatalog,
+        mounter: TiDBMounter,
+        start_ts: int,
+        *,
+        history: list[DDLEvent] | None = None,
+    ) -> None:
         self._feeds = feeds
         self._catalog = catalog
         self._mounter = mounter
         self.start_ts = start_ts
         self.resolved = start_ts
-        self.ddl: list[DDLEvent] = []
+        #: DDL seen so far (``history``: what a failed predecessor had seen).
+        self.ddl: list[DDLEvent] = list(history or ())
         self._changed = asyncio.Condition()
         self._error: BaseException | None = None
         self._task = asyncio.create_task(self._run(), name="tikv-ddl-tracker")
+
+    @property
+    def failed(self) -> bool:
+        """Whether tracking stopped on an error (the source then starts a successor)."""
+        return self._error is not None
 
     async def close(self) -> None:
         self._task.cancel()

@@ -161,7 +161,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
                 # The DDL barrier: the table's DDL up to the resolved ts goes first, and rows
                 # at or below it are mounted with every DDL below it applied.
                 await tracker.wait_resolved(event.ts)
-                for ddl in tracker.between(max(last, tracker.start_ts), event.ts):
+                for ddl in tracker.between(last, event.ts):
                     if tracker.concerns(ddl, span):
                         yield ddl
                 last = event.ts
@@ -169,10 +169,15 @@ class TiKVSource(Source[TiKVSourceConfig]):
 
     async def _ddl_tracker(self) -> DDLTracker:
         async with self._tracker_lock:
+            catalog = self.catalog
             if self._tracker is None:
-                catalog = self.catalog
                 start = catalog.loaded_at if catalog.loaded_at is not None else await self.current_ts()
                 self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), start)
+            elif self._tracker.failed:
+                # Feeds restarted after the tracker's error: continue where it stopped.
+                failed = self._tracker
+                await failed.close()
+                self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), failed.resolved, history=failed.ddl)
             return self._tracker
 
     def mounter(self) -> Mounter | None:
