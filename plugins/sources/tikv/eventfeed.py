@@ -32,7 +32,6 @@ import itertools
 import logging
 import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -47,12 +46,19 @@ from cdcflow.plugins.sources.tikv.pd import PDClient, PDRejectedError
 from cdcflow.plugins.sources.tikv.rangets import RangeTs
 from cdcflow.plugins.sources.tikv.regions import RegionInfo, clip, region_key
 from cdcflow.plugins.sources.tikv.stream import StoreStream
+from cdcflow.plugins.sources.tikv.subscription import (
+    END,
+    FeedEvent,
+    RegionState,
+    Subscription,
+    drain,
+    error_name,
+    max_end,
+)
 
 __all__ = ["KV_APIS", "ClusterIDMismatchError", "EventFeedClient", "FeedEvent"]
 
 log = logging.getLogger(__name__)
-
-FeedEvent = RawKVEvent | ResolvedEvent
 
 KV_APIS = {
     "tidb": cdcpb_pb2.ChangeDataRequest.TiDB,
@@ -74,55 +80,8 @@ class DuplicateRequestError(CdcflowError):
     default_retryable = Retryable.RETRY
 
 
-#: Put in a feed's queue when the client closes: the feed ends.
-_END = object()
-
-
 class _Resplit(Exception):
     """PD's regions do not cover the range yet (a split in flight); ask again."""
-
-
-@dataclass(eq=False)
-class _Subscription:
-    """One feed: a span, its ranges' resolved ts, and the queue the feed reads."""
-
-    request_id: int
-    span: Span
-    start: bytes  # region-space
-    end: bytes
-    ranges: RangeTs
-    out: asyncio.Queue[FeedEvent | BaseException | object]
-    emitted_resolved: int
-    regions: dict[int, _RegionState] = field(default_factory=dict)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    closed: bool = False
-    #: Consecutive stream breaks and busy answers since the frontier last moved (drives backoff).
-    failures: int = 0
-    failing_since: float | None = None
-
-
-@dataclass(eq=False)
-class _RegionState:
-    """One region subscription: the region, the clipped range, and its matching state."""
-
-    sub: _Subscription
-    region: RegionInfo
-    start: bytes
-    end: bytes
-    checkpoint_ts: int
-    stream: StoreStream
-    matcher: Matcher
-    resolved_ts: int = 0
-    initialized: bool = False
-    retired: bool = False
-
-    @property
-    def request_id(self) -> int:
-        return self.sub.request_id
-
-    @property
-    def region_id(self) -> int:
-        return self.region.id
 
 
 class EventFeedClient:
@@ -154,14 +113,14 @@ class EventFeedClient:
         self._stream_lock = asyncio.Lock()
         #: Store addresses that answered EventFeedV2 with UNIMPLEMENTED.
         self.v1_stores: set[str] = set()
-        self._subs: set[_Subscription] = set()
+        self._subs: set[Subscription] = set()
 
     async def close(self) -> None:
         """Close every stream; open feeds end (their iterators stop)."""
         for sub in list(self._subs):
             sub.closed = True
-            _drain(sub.out)
-            sub.out.put_nowait(_END)
+            drain(sub.out)
+            sub.out.put_nowait(END)
             for task in sub.tasks:
                 task.cancel()
         for stream in list(self._streams.values()):
@@ -177,7 +136,7 @@ class EventFeedClient:
         """Committed changes of ``span`` above ``start_ts`` and the span's resolved ts, until cancelled."""
         start = region_key(span.start, encoded=self.encoded_keys)
         end = region_key(span.end, encoded=self.encoded_keys)
-        sub = _Subscription(
+        sub = Subscription(
             request_id=next(self._request_ids),
             span=span,
             start=start,
@@ -191,7 +150,7 @@ class EventFeedClient:
         try:
             while True:
                 item = await sub.out.get()
-                if item is _END:
+                if item is END:
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -201,18 +160,31 @@ class EventFeedClient:
             self._subs.discard(sub)
             await self._unsubscribe(sub)
 
-    def _spawn(self, sub: _Subscription, coro: Any) -> None:
+    def _spawn(self, sub: Subscription, coro: Any) -> None:
         if sub.closed:
             coro.close()
             return
         task: asyncio.Task[None] = asyncio.create_task(coro)
         sub.tasks.add(task)
-        task.add_done_callback(sub.tasks.discard)
+        task.add_done_callback(lambda t: self._task_done(sub, t))
 
-    async def _unsubscribe(self, sub: _Subscription) -> None:
+    def _task_done(self, sub: Subscription, task: asyncio.Task[None]) -> None:
+        """Forget a finished task; one that died of an unexpected error fails the feed instead of a silent hole."""
+        sub.tasks.discard(task)
+        if task.cancelled() or task.exception() is None or sub.closed:
+            return
+        exc = task.exception()
+        log.error("%s: subscription task failed", sub.span, exc_info=exc)
+        sub.closed = True
+        drain(sub.out)
+        sub.out.put_nowait(
+            CdcflowError(f"{sub.span}: internal error while subscribing regions: {exc!r}", retryable=Retryable.RETRY)
+        )
+
+    async def _unsubscribe(self, sub: Subscription) -> None:
         sub.closed = True
         # A stream reader blocked on this feed's full queue must not hold up the other feeds.
-        _drain(sub.out)
+        drain(sub.out)
         for task in list(sub.tasks):
             task.cancel()
         await asyncio.gather(*sub.tasks, return_exceptions=True)
@@ -231,14 +203,14 @@ class EventFeedClient:
                 del self._streams[key]
                 await stream.close()
 
-    async def _fail(self, sub: _Subscription, error: BaseException) -> None:
+    async def _fail(self, sub: Subscription, error: BaseException) -> None:
         if not sub.closed:
             sub.closed = True
             await sub.out.put(error)
 
     # -- subscribing regions ------------------------------------------------
 
-    async def _subscribe_range(self, sub: _Subscription, start: bytes, end: bytes, *, delay: float) -> None:
+    async def _subscribe_range(self, sub: Subscription, start: bytes, end: bytes, *, delay: float) -> None:
         """Split region-space ``[start, end)`` by PD's regions and subscribe each from its range's ts."""
         try:
             if delay:
@@ -265,7 +237,7 @@ class EventFeedClient:
                 ),
             )
 
-    async def _subscribe_once(self, sub: _Subscription, start: bytes, end: bytes) -> None:
+    async def _subscribe_once(self, sub: Subscription, start: bytes, end: bytes) -> None:
         key = start
         while not sub.closed:
             regions = await self.pd.regions_for(key, end)
@@ -282,19 +254,25 @@ class EventFeedClient:
                 if not key or (end and key >= end):
                     return
 
-    async def _subscribe_region(self, sub: _Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
+    async def _subscribe_region(self, sub: Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
+        # One at a time per feed: two tasks (say, resubscribing the two halves of a merged
+        # region) must not both register the same region, which a store refuses.
+        async with sub.subscribing:
+            await self._subscribe_region_locked(sub, region, start, end)
+
+    async def _subscribe_region_locked(self, sub: Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
         old = sub.regions.get(region.id)
         if old is not None:
             # The region already serves another part of this span (regions merged into it).
             # A store takes one registration per region and request id, so the new one
             # covers both parts, from the older part's ts: nothing of either is lost.
-            start, end = min(start, old.start), _max_end(end, old.end)
+            start, end = min(start, old.start), max_end(end, old.end)
             self._retire(old)
             await self._deregister(old)
         ts = sub.ranges.min_ts(start, end)
         address = await self.pd.store_address(region.leader_store_id)
         stream = await self._stream(address, sub.request_id)
-        state = _RegionState(
+        state = RegionState(
             sub=sub,
             region=region,
             start=start,
@@ -338,19 +316,19 @@ class EventFeedClient:
                 stream = self._streams[key] = StoreStream(self, address, channel, v2=v2)
             return stream
 
-    def _retire(self, state: _RegionState) -> None:
+    def _retire(self, state: RegionState) -> None:
         state.retired = True
         state.stream.remove(state)
         if state.sub.regions.get(state.region_id) is state:
             del state.sub.regions[state.region_id]
 
-    def _resubscribe(self, state: _RegionState, *, delay: float = 0.0) -> None:
+    def _resubscribe(self, state: RegionState, *, delay: float = 0.0) -> None:
         """Retire ``state`` and subscribe its range again from PD's current regions."""
         self._retire(state)
         self.pd.regions.invalidate(state.region_id)
         self._spawn(state.sub, self._subscribe_range(state.sub, state.start, state.end, delay=delay))
 
-    def _backoff(self, sub: _Subscription) -> float | None:
+    def _backoff(self, sub: Subscription) -> float | None:
         """The delay before the next retry of ``sub``, or None when it has failed for too long.
 
         Exponential with jitter in the number of failures since the span's
@@ -366,9 +344,9 @@ class EventFeedClient:
             return None
         return min(self._backoff_max, 0.02 * 2 ** min(sub.failures, 16)) * random.uniform(0.5, 1.0)
 
-    async def _retry_later(self, states: list[_RegionState], *, at_least: float = 0.0) -> None:
+    async def _retry_later(self, states: list[RegionState], *, at_least: float = 0.0) -> None:
         """Resubscribe ``states`` after a backoff (per subscription), or fail a subscription that keeps failing."""
-        by_sub: dict[int, list[_RegionState]] = {}
+        by_sub: dict[int, list[RegionState]] = {}
         for state in states:
             by_sub.setdefault(id(state.sub), []).append(state)
         for group in by_sub.values():
@@ -395,7 +373,7 @@ class EventFeedClient:
     # -- what the streams report ----------------------------------------------
 
     async def on_event(self, stream: StoreStream, handle: Any, event: cdcpb_pb2.Event) -> None:
-        state: _RegionState = handle
+        state: RegionState = handle
         if state.retired:
             return
         kind = event.WhichOneof("event")
@@ -412,7 +390,7 @@ class EventFeedClient:
             await self.on_resolved(stream, state, event.resolved_ts)
         # admin and long_txn events carry nothing a feed needs.
 
-    async def _on_entries(self, state: _RegionState, rows: Any) -> None:
+    async def _on_entries(self, state: RegionState, rows: Any) -> None:
         matcher = state.matcher
         for row in rows:
             kind = row.type
@@ -428,11 +406,11 @@ class EventFeedClient:
             elif kind == cdcpb_pb2.Event.ROLLBACK:
                 matcher.rollback(row)
 
-    async def _emit_all(self, state: _RegionState, changes: list[Committed]) -> None:
+    async def _emit_all(self, state: RegionState, changes: list[Committed]) -> None:
         for change in changes:
             await self._emit(state, change)
 
-    async def _emit(self, state: _RegionState, change: Committed | None) -> None:
+    async def _emit(self, state: RegionState, change: Committed | None) -> None:
         sub = state.sub
         if change is None or sub.closed:
             return
@@ -453,7 +431,7 @@ class EventFeedClient:
         )
 
     async def on_resolved(self, stream: StoreStream, handle: Any, ts: int) -> None:
-        state: _RegionState = handle
+        state: RegionState = handle
         # A region's resolved ts counts only once its incremental scan is complete.
         if state.retired or not state.initialized or ts <= state.resolved_ts:
             return
@@ -480,7 +458,7 @@ class EventFeedClient:
         else:
             await self._retry_later(states)
 
-    async def _deregister(self, state: _RegionState) -> None:
+    async def _deregister(self, state: RegionState) -> None:
         req = cdcpb_pb2.ChangeDataRequest(
             header=self._header(),
             region_id=state.region_id,
@@ -490,7 +468,7 @@ class EventFeedClient:
         with contextlib.suppress(ConnectionError):
             await state.stream.send(req)
 
-    async def _on_region_error(self, state: _RegionState, error: cdcpb_pb2.Error) -> None:
+    async def _on_region_error(self, state: RegionState, error: cdcpb_pb2.Error) -> None:
         sub = state.sub
         region_id = state.region_id
         if error.HasField("not_leader"):
@@ -504,11 +482,11 @@ class EventFeedClient:
             else:
                 self._resubscribe(state, delay=0.05)
         elif error.HasField("epoch_not_match") or error.HasField("region_not_found"):
-            log.info("region %d: %s; reloading from PD", region_id, _error_name(error))
+            log.info("region %d: %s; reloading from PD", region_id, error_name(error))
             self._resubscribe(state)
         elif error.HasField("server_is_busy") or error.HasField("congested"):
             backoff_ms = error.server_is_busy.backoff_ms if error.HasField("server_is_busy") else 0
-            log.info("region %d: %s; backing off", region_id, _error_name(error))
+            log.info("region %d: %s; backing off", region_id, error_name(error))
             await self._retry_later([state], at_least=backoff_ms / 1000)
         elif error.HasField("duplicate_request"):
             await self._fail(
@@ -540,7 +518,7 @@ class EventFeedClient:
             log.warning("region %d: unknown region error %s; reloading from PD", region_id, error)
             await self._retry_later([state])
 
-    async def _subscribe_at(self, sub: _Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
+    async def _subscribe_at(self, sub: Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
         try:
             await self._subscribe_region(sub, region, start, end)
         except (PDRejectedError, ConnectionError):
@@ -548,17 +526,3 @@ class EventFeedClient:
             self._spawn(sub, self._subscribe_range(sub, start, end, delay=0.05))
         except CdcflowError as exc:
             await self._fail(sub, exc)
-
-
-def _max_end(a: bytes, b: bytes) -> bytes:
-    """The larger of two range ends, where empty means +infinity."""
-    return b"" if not a or not b else max(a, b)
-
-
-def _drain(queue: asyncio.Queue[Any]) -> None:
-    while not queue.empty():
-        queue.get_nowait()
-
-
-def _error_name(error: cdcpb_pb2.Error) -> str:
-    return next((f.name for f, _ in error.ListFields()), "error")

@@ -108,6 +108,9 @@ class StoreStream:
             raise
         except (grpc.aio.AioRpcError, ConnectionError) as exc:
             await self._break(exc)
+        except Exception as exc:  # a bug must not leave the stream's regions unattended
+            log.exception("ChangeData stream to %s failed while handling an event", self.address)
+            await self._break(exc)
 
     async def _dispatch(self, resp: cdcpb_pb2.ChangeDataEvent) -> None:
         for event in resp.events:

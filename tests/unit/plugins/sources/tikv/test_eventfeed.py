@@ -504,3 +504,31 @@ def test_merge_widens_the_surviving_region_to_both_parts() -> None:
             assert await c.next() == ResolvedEvent(SPAN, 200)
 
     run(body)
+
+
+def test_stream_break_after_a_merge_registers_the_merged_region_once_per_stream() -> None:
+    async def body() -> None:
+        store = ScriptedStore()
+        regions = [(region(10, b"", MID), 1), (region(11, MID, b""), 1)]
+        async with cluster(regions, {1: store}) as c:
+            run_feed(c, SPAN, 100)
+            conn = await store.next_conn()
+            rid = (await _registered(conn)).request_id
+            await _registered(conn)
+            c.pd_state.regions = [(region(10, b"", b"", version=3), 1)]  # merged while the stream breaks
+            conn.abort(grpc.StatusCode.UNAVAILABLE)
+            conn2 = await store.next_conn()
+            live: dict[int, tuple[bytes, bytes]] = {}
+            while live.get(10) != (LO, HI):
+                req = await conn2.request()
+                if req.HasField("deregister"):
+                    assert req.region_id in live
+                    del live[req.region_id]
+                else:
+                    # Never a second registration of a region still registered on this stream.
+                    assert req.region_id not in live, (req.region_id, live)
+                    live[req.region_id] = (req.start_key, req.end_key)
+            conn2.send(entries(10, rid, entry(Event.INITIALIZED, b"")), resolved=([10], 200, rid))
+            assert await c.next() == ResolvedEvent(SPAN, 200)
+
+    run(body)
