@@ -331,8 +331,9 @@ class EventFeedClient:
     def _backoff(self, sub: Subscription) -> float | None:
         """The delay before the next retry of ``sub``, or None when it has failed for too long.
 
-        Exponential with jitter in the number of failures since the span's
-        frontier last moved; a span that keeps failing for ``retry_timeout``
+        Exponential with jitter in the number of failures since the span last
+        made progress (a region INITIALIZED, or the frontier moved); a span
+        that keeps failing for ``retry_timeout``
         seconds (and at least 10 times) gives up, so an unreachable store
         surfaces as a Warning instead of retrying silently forever.
         """
@@ -396,6 +397,9 @@ class EventFeedClient:
             kind = row.type
             if kind == cdcpb_pb2.Event.INITIALIZED:
                 state.initialized = True
+                # A region subscribed successfully: progress, even while a long transaction's
+                # lock holds the span's resolved ts (and so its frontier) still.
+                state.sub.failures, state.sub.failing_since = 0, None
                 await self._emit_all(state, matcher.initialized())
             elif kind == cdcpb_pb2.Event.COMMITTED:
                 await self._emit(state, matcher.committed(row))
