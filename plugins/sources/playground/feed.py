@@ -8,8 +8,10 @@ and turns what happens into ``cdcpb`` messages queued on the sessions:
 * register: checks (cluster id, injected busy, region exists, leader here,
   epoch, key range, duplicates on a non-multiplexed stream), then the
   incremental scan from ``checkpoint_ts`` — COMMITTED for writes above it,
-  PREWRITE for current locks — then INITIALIZED; live changes follow;
-* live: PREWRITE / COMMIT / ROLLBACK rows (old values if ``ReadOldValue``);
+  PREWRITE for current locks — then INITIALIZED; live changes follow (with
+  ``scan_delay`` > 0 the scan is delivered late, so live rows overtake it);
+* live: PREWRITE (value, and old value if ``ReadOldValue``), COMMIT (key,
+  op and timestamps only — the value is the PREWRITE's) and ROLLBACK rows;
 * split / merge / leader move: EpochNotMatch / RegionNotFound / NotLeader to
   the subscriptions of the changed regions, which are then dropped;
 * resolved ts: per region min(fresh TSO, oldest lock start ts in the region),
@@ -29,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.mvcc import Change, ChangeKind, Op
 from cdcflow.plugins.sources.playground.regions import Region, RegionEvent, RegionEventKind
@@ -97,8 +100,10 @@ class Subscription:
 class FeedHub:
     """See the module docstring. All public methods are thread-safe."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, scan_delay: float = 0.0) -> None:
         self.cluster = cluster
+        #: > 0: deliver incremental scans that many seconds late, after live rows (see _incremental_scan).
+        self.scan_delay = scan_delay
         self._subs: dict[int, list[Subscription]] = defaultdict(list)  # region id -> subscriptions
         self._sessions: set[FeedSession] = set()
         self._busy: dict[int, list[str]] = defaultdict(list)  # store id -> injected errors
@@ -205,9 +210,25 @@ class FeedHub:
     def _incremental_scan(self, sub: Subscription) -> None:
         committed, locks = self.cluster.mvcc.feed_scan(sub.start, sub.end, sub.checkpoint_ts)
         rows = [self._row(c, sub, cdcpb_pb2.Event.COMMITTED) for c in committed]
-        rows += [self._row(c, sub, cdcpb_pb2.Event.PREWRITE) for c in locks if isinstance(c, Change)]
-        for i in range(0, len(rows), SCAN_BATCH):
-            self._send_rows(sub, rows[i : i + SCAN_BATCH])
+        rows += [self._row(c, sub, cdcpb_pb2.Event.PREWRITE) for c in locks]
+        batches = [rows[i : i + SCAN_BATCH] for i in range(0, len(rows), SCAN_BATCH)]
+        if self.scan_delay <= 0:
+            self._finish_scan(sub, batches)
+            return
+        # As in TiKV, the scan (of the snapshot taken just now) and live traffic run
+        # concurrently: live rows registered from now on may overtake the scan's rows.
+        loop = sub.session.loop
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._deliver_scan_later(sub, batches)))
+
+    async def _deliver_scan_later(self, sub: Subscription, batches: list[list[cdcpb_pb2.Event.Row]]) -> None:
+        await asyncio.sleep(self.scan_delay)
+        with self.cluster.lock:
+            if sub in self._subs.get(sub.region_id, ()):
+                self._finish_scan(sub, batches)
+
+    def _finish_scan(self, sub: Subscription, batches: list[list[cdcpb_pb2.Event.Row]]) -> None:
+        for batch in batches:
+            self._send_rows(sub, batch)
         self._send_rows(sub, [cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED)])
         sub.initialized = True
         sub.resolved_ts = sub.checkpoint_ts
@@ -215,8 +236,6 @@ class FeedHub:
     # -- live changes ----------------------------------------------------------------------------
 
     def _on_changes(self, changes: Sequence[Change]) -> None:
-        from cdcflow.plugins.sources.playground._keys import encode_key
-
         batches: dict[int, tuple[Subscription, list[cdcpb_pb2.Event.Row]]] = {}
         for change in changes:
             enc = encode_key(change.key)
@@ -229,14 +248,17 @@ class FeedHub:
 
     @staticmethod
     def _row(change: Change, sub: Subscription, log_type: int) -> cdcpb_pb2.Event.Row:
+        # A live COMMIT carries no value and no old value (as TiKV's, outside 1PC):
+        # the client takes both from the matching PREWRITE.
+        bare = log_type == cdcpb_pb2.Event.COMMIT
         return cdcpb_pb2.Event.Row(
             start_ts=change.start_ts,
             commit_ts=change.commit_ts,
             type=log_type,  # type: ignore[arg-type]
             op_type=_OP[change.op],
             key=change.key,
-            value=change.value,
-            old_value=change.old_value if sub.old_value else b"",
+            value=b"" if bare else change.value,
+            old_value=change.old_value if sub.old_value and not bare else b"",
         )
 
     def _send_rows(self, sub: Subscription, rows: Iterable[cdcpb_pb2.Event.Row]) -> None:

@@ -38,7 +38,9 @@ class Playground:
     started with the playground (0: none; use :meth:`run_workload` or
     :meth:`start_workload`); ``ddl_every``: one DDL every that many workload
     transactions (0: never); ``create_tables``: create the ``shop`` tables at
-    start.
+    start; ``scan_delay``: deliver each incremental scan that many seconds
+    late, so that live PREWRITE/COMMIT rows overtake it, as they may on TiKV
+    (0: the scan comes first).
     """
 
     def __init__(
@@ -56,9 +58,10 @@ class Playground:
         rate: float = 0.0,
         ddl_every: int = 200,
         create_tables: bool = True,
+        scan_delay: float = 0.0,
     ) -> None:
         self.cluster = Cluster(stores, split_keys=split_keys, split_bytes=split_bytes, seed=seed)
-        self.hub = FeedHub(self.cluster)
+        self.hub = FeedHub(self.cluster, scan_delay=scan_delay)
         self.catalog = Catalog(self.cluster.lock)
         self.ddl = DDLExecutor(self.cluster, self.catalog)
         self.workload = Workload(self.cluster, self.catalog, self.ddl, seed=seed, ddl_every=ddl_every)
@@ -66,7 +69,8 @@ class Playground:
         self._status: Any = None
         self.seed = seed
         self._host, self._status_port = host, status_port
-        self._options = {"pd_port": pd_port, "eventfeed_v2": eventfeed_v2, "resolved_ts_interval": resolved_ts_interval}
+        self._pd_port, self._eventfeed_v2 = pd_port, eventfeed_v2
+        self._resolved_ts_interval = resolved_ts_interval
         self._loop: LoopThread | None = None
         self._servers: StoreServers | None = None
 
@@ -76,7 +80,15 @@ class Playground:
         if self._loop is not None:
             raise PlaygroundError("the playground is already started")
         self._loop = LoopThread()
-        self._servers = StoreServers(self.cluster, self.hub, self._loop, host=self._host, **self._options)  # type: ignore[arg-type]
+        self._servers = StoreServers(
+            self.cluster,
+            self.hub,
+            self._loop,
+            host=self._host,
+            pd_port=self._pd_port,
+            eventfeed_v2=self._eventfeed_v2,
+            resolved_ts_interval=self._resolved_ts_interval,
+        )
         servers = self._servers
         try:
             self._loop.call(servers.start)
@@ -256,8 +268,10 @@ class Playground:
 
     def advance_gc(self, target_ts: int) -> int:
         """Run GC up to ``target_ts`` but not past any service safepoint; return the GC safepoint."""
-        with self.cluster.lock:
-            return self._require_servers().pd.advance_gc(target_ts)  # type: ignore[union-attr]
+        pd = self._require_servers().pd
+        if pd is None:
+            raise PlaygroundError("PD is not serving yet")
+        return pd.advance_gc(target_ts)
 
     # -- internals -------------------------------------------------------------------------------
 

@@ -156,7 +156,8 @@ class WorkloadPlanner:
 @dataclass
 class WorkloadStats:
     transactions: int = 0
-    rows: int = 0
+    rows: int = 0  # row operations planned
+    keys: int = 0  # keys written (a transaction writing a key twice writes it once)
     ddls: int = 0
     retries: int = 0
     last_commit_ts: int = 0
@@ -238,6 +239,7 @@ class Workload:
                     txn.put(key, encode_row_value(table, op.values))
             try:
                 self.stats.last_commit_ts = txn.commit()
+                self.stats.keys += len(txn.keys)
                 break
             except TxnError as exc:  # a test's own transaction holds a key: retry shortly
                 txn.rollback()

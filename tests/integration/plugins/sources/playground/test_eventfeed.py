@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -79,13 +80,16 @@ def test_incremental_scan_then_live_stream(pg: Playground, pd: PD) -> None:
         update.delete(key(1))
         update.commit()
         feed.wait_for(lambda m: len(rows_of(m, Event.COMMIT)) == 3)
-        by_key = {r.key: r for r in rows_of(feed.messages, Event.COMMIT)}
-        assert (by_key[key(2)].value, by_key[key(2)].old_value) == (b"b2", b"b1")
-        assert (by_key[key(1)].op_type, by_key[key(1)].value, by_key[key(1)].old_value) == (
+        commits = rows_of(feed.messages, Event.COMMIT)
+        assert all(r.value == b"" and r.old_value == b"" for r in commits)  # values travel with PREWRITE
+        prewrites = {r.key: r for r in rows_of(feed.messages, Event.PREWRITE) if r.start_ts == update.start_ts}
+        assert (prewrites[key(2)].value, prewrites[key(2)].old_value) == (b"b2", b"b1")
+        assert (prewrites[key(1)].op_type, prewrites[key(1)].value, prewrites[key(1)].old_value) == (
             Event.Row.DELETE,
             b"",
             b"a2",
         )
+        assert {r.key: r.op_type for r in commits[1:]} == {key(2): Event.Row.PUT, key(1): Event.Row.DELETE}
     finally:
         feed.close()
 
@@ -365,3 +369,32 @@ def test_no_commit_at_or_below_a_sent_resolved_ts_under_load() -> None:
                         commits += 1
                         assert row.commit_ts > resolved.get(event.region_id, 0), (row, resolved[event.region_id])
         assert commits > 300 and len(resolved) == len(regions)
+
+
+def test_live_rows_may_overtake_a_delayed_incremental_scan() -> None:
+    with Playground(stores=1, split_keys=0, create_tables=False, scan_delay=0.5) as pg:
+        pd = PD(pg)
+        early = pg.begin()
+        early.put(key(30), b"early")
+        early.prewrite()
+        feed, region = leader_feed(pg, pd, 30)
+        try:
+            feed.register(pg, region, pg.now())
+            # Wait until the hub holds the subscription, then commit before the scan is delivered.
+            while not pg.hub.subscriptions():
+                time.sleep(0.005)
+            commit_ts = early.commit_prewritten()
+            feed.wait_for(lambda m: rows_of(m, Event.INITIALIZED))
+            order = [(r.type, r.start_ts) for r in feed.rows()]
+            assert order == [
+                (Event.COMMIT, early.start_ts),  # live, ahead of the scan
+                (Event.PREWRITE, early.start_ts),  # the lock as the scan's snapshot saw it
+                (Event.INITIALIZED, 0),
+            ]
+            assert rows_of(feed.messages, Event.COMMIT)[0].commit_ts == commit_ts
+            assert not feed.resolved() or feed.messages.index(
+                next(m for m in feed.messages if m.HasField("resolved_ts"))
+            ) > next(i for i, m in enumerate(feed.messages) if rows_of([m], Event.INITIALIZED))
+        finally:
+            feed.close()
+            pd.close()
