@@ -1,39 +1,193 @@
-"""The ``tikv`` source plugin class."""
+"""The ``tikv`` source: TiKV's EventFeed through PD.
+
+Each span (a table's record range ``[t{id}_r, t{id}_s)``, or a configured key
+span in raw mode) is split by PD's regions and subscribed region by region on
+one ChangeData stream per store (EventFeedV2 with stream multiplexing, or
+EventFeed). Feeds yield committed key-value changes and the span's resolved
+ts: every change above the start ts at least once, never a change at or below
+a resolved ts already yielded, resolved ts never backwards. A start ts below
+PD's GC safepoint fails with ErrCheckpointStale (5001); PD unreachable past
+the retry budget fails with ErrPDUnavailable (3001).
+
+``kv-api: tidb`` decodes TiDB rows with the schema valid at commit ts − 1.
+``kv-api: rawkv`` / ``txnkv`` replicate ``key-spans``: each span is a
+pseudo-table ``<kv-api>.keys_<i>`` with binary columns ``key`` and ``value``
+(PUT without old value → INSERT, with old value → UPDATE, DELETE → DELETE).
+See docs/reference/tikv-source.md and docs/explanation/eventfeed.md.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from cdcflow.core.errors import NotAvailableError
-from cdcflow.core.events import SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.errors import ConfigInvalidError
+from cdcflow.core.events import ResolvedEvent, SourceEvent, Span, TableName, TableSchema
 from cdcflow.core.plugin import Registrar, hookimpl
-from cdcflow.core.source import Source
+from cdcflow.core.source import Mounter, Source
+from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
+from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig
+from cdcflow.plugins.sources.tikv.ddl import DDLTracker
+from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
+from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
+from cdcflow.plugins.sources.tikv.pd import PDClient
+from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVMounter, parse_key_spans
 
 __all__ = ["TiKVSource", "cdcflow_register_sources"]
 
-_NOT_YET = "the TiKV EventFeed client is not available in this build of cdcflow yet"
-
 
 class TiKVSource(Source[TiKVSourceConfig]):
-    """TiKV EventFeed source (PD regions, TSO and GC safepoints; TiDB row decoding)."""
+    """TiKV EventFeed source (PD regions, TSO and GC safepoints; TiDB row decoding).
+
+    Feeds yield :class:`RawKVEvent`: in ``tidb`` mode the mounter decodes TiDB
+    rows; in ``rawkv``/``txnkv`` mode each key span is a two-column
+    pseudo-table (see :mod:`~cdcflow.plugins.sources.tikv.rawkv`).
+    """
 
     type_name = "tikv"
     Config = TiKVSourceConfig
     yields_raw_kv = True
 
+    def __init__(self, config: TiKVSourceConfig) -> None:
+        super().__init__(config)
+        self._pd: PDClient | None = None
+        self._feeds: EventFeedClient | None = None
+        self._keyspace: KeySpace | None = None
+        self._catalog: TiDBCatalog | None = None
+        self._tracker: DDLTracker | None = None
+        self._tracker_lock = asyncio.Lock()
+        if config.kv_api != "tidb":
+            self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
+        else:
+            self._catalog = TiDBCatalog(config.tidb_status)
+
+    async def open(self) -> None:
+        cfg = self.config
+        tls = self._tls()
+        self._pd = PDClient(cfg.pd, tls=tls)
+        await self._pd.connect()
+        self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
+
+    async def close(self) -> None:
+        if self._tracker is not None:
+            await self._tracker.close()
+            self._tracker = None
+        if self._catalog is not None:
+            await self._catalog.close()
+        if self._feeds is not None:
+            await self._feeds.close()
+        if self._pd is not None:
+            await self._pd.close()
+        self._feeds = self._pd = None
+
+    @property
+    def pd(self) -> PDClient:
+        if self._pd is None:
+            raise RuntimeError("the tikv source is not open")
+        return self._pd
+
+    @property
+    def feeds(self) -> EventFeedClient:
+        if self._feeds is None:
+            raise RuntimeError("the tikv source is not open")
+        return self._feeds
+
+    def gc_safepoint_keeper(self) -> GCSafepointKeeper:
+        """The service GC safepoint keeper of this upstream, for the control plane.
+
+        Shares the source's PD client when the source is open; otherwise the
+        keeper owns a client of its own, connected on first use and released
+        by ``keeper.close()``.
+        """
+        if self._pd is not None:
+            return GCSafepointKeeper(self._pd)
+        return GCSafepointKeeper(PDClient(self.config.pd, tls=self._tls()), owns_client=True)
+
+    def _tls(self) -> TLSFiles | None:
+        cfg = self.config
+        return TLSFiles(cfg.ca, cfg.cert, cfg.key) if cfg.ca else None
+
+    @property
+    def catalog(self) -> TiDBCatalog:
+        if self._catalog is None:
+            raise RuntimeError(f"the tikv source has no TiDB tables in kv-api {self.config.kv_api!r}")
+        return self._catalog
+
     async def list_tables(self) -> Sequence[TableName]:
-        raise NotAvailableError(_NOT_YET)
+        if self._keyspace is not None:
+            return list(self._keyspace.tables)
+        return await self.catalog.tables(await self.current_ts())
 
     async def spans_for(self, table: TableName) -> Sequence[Span]:
-        raise NotAvailableError(_NOT_YET)
+        if self._keyspace is not None:
+            return [self._keyspace.span(table)]
+        if table.table_id <= 0 and table.partition_id is None:
+            named = [t for t in await self.list_tables() if (t.schema, t.table) == (table.schema, table.table)]
+            if not named:
+                raise ConfigInvalidError(f"TiDB has no table {table}")
+            table = named[0]
+        return self.catalog.spans(table)
+
+    def ddl_spans(self) -> Sequence[Span]:
+        """The spans of TiDB's DDL job tables (tidb mode; none in raw modes).
+
+        The source follows them itself (:class:`DDLTracker`) and yields each
+        table's DDL in that table's feeds; callers need not feed them.
+        """
+        return TiDBCatalog.ddl_spans() if self._keyspace is None else []
 
     async def table_schema(self, table: TableName, ts: int) -> TableSchema:
-        raise NotAvailableError(_NOT_YET)
+        if self._keyspace is not None:
+            return self._keyspace.schema(table)
+        return await self.catalog.schema(table, ts)
 
-    def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
-        raise NotAvailableError(_NOT_YET)
+    async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
+        """Committed changes of ``span`` above ``start_ts`` and its resolved ts (see :mod:`.eventfeed`).
+
+        Raises CheckpointStaleError (5001) first if ``start_ts`` is below PD's GC safepoint.
+        """
+        await self.gc_safepoint_keeper().check_start_ts(start_ts)
+        if self._catalog is None:
+            async for event in self.feeds.feed(span, start_ts):
+                yield event
+            return
+        await self._catalog.ensure_loaded(start_ts)
+        tracker = await self._ddl_tracker()
+        last = start_ts
+        async for event in self.feeds.feed(span, start_ts):
+            if isinstance(event, ResolvedEvent):
+                # The DDL barrier: the table's DDL up to the resolved ts goes first, and rows
+                # at or below it are mounted with every DDL below it applied.
+                await tracker.wait_resolved(event.ts)
+                for ddl in tracker.between(last, event.ts):
+                    if tracker.concerns(ddl, span):
+                        yield ddl
+                last = event.ts
+            yield event
+
+    async def _ddl_tracker(self) -> DDLTracker:
+        async with self._tracker_lock:
+            catalog = self.catalog
+            if self._tracker is None:
+                start = catalog.loaded_at if catalog.loaded_at is not None else await self.current_ts()
+                self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), start)
+            elif self._tracker.failed:
+                # Feeds restarted after the tracker's error: continue where it stopped.
+                failed = self._tracker
+                await failed.close()
+                self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), failed.resolved, history=failed.ddl)
+            return self._tracker
+
+    def mounter(self) -> Mounter | None:
+        """TiDBMounter (rows and DDL job writes) in tidb mode, RawKVMounter in raw modes."""
+        if self._keyspace is not None:
+            return RawKVMounter(self._keyspace)
+        return self.catalog.mounter()
+
+    async def current_ts(self) -> int:
+        return await self.pd.tso()
 
 
 @hookimpl

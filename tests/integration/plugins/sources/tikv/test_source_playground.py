@@ -1,0 +1,229 @@
+"""The ``tikv`` source in TiDB mode against the playground: tables, feeds, mounting, GC.
+
+Rows replayed from the feeds (mounted, deduplicated by key and commit ts,
+applied in commit-ts order) must equal the playground's consistent snapshot
+of every table at the last commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from cdcflow.core.errors import CheckpointStaleError
+from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, Span
+from cdcflow.plugins.sources.playground import Playground
+from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
+
+pytestmark = pytest.mark.integration
+
+
+async def _collect(
+    source: TiKVSource,
+    span: Span,
+    start: int,
+    out: list[RawKVEvent],
+    resolved: dict[Span, int],
+    ddl: list[DDLEvent] | None = None,
+) -> None:
+    async for ev in source.feed(span, start):
+        if isinstance(ev, ResolvedEvent):
+            resolved[span] = ev.ts
+        elif isinstance(ev, DDLEvent):
+            # The barrier: a table's DDL comes before its feed resolves past the DDL.
+            assert ev.commit_ts > resolved.get(span, start), (ev, resolved.get(span))
+            assert ddl is not None
+            ddl.append(ev)
+        else:
+            assert isinstance(ev, RawKVEvent)
+            out.append(ev)
+
+
+async def _wait_resolved(resolved: dict[Span, int], spans: list[Span], ts: int, timeout: float = 60.0) -> None:
+    async def loop() -> None:
+        while any(resolved.get(s, 0) < ts for s in spans):
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(loop(), timeout)
+
+
+def test_feeds_of_every_table_replay_to_the_snapshot() -> None:
+    async def body() -> None:
+        async with Playground(stores=3, split_keys=150, resolved_ts_interval=0.05, ddl_every=0, seed=3) as pg:
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            tasks: list[asyncio.Task[None]] = []
+            try:
+                await asyncio.to_thread(pg.run_workload, 60)
+                start = await source.current_ts()
+                tables = [t for t in await source.list_tables() if t.schema == "shop"]
+                assert tables, "the playground's shop tables are listed"
+                await asyncio.to_thread(pg.run_workload, 80)  # reaches the feeds through the incremental scan
+                events: list[RawKVEvent] = []
+                resolved: dict[Span, int] = {}
+                spans = [span for t in tables for span in await source.spans_for(t)]
+                for span in spans:
+                    tasks.append(asyncio.create_task(_collect(source, span, start, events, resolved)))
+                stats = await asyncio.to_thread(pg.run_workload, 150)  # live
+                last = stats.last_commit_ts
+                await _wait_resolved(resolved, spans, last)
+
+                mounter = source.mounter()
+                assert mounter is not None
+                state: dict[str, dict[bytes, dict[str, Any]]] = defaultdict(dict)
+                for t in tables:
+                    for row in await asyncio.to_thread(pg.snapshot, t.table, start):
+                        schema = await source.table_schema(t, start)
+                        pk = schema.handle_key_columns()
+                        state[t.table][tuple(row[c] for c in pk)] = row  # type: ignore[index]
+                unique = {(ev.key, ev.commit_ts): ev for ev in events if ev.commit_ts <= last}
+                for ev in sorted(unique.values(), key=lambda e: e.sort_key()):
+                    change = await mounter.mount(ev)
+                    assert change is not None and change.schema is not None
+                    pk = change.schema.handle_key_columns()
+                    image = change.image()
+                    k = tuple(image[c] for c in pk)
+                    if change.after is None:
+                        state[change.table.table].pop(k, None)  # type: ignore[arg-type]
+                    else:
+                        state[change.table.table][k] = dict(change.after)  # type: ignore[index]
+                for t in tables:
+                    expected = await asyncio.to_thread(pg.snapshot, t.table, last)
+                    got = [state[t.table][k] for k in sorted(state[t.table])]
+                    assert got == expected, t
+
+                keeper = source.gc_safepoint_keeper()
+                assert await keeper.update("cdcflow-test", last, ttl=60) == last
+                assert await asyncio.to_thread(pg.advance_gc, last + 1000) == last  # held by the service safepoint
+                assert await keeper.current() == last
+                with pytest.raises(CheckpointStaleError):
+                    await anext(aiter(source.feed(spans[0], start)))
+                with pytest.raises(CheckpointStaleError):
+                    await keeper.update("cdcflow-test", start, ttl=60)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 240))
+
+
+@pytest.mark.parametrize("faults", [False, True], ids=["steady", "faults"])
+def test_rows_across_ddl_decode_with_the_schema_at_their_commit_ts(faults: bool) -> None:
+    async def body() -> None:
+        async with Playground(stores=2, split_keys=80, resolved_ts_interval=0.05, ddl_every=15, seed=5) as pg:
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            tasks: list[asyncio.Task[None]] = []
+            try:
+                start = await source.current_ts()
+                ddls_before = pg.workload.stats.ddls
+                tables = [t for t in await source.list_tables() if t.schema == "shop"]
+                spans = [span for t in tables for span in await source.spans_for(t)]
+                events: list[RawKVEvent] = []
+                ddl_events: list[DDLEvent] = []
+                resolved: dict[Span, int] = {}
+                for span in spans:
+                    tasks.append(asyncio.create_task(_collect(source, span, start, events, resolved, ddl_events)))
+                for _ in range(6):
+                    stats = await asyncio.to_thread(pg.run_workload, 20)
+                    if faults:  # leader moves and stream resets hit table and DDL feeds alike
+                        region = max(pg.regions(), key=lambda r: r.start)
+                        await asyncio.to_thread(pg.transfer_leader, region.id)
+                        await asyncio.to_thread(pg.reset_streams, min(pg.store_addresses))
+                last = await source.current_ts()  # above every commit, DML or DDL
+                await _wait_resolved(resolved, spans, last)
+
+                mounter = source.mounter()
+                assert mounter is not None
+                base = {t.table: await source.table_schema(t, start) for t in tables}
+                state: dict[str, dict[tuple[Any, ...], tuple[int, dict[str, Any]]]] = defaultdict(dict)
+                for t in tables:
+                    pk = base[t.table].handle_key_columns()
+                    for row in await asyncio.to_thread(pg.snapshot, t.table, start):
+                        state[t.table][tuple(row[c] for c in pk)] = (start, row)
+                last_ddl: dict[str, int] = defaultdict(int)
+                for d in ddl_events:
+                    assert d.table is not None
+                    last_ddl[d.table.table] = max(last_ddl[d.table.table], d.commit_ts)
+                unique = {(ev.key, ev.commit_ts): ev for ev in events if ev.commit_ts <= last}
+                for ev in sorted(unique.values(), key=lambda e: e.sort_key()):
+                    change = await mounter.mount(ev)
+                    assert change is not None and change.schema is not None
+                    # Decoded with the schema valid just below its commit ts: exactly its columns.
+                    image = change.image()
+                    assert set(image) == {c.name for c in change.schema.columns}
+                    k = tuple(image[c] for c in change.schema.handle_key_columns())
+                    if change.after is None:
+                        state[change.table.table].pop(k, None)
+                    else:
+                        state[change.table.table][k] = (change.commit_ts, dict(change.after))
+                assert len({d.commit_ts for d in ddl_events}) == stats.ddls - ddls_before > 0
+                for t in tables:
+                    expected = await asyncio.to_thread(pg.snapshot, t.table, last)
+                    pk = base[t.table].handle_key_columns()
+                    got = state[t.table]
+                    assert len(got) == len(expected), t
+                    original = [c.name for c in base[t.table].columns]
+                    for row in expected:
+                        ts, image = got[tuple(row[c] for c in pk)]
+                        if ts > last_ddl[t.table]:
+                            assert image == row  # written after the table's last DDL: the final schema
+                        else:
+                            assert {c: image[c] for c in original} == {c: row[c] for c in original}
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 240))
+
+
+def test_txnkv_mode_key_span_as_key_value_rows() -> None:
+    async def body() -> None:
+        async with Playground(stores=2, split_keys=0, resolved_ts_interval=0.05, create_tables=False) as pg:
+            cfg = TiKVSourceConfig(pd=[pg.pd_address], kv_api="txnkv", key_spans=[[b"app/".hex(), b"app0".hex()]])
+            source = TiKVSource(cfg)
+            await source.open()
+            try:
+                (table,) = await source.list_tables()
+                (span,) = await source.spans_for(table)
+                start = await source.current_ts()
+
+                def write() -> int:
+                    txn = pg.begin()
+                    txn.put(b"app/a", b"1")
+                    txn.put(b"app/b", b"2")
+                    txn.put(b"other", b"x")  # outside the span
+                    txn.commit()
+                    txn = pg.begin()
+                    txn.put(b"app/a", b"3")
+                    txn.delete(b"app/b")
+                    return txn.commit()
+
+                last = await asyncio.to_thread(write)
+                events: list[RawKVEvent] = []
+                resolved: dict[Span, int] = {}
+                task = asyncio.create_task(_collect(source, span, start, events, resolved))
+                await _wait_resolved(resolved, [span], last)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                mounter = source.mounter()
+                assert mounter is not None
+                rows = [await mounter.mount(ev) for ev in sorted(events, key=lambda e: e.sort_key())]
+                got = [(r.op.value, r.before, r.after) for r in rows if r is not None]
+                assert got == [
+                    ("insert", None, {"key": b"app/a", "value": b"1"}),
+                    ("insert", None, {"key": b"app/b", "value": b"2"}),
+                    ("update", {"key": b"app/a", "value": b"1"}, {"key": b"app/a", "value": b"3"}),
+                    ("delete", {"key": b"app/b", "value": b"2"}, None),
+                ]
+            finally:
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
