@@ -3,17 +3,23 @@
 Public API::
 
     from cdcflow.core.plugin import hookimpl, PluginConfig, PluginManager
+
+The manager is imported lazily: it imports the plugin base classes
+(``cdcflow.core.source`` and friends), which themselves import
+``cdcflow.core.plugin.base``; loading it eagerly here would make importing
+``cdcflow.core.source`` first a circular import.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.plugin.base import Plugin, PluginConfig
 from cdcflow.core.plugin.hookspec import hookimpl
-from cdcflow.core.plugin.manager import (
-    AUTOLOAD_ENV,
-    ENTRY_POINT_GROUP,
-    PluginManager,
-    get_plugin_manager,
-)
 from cdcflow.core.plugin.registry import PluginEntry, PluginOrigin, PluginRegistry, Registrar
+
+if TYPE_CHECKING:
+    from cdcflow.core.plugin.manager import AUTOLOAD_ENV, ENTRY_POINT_GROUP, PluginManager, get_plugin_manager
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -28,3 +34,13 @@ __all__ = [
     "get_plugin_manager",
     "hookimpl",
 ]
+
+_LAZY = {"AUTOLOAD_ENV", "ENTRY_POINT_GROUP", "PluginManager", "get_plugin_manager"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from cdcflow.core.plugin import manager
+
+        return getattr(manager, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -91,3 +91,13 @@ def test_trace_env_writes_hook_calls(monkeypatch, capsys):
 
 def test_project_name():
     assert PROJECT_NAME == "cdcflow"
+
+
+def test_every_core_module_imports_first_in_a_fresh_interpreter():
+    """Importing a plugin base module before anything else must not be circular."""
+    import subprocess
+    import sys
+
+    for module in ("cdcflow.core.source", "cdcflow.core.sink", "cdcflow.core.codec", "cdcflow.core.scheduling"):
+        result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, (module, result.stderr)
