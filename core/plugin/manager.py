@@ -48,7 +48,9 @@ TRACE_ENV = "CDCFLOW_TRACE_PLUGINS"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.sources.tikv",
     "cdcflow.plugins.codecs.json",
+    "cdcflow.plugins.codecs.open_protocol",
     "cdcflow.plugins.sinks.file",
+    "cdcflow.plugins.sinks.kafka",
     "cdcflow.plugins.schedulers.round_robin",
 )
 
