@@ -48,3 +48,12 @@ class Codec(Plugin[ConfigT], abc.ABC):
     @abc.abstractmethod
     def encode_resolved(self, ts: int) -> EncodedMessage | None:
         """A resolved-ts message, or None when the protocol has none."""
+
+    def file_bytes(self, messages: Sequence[EncodedMessage]) -> bytes:
+        """How file sinks lay ``messages`` out in one file.
+
+        The default suits text protocols: each value followed by a newline
+        (keys dropped). Binary protocols override it with a framing that keeps
+        keys and cannot be confused by newline bytes.
+        """
+        return b"".join(m.value + b"\n" for m in messages)

@@ -51,6 +51,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.sources.tikv",
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.codecs.open_protocol",
+    "cdcflow.plugins.codecs.canal_json",
     "cdcflow.plugins.sinks.file",
     "cdcflow.plugins.sinks.kafka",
     "cdcflow.plugins.schedulers.round_robin",

@@ -1,6 +1,7 @@
 """The ``open-protocol`` codec: TiCDC Open Protocol, byte for byte.
 
-Framing (docs/reference/open-protocol.md has the full description)::
+Framing (docs/reference/open-protocol.md has the full description, and the
+layout of open-protocol files written by the file sink)::
 
     key   = VERSION (8 bytes BE, = 1) + N × (LEN 8 bytes BE + key JSON)
     value =                             N × (LEN 8 bytes BE + value JSON)
@@ -269,6 +270,14 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
     def encode_resolved(self, ts: int) -> EncodedMessage:
         key_json = go_json({"ts": ts, "t": MessageType.RESOLVED})
         return EncodedMessage(_u64(BATCH_VERSION) + _u64(len(key_json)) + key_json, _u64(0), None, 0, ts)
+
+    def file_bytes(self, messages: Sequence[EncodedMessage]) -> bytes:
+        """Files hold records of ``LEN + key`` then ``LEN + value`` (8-byte big-endian lengths)."""
+        out = bytearray()
+        for message in messages:
+            key = message.key or b""
+            out += _u64(len(key)) + key + _u64(len(message.value)) + message.value
+        return bytes(out)
 
 
 @hookimpl

@@ -24,7 +24,7 @@ from cdcflow.plugins.codecs.columns import TypeCode
 from cdcflow.plugins.codecs.gojson import go_unquote
 from cdcflow.plugins.codecs.open_protocol import BATCH_VERSION, MessageType
 
-__all__ = ["DecodedResolved", "decode_column_value", "decode_message", "split_frames"]
+__all__ = ["DecodedResolved", "decode_column_value", "decode_file", "decode_message", "split_frames"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,15 @@ def decode_message(key: bytes, value: bytes | None) -> Iterator[DecodedEvent]:
             yield _row(table, int(head["ts"]), body)
         else:
             raise UnsupportedProtocolError(f"open-protocol key of unknown type {kind!r}")
+
+
+def decode_file(data: bytes) -> Iterator[DecodedEvent]:
+    """Events of an open-protocol file written by the file sink (records of key then value)."""
+    items = split_frames(data, where="open-protocol file")
+    if len(items) % 2:
+        raise UnsupportedProtocolError("open-protocol file ends with a key and no value")
+    for i in range(0, len(items), 2):
+        yield from decode_message(items[i], items[i + 1])
 
 
 def _row(table: TableName, ts: int, body: Mapping[str, Any]) -> RowChange:
