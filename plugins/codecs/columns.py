@@ -17,7 +17,15 @@ from typing import Any
 
 from cdcflow.core.events import ColumnInfo, RowChange
 
-__all__ = ["TypeCode", "column_for", "column_of", "columns_of", "format_date_value", "is_binary_string"]
+__all__ = [
+    "TypeCode",
+    "column_for",
+    "column_of",
+    "columns_of",
+    "format_date_value",
+    "handle_key_names",
+    "is_binary_string",
+]
 
 
 class TypeCode:
@@ -112,6 +120,22 @@ def columns_of(row: RowChange) -> Mapping[str, ColumnInfo]:
             if name not in out or (out[name].type_code == TypeCode.NULL and value is not None):
                 out[name] = known.get(name) or column_for(name, value)
     return out
+
+
+_HANDLE_KEYS: dict[int, tuple[object, tuple[str, ...]]] = {}
+
+
+def handle_key_names(row: RowChange) -> tuple[str, ...]:
+    """Sorted handle-key column names of ``row`` (cached per schema object: a per-row hot path)."""
+    schema = row.schema
+    if schema is None:
+        return tuple(sorted(n for n, c in columns_of(row).items() if c.is_handle_key))
+    hit = _HANDLE_KEYS.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        if len(_HANDLE_KEYS) > 4096:
+            _HANDLE_KEYS.clear()
+        hit = _HANDLE_KEYS[id(schema)] = (schema, tuple(sorted(schema.handle_key_columns())))
+    return hit[1]
 
 
 def is_binary_string(column: ColumnInfo) -> bool:

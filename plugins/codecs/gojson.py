@@ -15,9 +15,10 @@ import json
 import math
 import struct
 from decimal import Decimal
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
-__all__ = ["go_float", "go_float_plain", "go_json", "go_quote", "go_unquote"]
+__all__ = ["escape_html", "go_float", "go_float_plain", "go_float_value", "go_json", "go_quote", "go_unquote"]
 
 _HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
@@ -77,27 +78,39 @@ def _plain(text: str) -> str:
 
 
 def _encode(value: Any) -> str:
-    if isinstance(value, GoFloat):
-        if math.isnan(value) or math.isinf(value):
-            return "0"
-        return go_float(float(value), value.bits)
+    """JSON text of ``value`` before HTML escaping (see :func:`go_json`)."""
+    if isinstance(value, str):
+        return encode_basestring(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
     if isinstance(value, float):
-        return go_float(0.0 if math.isnan(value) or math.isinf(value) else value)
+        return go_float_value(value)
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_string(str(k))}:{_encode(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(encode_basestring(str(k)) + ":" + _encode(v) for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_encode(v) for v in value) + "]"
-    if isinstance(value, str):
-        return _string(value)
     return json.dumps(value)
 
 
-def _string(text: str) -> str:
-    out = json.dumps(text, ensure_ascii=False)
+def go_float_value(value: float) -> str:
+    """A float value as Go writes it; NaN and ±Inf (which Go refuses) as 0."""
+    if math.isnan(value) or math.isinf(value):
+        return "0"
+    return go_float(float(value), value.bits if isinstance(value, GoFloat) else 64)
+
+
+def escape_html(text: str) -> str:
+    """Go's HTML-safe escaping of ``<``, ``>``, ``&``, U+2028 and U+2029 (only found inside strings)."""
     for char, escaped in _HTML_ESCAPES.items():
-        if char in out:
-            out = out.replace(char, escaped)
-    return out
+        if char in text:
+            text = text.replace(char, escaped)
+    return text
 
 
 def go_json(value: Any) -> bytes:
@@ -106,7 +119,7 @@ def go_json(value: Any) -> bytes:
     Dict keys are written in the dict's order: callers pass struct-like dicts
     in Go's field order and map-like dicts already sorted.
     """
-    return _encode(value).encode("utf-8")
+    return escape_html(_encode(value)).encode("utf-8")
 
 
 # -- strconv.Quote ---------------------------------------------------------------

@@ -36,7 +36,7 @@ from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.events import RowChange, TableName
 from cdcflow.core.filter import FilterRuleError, TableFilter
 from cdcflow.core.plugin.base import kebab
-from cdcflow.plugins.codecs.columns import columns_of, format_date_value
+from cdcflow.plugins.codecs.columns import format_date_value, handle_key_names
 from cdcflow.plugins.codecs.gojson import go_float_plain
 
 __all__ = [
@@ -117,7 +117,7 @@ class IndexValueDispatcher(Dispatcher):
     """Hash of the handle-key columns; a row without known handle key falls back to its table."""
 
     def key_columns(self, row: RowChange) -> tuple[str, ...]:
-        return tuple(sorted(n for n, c in columns_of(row).items() if c.is_handle_key))
+        return handle_key_names(row)
 
     def partition(self, row: RowChange, partitions: int) -> int:
         hasher = _table_hash(row.table)
