@@ -228,3 +228,21 @@ def test_updates_that_move_the_key_are_split(tmp_path):
     assert sorted(v[10:13] for v in values) == [b'd":', b'u":']
     sink.close()
     assert moved.op is OpType.UPDATE
+
+
+def test_canal_json_over_kafka_with_watermarks():
+    import json
+
+    topic = f"cdc-{uuid.uuid4().hex[:8]}"
+    sink = sink_for(topic, **{"protocol": "canal-json", "enable-tidb-extension": True, "dispatchers": []})
+    sink.open(SinkContext("cf"))
+    rows = tuple(with_schema(insert("shop", "users", {"id": i, "name": f"n{i}"}, commit_ts=10 + i)) for i in range(10))
+    sink.write_batch(MicroBatch("cf", 0, 0, 30, rows))
+    partitions = read_topic(sink.bootstrap_servers, topic)
+    assert len(partitions) == 4
+    docs = [json.loads(value) for messages in partitions.values() for _, value in messages]
+    assert sorted(int(d["data"][0]["id"]) for d in docs if d["type"] == "INSERT") == list(range(10))
+    for messages in partitions.values():
+        last = json.loads(messages[-1][1])
+        assert (last["type"], last["_tidb"]) == ("TIDB_WATERMARK", {"watermarkTs": 30})
+    sink.close()
