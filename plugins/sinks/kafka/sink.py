@@ -94,6 +94,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._router = EventRouter(self.default_topic, config.dispatchers)
         self._partitions: dict[str, int] = {}
         self._errors: list[str] = []
+        self._fatal = False
         self._changefeed_id = ""
 
     # -- configuration ----------------------------------------------------------------
@@ -161,8 +162,17 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             log.info("kafka sink: mock cluster at %s", self._cluster.bootstrap_servers)
         from confluent_kafka import Producer
 
-        self._producer = Producer(self._producer_config())
+        self._producer = Producer({**self._producer_config(), "error_cb": self._on_error})
         self._partition_count(self.default_topic)
+
+    def _restart_producer(self) -> None:
+        """A new producer (new idempotence epoch) after a fatal error; the batch is then replayed whole."""
+        from confluent_kafka import Producer
+
+        log.warning("kafka sink %s: restarting the producer after a fatal error", self.bootstrap_servers)
+        self._producer.flush(0)
+        self._producer = Producer({**self._producer_config(), "error_cb": self._on_error})
+        self._fatal = False
 
     def close(self) -> None:
         if self._producer is not None:
@@ -261,6 +271,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def write_batch(self, batch: MicroBatch) -> None:
         codec = self._require_codec()
+        if self._fatal:
+            self._restart_producer()
         self._errors = []
         routed: dict[tuple[str, int], list[RowChange]] = defaultdict(list)
         for row in batch.rows:
@@ -284,16 +296,29 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._flush(batch)
 
     def _produce(self, topic: str, partition: int, message: EncodedMessage) -> None:
+        from confluent_kafka import KafkaException
+
         while True:
             try:
                 self._producer.produce(topic, message.value, message.key, partition, on_delivery=self._on_delivery)
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
+            except KafkaException as exc:
+                raise self._unavailable(f"cannot produce to {topic}[{partition}]: {exc}", topic=topic) from exc
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
             self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+            if err.fatal():
+                self._fatal = True
+
+    def _on_error(self, err: Any) -> None:
+        # Broker connection errors are retried by librdkafka; a fatal one (the
+        # idempotent producer lost its guarantees) needs a new producer.
+        log.warning("kafka sink %s: %s", self.bootstrap_servers, err.str())
+        if err.fatal():
+            self._fatal = True
 
     def _flush(self, batch: MicroBatch) -> None:
         left = self._producer.flush(self.config.write_timeout + 5)
