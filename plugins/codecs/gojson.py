@@ -15,7 +15,7 @@ import json
 import math
 import struct
 from decimal import Decimal
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any
 
 __all__ = ["escape_html", "go_float", "go_float_plain", "go_float_value", "go_json", "go_quote", "go_unquote"]

@@ -27,7 +27,7 @@ import json
 import math
 import struct
 from collections.abc import Mapping, Sequence
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from pydantic import Field

@@ -253,7 +253,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             self._cluster.create_topic(topic, partitions, self.config.replication_factor)
             return
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         admin_conf = {k: v for k, v in self._producer_config().items() if not _producer_only(k)}
         future = AdminClient(admin_conf).create_topics(
