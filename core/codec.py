@@ -42,8 +42,9 @@ class Codec(Plugin[ConfigT], abc.ABC):
         """Messages for ``rows`` (in order). Batching protocols may pack several rows."""
 
     @abc.abstractmethod
-    def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage:
-        """One message for a schema change (never batched with rows)."""
+    def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage | None:
+        """One message for a schema change (never batched with rows), or None
+        when the protocol carries no DDL (Avro: schemas live in a registry)."""
 
     @abc.abstractmethod
     def encode_resolved(self, ts: int) -> EncodedMessage | None:

@@ -52,6 +52,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.codecs.open_protocol",
     "cdcflow.plugins.codecs.canal_json",
+    "cdcflow.plugins.codecs.avro",
     "cdcflow.plugins.sinks.file",
     "cdcflow.plugins.sinks.kafka",
     "cdcflow.plugins.schedulers.round_robin",

@@ -116,7 +116,9 @@ class FileSink(Sink[FileSinkConfig]):
                     if ddl.table and ddl.table.table
                     else self._dir / (ddl.table.schema if ddl.table else "_")
                 )
-                self._write_file(folder / f"ddl-{ddl.commit_ts}.{ext}", [codec.encode_ddl(ddl)])
+                message = codec.encode_ddl(ddl)
+                if message is not None:
+                    self._write_file(folder / f"ddl-{ddl.commit_ts}.{ext}", [message])
             meta = {"changefeed-id": batch.changefeed_id, "batch-id": batch.batch_id, "checkpoint-ts": batch.end_ts}
             self._write_bytes(self._dir / "metadata", json.dumps(meta, sort_keys=True).encode() + b"\n")
         except OSError as exc:

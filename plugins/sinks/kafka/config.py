@@ -39,7 +39,9 @@ class KafkaSinkConfig(PluginConfig):
         DEFAULT_MAX_MESSAGE_BYTES, ge=1024, description="Largest message, key + value + record overhead, in bytes."
     )
     max_batch_size: int = Field(16, ge=1, description="Most row changes in one Open Protocol message.")
-    protocol: str = Field("open-protocol", description="Codec of the messages: open-protocol, canal-json or json.")
+    protocol: str = Field(
+        "open-protocol", description="Codec of the messages: open-protocol, canal-json, avro or json."
+    )
     kafka_client_id: str = Field("", description="Kafka client.id; empty: cdcflow_producer_<changefeed>.")
     compression: Literal["none", "lz4", "gzip", "snappy", "zstd"] = Field(
         "none", description="Producer compression (transparent to consumers)."
@@ -53,6 +55,13 @@ class KafkaSinkConfig(PluginConfig):
     )
     enable_tidb_extension: bool = Field(False, description="canal-json: add the _tidb field and WATERMARK events.")
     output_old_value: bool = Field(True, description="open-protocol: write the old image of updates ('p').")
+    schema_registry: str = Field("", description="avro: Confluent Schema Registry URL (http://host:port).")
+    avro_decimal_handling_mode: Literal["precise", "string"] = Field(
+        "precise", description="avro: DECIMAL as Avro decimal bytes (precise) or as string."
+    )
+    avro_bigint_unsigned_handling_mode: Literal["long", "string"] = Field(
+        "long", description="avro: BIGINT UNSIGNED as long or as string."
+    )
     enable_tls: bool = Field(False, description="Connect with TLS (implied by kafka+ssl://).")
     ca: str = Field("", description="CA certificate file for TLS.")
     cert: str = Field("", description="Client certificate file for TLS.")

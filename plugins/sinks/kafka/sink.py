@@ -66,6 +66,9 @@ CODEC_OPTIONS = (
     "output_old_value",
     "large_message_handle_option",
     "enable_tidb_extension",
+    "schema_registry",
+    "avro_decimal_handling_mode",
+    "avro_bigint_unsigned_handling_mode",
 )
 #: Slack librdkafka gets over max-message-bytes for its own framing.
 _REQUEST_SLACK = 4096
@@ -125,6 +128,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             EventRouter(cls._default_topic_of(config), config.dispatchers)
         except ConfigInvalidError as exc:
             issues.append(("uri", exc.message))
+        if config.protocol == "avro":
+            issues += _avro_issues(config)
         return issues
 
     @staticmethod
@@ -286,6 +291,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         for ddl in batch.ddl:
             topic = self._router.topic_of(ddl.table)
             message = codec.encode_ddl(ddl)
+            if message is None:
+                continue
             for partition in range(self._partition_count(topic)):
                 self._produce(topic, partition, message)
         resolved = codec.encode_resolved(batch.end_ts)
@@ -339,6 +346,17 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if self._codec is None or self._producer is None:
             raise RuntimeError("KafkaSink.write_batch called before open()")
         return self._codec
+
+
+def _avro_issues(config: KafkaSinkConfig) -> list[tuple[str, str]]:
+    """Avro needs a registry, and one table per topic (TiCDC's rule): topics with {schema} and {table}."""
+    issues = []
+    if not config.schema_registry:
+        issues.append(("schema-registry", "protocol=avro needs schema-registry=http://host:port"))
+    for n, rule in enumerate(config.dispatchers):
+        if rule.topic and not ("{schema}" in rule.topic and "{table}" in rule.topic):
+            issues.append((f"dispatchers.{n}.topic", "protocol=avro needs topic expressions with {schema} and {table}"))
+    return issues
 
 
 def _is_mock(config: KafkaSinkConfig) -> bool:

@@ -54,6 +54,11 @@ def test_uri_options_and_dispatchers_from_yaml(pm):
         ("{uri: 'kafka://h:9092/t', dispatchers: [{topic: '{table}'}]}", "topic expression '{table}' is invalid"),
         ("{uri: 'kafka://h:9092/t', dispatchers: [{partition: hash}]}", "unknown partition rule 'hash'"),
         ("{uri: 'kafka://h:9092/t?compression=brotli'}", "compression"),
+        ("{uri: 'kafka://h:9092/t?protocol=avro'}", "needs schema-registry"),
+        (
+            "{uri: 'kafka://h:9092/t?protocol=avro&schema-registry=http://r', dispatchers: [{topic: 'x_{schema}'}]}",
+            "with {schema} and {table}",
+        ),
     ],
 )
 def test_bad_kafka_sinks_are_reported(pm, sink, message):
