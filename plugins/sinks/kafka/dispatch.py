@@ -135,7 +135,9 @@ class ColumnsDispatcher(Dispatcher):
         self.columns = tuple(columns)
 
     def key_columns(self, row: RowChange) -> tuple[str, ...]:
-        return self.columns
+        image = row.after if row.after is not None else row.before or {}
+        by_lower = {name.lower(): name for name in image}
+        return tuple(by_lower.get(c.lower(), c) for c in self.columns)
 
     def partition(self, row: RowChange, partitions: int) -> int:
         image = row.after if row.after is not None else row.before or {}

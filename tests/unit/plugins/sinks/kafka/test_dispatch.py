@@ -109,3 +109,9 @@ def test_key_change_detected_for_key_based_rules_only():
     assert not key_changed(make_dispatcher("table"), moved)
     same = row("s", "t", {"id": 1, "v": 2}, handle={"id"}, before={"id": 1, "v": 1}, op=OpType.UPDATE)
     assert not key_changed(make_dispatcher("index-value"), same)
+
+
+def test_columns_rule_detects_moves_whatever_the_case_of_its_names():
+    moved = row("s", "t", {"Region": "eu", "v": 1}, before={"Region": "us", "v": 1}, op=OpType.UPDATE)
+    assert key_changed(make_dispatcher("columns", ["region"]), moved)
+    assert not key_changed(make_dispatcher("columns", ["v"]), moved)
