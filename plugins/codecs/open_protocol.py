@@ -89,6 +89,12 @@ class OpenProtocolConfig(PluginConfig):
     large_message_handle_option: Literal["none", "handle-key-only"] = Field(
         "none", description="What to do with a row too large for one message: fail (none) or send its handle key only."
     )
+    only_output_updated_columns: bool = Field(
+        False, description="Leave columns an update did not change out of 'p' (handle-key columns stay)."
+    )
+    delete_only_output_handle_key_columns: bool = Field(
+        False, description="Write only the handle-key columns of deleted rows in 'd'."
+    )
 
 
 def _u64(n: int) -> bytes:
@@ -153,13 +159,25 @@ def _value_json(value: Any) -> str:
     return str(int(value)) if isinstance(value, int) else encode_basestring(str(value))
 
 
-def _image_json(image: Mapping[str, Any] | None, known: Mapping[str, ColumnInfo], handle_key_only: bool) -> str:
-    """A row image as a Go map of columns: sorted by name."""
+def _image_json(
+    image: Mapping[str, Any] | None,
+    known: Mapping[str, ColumnInfo],
+    handle_key_only: bool,
+    unchanged_from: Mapping[str, Any] | None = None,
+) -> str:
+    """A row image as a Go map of columns, sorted by name.
+
+    ``unchanged_from``: leave out columns whose value equals the one there
+    (``only-output-updated-columns``), handle-key columns excepted.
+    """
     parts = []
     for name in sorted(image or {}):
         value = image[name]  # type: ignore[index]
         column = known.get(name) or column_for(name, value)
-        if handle_key_only and not column.flags & ColumnInfo.HANDLE_KEY:
+        is_key = column.flags & ColumnInfo.HANDLE_KEY
+        if handle_key_only and not is_key:
+            continue
+        if unchanged_from is not None and not is_key and name in unchanged_from and unchanged_from[name] == value:
             continue
         parts.append(encode_basestring(name) + ":" + _column_json(column, value))
     return "{" + ",".join(parts) + "}"
@@ -204,12 +222,15 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
             key += ',"ptn":' + str(table.partition_id)
         key += ',"t":1,"ohk":true}' if handle_key_only else ',"t":1}'
         known = self._schema_columns(row)
+        config = self.config
         if row.op is OpType.DELETE:
-            value = '{"d":' + _image_json(row.before, known, handle_key_only) + "}"
+            keys_only = handle_key_only or config.delete_only_output_handle_key_columns
+            value = '{"d":' + _image_json(row.before, known, keys_only) + "}"
         else:
             value = '{"u":' + _image_json(row.after, known, handle_key_only)
-            if row.op is OpType.UPDATE and row.before is not None and self.config.output_old_value:
-                value += ',"p":' + _image_json(row.before, known, handle_key_only)
+            if row.op is OpType.UPDATE and row.before is not None and config.output_old_value:
+                unchanged_from = row.after if config.only_output_updated_columns else None
+                value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from)
             value += "}"
         return escape_html(key).encode("utf-8"), escape_html(value).encode("utf-8")
 

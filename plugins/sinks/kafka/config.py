@@ -55,6 +55,12 @@ class KafkaSinkConfig(PluginConfig):
     )
     enable_tidb_extension: bool = Field(False, description="canal-json: add the _tidb field and WATERMARK events.")
     output_old_value: bool = Field(True, description="open-protocol: write the old image of updates ('p').")
+    only_output_updated_columns: bool = Field(
+        False, description="open-protocol: leave columns an update did not change out of 'p'."
+    )
+    delete_only_output_handle_key_columns: bool = Field(
+        False, description="open-protocol: write only the handle-key columns of deleted rows."
+    )
     schema_registry: str = Field("", description="avro: Confluent Schema Registry URL (http://host:port).")
     avro_decimal_handling_mode: Literal["precise", "string"] = Field(
         "precise", description="avro: DECIMAL as Avro decimal bytes (precise) or as string."

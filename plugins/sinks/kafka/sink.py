@@ -64,6 +64,8 @@ CODEC_OPTIONS = (
     "max_batch_size",
     "max_message_bytes",
     "output_old_value",
+    "only_output_updated_columns",
+    "delete_only_output_handle_key_columns",
     "large_message_handle_option",
     "enable_tidb_extension",
     "schema_registry",

@@ -65,6 +65,17 @@ def test_update_carries_old_value_and_delete_carries_d():
     assert dele.value[8:] == b'{"d":{"id":{"t":3,"h":true,"f":10,"v":2}}}'
 
 
+def test_only_updated_columns_and_key_only_deletes():
+    [upd] = codec(only_output_updated_columns=True).encode_rows(
+        [row(OpType.UPDATE, {"id": 1, "name": "x", "price": None}, {"id": 1, "name": "y", "price": None})]
+    )
+    assert upd.value[8:].endswith(b'"p":{"id":{"t":3,"h":true,"f":10,"v":1},"name":{"t":15,"f":64,"v":"y"}}}')
+    [dele] = codec(delete_only_output_handle_key_columns=True).encode_rows(
+        [row(OpType.DELETE, None, {"id": 2, "name": "z"})]
+    )
+    assert dele.value[8:] == b'{"d":{"id":{"t":3,"h":true,"f":10,"v":2}}}'
+
+
 def test_partitioned_table_key_has_ptn():
     part = dataclasses.replace(ORDERS, partition_id=42)
     [message] = codec().encode_rows([RowChange(part, OpType.INSERT, 5, 4, {"id": 1}, None, SCHEMA)])
