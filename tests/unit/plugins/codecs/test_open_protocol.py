@@ -181,3 +181,24 @@ def test_round_trip_through_decoder(images):
     assert [(e.op, e.commit_ts, e.after, e.before) for e in decoded] == [
         (r.op, r.commit_ts, r.after, r.before) for r in rows
     ]
+
+
+@given(
+    st.lists(st.text(max_size=100), min_size=1, max_size=60),  # a row always fits in 1024 bytes alone
+    st.integers(1, 20),
+    st.integers(1024, 4096),
+)
+def test_batching_invariants(notes, max_batch_size, max_message_bytes):
+    rows = [row(OpType.INSERT, {"id": i, "name": note}, ts=10 + i) for i, note in enumerate(notes)]
+    messages = codec(max_batch_size=max_batch_size, max_message_bytes=max_message_bytes).encode_rows(rows)
+    assert all(1 <= m.row_count <= max_batch_size for m in messages)
+    assert all(len(m.key) + len(m.value) + 36 <= max_message_bytes for m in messages)
+    decoded = [e for m in messages for e in decode_message(m.key, m.value)]
+    assert [(e.commit_ts, e.after) for e in decoded] == [(r.commit_ts, r.after) for r in rows]
+    # a message is only cut when the next row would not fit or the batch is full
+    start = 0
+    for first in messages[:-1]:
+        start += first.row_count
+        next_key, next_value = codec().row_pair(rows[start])
+        full = first.row_count == max_batch_size
+        assert full or len(first.key) + len(first.value) + 36 + len(next_key) + len(next_value) + 16 > max_message_bytes
