@@ -126,15 +126,16 @@ _HANDLE_KEYS: dict[int, tuple[object, tuple[str, ...]]] = {}
 
 
 def handle_key_names(row: RowChange) -> tuple[str, ...]:
-    """Sorted handle-key column names of ``row`` (cached per schema object: a per-row hot path)."""
+    """Sorted handle-key column names of ``row`` (cached per column tuple: a per-row hot path)."""
     schema = row.schema
     if schema is None:
         return tuple(sorted(n for n, c in columns_of(row).items() if c.is_handle_key))
-    hit = _HANDLE_KEYS.get(id(schema))
-    if hit is None or hit[0] is not schema:
+    columns = schema.columns
+    hit = _HANDLE_KEYS.get(id(columns))
+    if hit is None or hit[0] is not columns:
         if len(_HANDLE_KEYS) > 4096:
             _HANDLE_KEYS.clear()
-        hit = _HANDLE_KEYS[id(schema)] = (schema, tuple(sorted(schema.handle_key_columns())))
+        hit = _HANDLE_KEYS[id(columns)] = (columns, tuple(sorted(c.name for c in columns if c.is_handle_key)))
     return hit[1]
 
 

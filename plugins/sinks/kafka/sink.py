@@ -292,11 +292,11 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 self._produce(topic, partition, message)
         for ddl in batch.ddl:
             topic = self._router.topic_of(ddl.table)
-            message = codec.encode_ddl(ddl)
-            if message is None:
+            ddl_message = codec.encode_ddl(ddl)
+            if ddl_message is None:
                 continue
             for partition in range(self._partition_count(topic)):
-                self._produce(topic, partition, message)
+                self._produce(topic, partition, ddl_message)
         resolved = codec.encode_resolved(batch.end_ts)
         if resolved is not None:
             for topic in list(self._partitions):
