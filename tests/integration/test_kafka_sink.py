@@ -174,10 +174,13 @@ def test_oversize_row_is_an_error_naming_table_and_key():
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     sink = sink_for(topic, **{"max-message-bytes": 2048, "dispatchers": []})
     sink.open(SinkContext("cf"))
+    small = with_schema(insert("shop", "orders", {"id": 1, "note": "n"}, commit_ts=9))
     big = with_schema(insert("shop", "orders", {"id": 4242, "note": "n" * 5000}, commit_ts=10))
     with pytest.raises(MessageTooLargeError, match=r"shop\.orders \(id=4242\)"):
-        sink.write_batch(MicroBatch("cf", 0, 0, 10, (big,)))
+        sink.write_batch(MicroBatch("cf", 0, 0, 10, (small, big)))
     sink.close()
+    # the batch failed before any of its messages was produced
+    assert sum(len(m) for m in read_topic(sink.bootstrap_servers, topic).values()) == 0
 
 
 def test_handle_key_only_sends_the_key_of_an_oversize_row():

@@ -287,21 +287,19 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             count = self._partition_count(topic)
             for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
                 routed[(topic, dispatcher.partition(part, count))].append(part)
-        for (topic, partition), rows in routed.items():
-            for message in codec.encode_rows(rows):
-                self._produce(topic, partition, message)
+        # Encode everything first: a row that cannot be encoded (too large)
+        # fails the batch before any of its messages is produced.
+        outgoing = [(t, p, m) for (t, p), rows in routed.items() for m in codec.encode_rows(rows)]
         for ddl in batch.ddl:
             topic = self._router.topic_of(ddl.table)
             ddl_message = codec.encode_ddl(ddl)
-            if ddl_message is None:
-                continue
-            for partition in range(self._partition_count(topic)):
-                self._produce(topic, partition, ddl_message)
+            if ddl_message is not None:
+                outgoing += [(topic, p, ddl_message) for p in range(self._partition_count(topic))]
         resolved = codec.encode_resolved(batch.end_ts)
         if resolved is not None:
-            for topic in list(self._partitions):
-                for partition in range(self._partitions[topic]):
-                    self._produce(topic, partition, resolved)
+            outgoing += [(t, p, resolved) for t, count in self._partitions.items() for p in range(count)]
+        for topic, partition, message in outgoing:
+            self._produce(topic, partition, message)
         self._flush(batch)
 
     def _produce(self, topic: str, partition: int, message: EncodedMessage) -> None:
