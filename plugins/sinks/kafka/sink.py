@@ -1,5 +1,20 @@
 """The ``kafka`` sink: ``kafka://host:port/topic?protocol=open-protocol&...``.
 
+Dispatch rules (``dispatchers:`` in connectors.yaml, a list; the first whose
+``matcher`` table filters match a table wins; unmatched tables use the URI's
+topic and the ``table`` rule)::
+
+    dispatchers:
+      - matcher: ["shop.orders"]
+        topic: "cdc_{schema}_{table}"   # [prefix]{schema}[middle][{table}][suffix] or a plain name
+        partition: index-value          # default | table | index-value | ts | columns
+      - matcher: ["crm.*"]
+        partition: columns
+        columns: [region]
+
+TiCDC's ``index`` (hash a named index) is not supported: cdcflow schemas carry
+no index definitions.
+
 Per micro-batch the sink
 
 1. routes every row to a topic (``dispatchers`` rules, topic expressions) and
