@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +56,9 @@ __all__ = [
 
 
 def _table(schema: str, table: str) -> TableName:
-    return TableName(schema, table, table_id=abs(hash((schema, table))) % (1 << 40) + 1)
+    # A stable id (not hash(), which is salted per process) so that runs and
+    # processes agree on a table's span.
+    return TableName(schema, table, table_id=zlib.crc32(f"{schema}.{table}".encode()) + 1)
 
 
 def insert(

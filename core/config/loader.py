@@ -186,7 +186,7 @@ def _select(
         issues.append(doc.issue(path, f"the {singular} must be a mapping with 'type' and its options"))
         return None
     type_name = raw.get("type")
-    uri = raw.get("uri") if registry.base is Sink or issubclass(registry.base, Sink) else None
+    uri = raw.get("uri") if issubclass(registry.base, Sink) else None
     if type_name is None and isinstance(uri, str):
         type_name = _type_for_scheme(registry, uri, path, doc, issues)
         if type_name is None:

@@ -1,0 +1,130 @@
+"""MySQL's binary DECIMAL format, as TiDB stores DECIMAL values.
+
+A value of precision ``p`` and scale ``f`` has ``p - f`` integer digits and
+``f`` fraction digits, each side cut into words of 9 decimal digits stored as
+4-byte big-endian integers; a partial word (fewer than 9 digits) takes 1–4
+bytes (``_DIG2BYTES``). The integer side puts its partial word first, the
+fraction side last. Negative values have every byte inverted; finally the
+top bit of the first byte is flipped, so that the bytes sort like the numbers.
+
+In a row value TiDB prefixes the binary form with one precision byte and one
+scale byte (:func:`encode_row_decimal` / :func:`decode_row_decimal`).
+"""
+
+from __future__ import annotations
+
+import decimal
+
+__all__ = [
+    "DecimalFormatError",
+    "bin_size",
+    "decode_bin",
+    "decode_row_decimal",
+    "encode_bin",
+    "encode_row_decimal",
+]
+
+_DIGITS_PER_WORD = 9
+_WORD_SIZE = 4
+_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+#: MySQL/TiDB limits: at most 65 digits, at most 30 after the point.
+MAX_PRECISION = 65
+MAX_SCALE = 30
+
+
+class DecimalFormatError(ValueError):
+    """Bytes that are not a binary decimal of the stated precision and scale."""
+
+
+def _check(precision: int, frac: int) -> None:
+    if not (1 <= precision <= MAX_PRECISION and 0 <= frac <= MAX_SCALE and frac <= precision):
+        raise DecimalFormatError(f"bad decimal precision/scale ({precision},{frac})")
+
+
+def _sizes(digits: int, leading_partial: bool) -> list[int]:
+    """Digit counts of the words of one side, in storage order."""
+    full, partial = divmod(digits, _DIGITS_PER_WORD)
+    words = [_DIGITS_PER_WORD] * full
+    if partial:
+        if leading_partial:
+            words.insert(0, partial)
+        else:
+            words.append(partial)
+    return words
+
+
+def bin_size(precision: int, frac: int) -> int:
+    """Number of bytes of the binary form."""
+    _check(precision, frac)
+    words = _sizes(precision - frac, True) + _sizes(frac, False)
+    return sum(_DIG2BYTES[n] for n in words)
+
+
+def encode_bin(value: decimal.Decimal, precision: int, frac: int) -> bytes:
+    """Binary form of ``value`` rounded half-up to ``frac`` places; raises if it does not fit."""
+    _check(precision, frac)
+    if not value.is_finite():
+        raise DecimalFormatError(f"cannot store {value} as DECIMAL")
+    quantum = decimal.Decimal(1).scaleb(-frac)
+    with decimal.localcontext() as ctx:
+        ctx.prec = MAX_PRECISION + 10
+        rounded = value.quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+    sign, digit_tuple, _ = rounded.as_tuple()
+    digits = "".join(map(str, digit_tuple)).rjust(frac + 1, "0")
+    int_digits, frac_digits = digits[: len(digits) - frac], digits[len(digits) - frac :]
+    int_digits = int_digits.lstrip("0")
+    intg = precision - frac
+    if len(int_digits) > intg:
+        raise DecimalFormatError(f"{value} does not fit DECIMAL({precision},{frac})")
+    int_digits = int_digits.rjust(intg, "0")
+    out = bytearray()
+    pos = 0
+    for n in _sizes(intg, True):
+        out += int(int_digits[pos : pos + n]).to_bytes(_DIG2BYTES[n], "big")
+        pos += n
+    pos = 0
+    for n in _sizes(frac, False):
+        out += int(frac_digits[pos : pos + n]).to_bytes(_DIG2BYTES[n], "big")
+        pos += n
+    if sign and any(c != "0" for c in digits):
+        out = bytearray(b ^ 0xFF for b in out)
+    out[0] ^= 0x80
+    return bytes(out)
+
+
+def decode_bin(data: bytes, precision: int, frac: int, offset: int = 0) -> tuple[decimal.Decimal, int]:
+    """Decode the binary form at ``data[offset:]``; returns (value, end offset)."""
+    size = bin_size(precision, frac)
+    raw = bytearray(data[offset : offset + size])
+    if len(raw) != size:
+        raise DecimalFormatError(f"DECIMAL({precision},{frac}) needs {size} bytes, have {len(raw)}")
+    negative = not raw[0] & 0x80
+    raw[0] ^= 0x80
+    if negative:
+        raw = bytearray(b ^ 0xFF for b in raw)
+    pos = 0
+    parts: list[str] = []
+    for side, words in (("int", _sizes(precision - frac, True)), ("frac", _sizes(frac, False))):
+        text = ""
+        for n in words:
+            nbytes = _DIG2BYTES[n]
+            word = int.from_bytes(raw[pos : pos + nbytes], "big")
+            pos += nbytes
+            if word >= 10**n:
+                raise DecimalFormatError(f"corrupt DECIMAL({precision},{frac}) {side} word {word}")
+            text += str(word).rjust(n, "0")
+        parts.append(text)
+    literal = (parts[0].lstrip("0") or "0") + ("." + parts[1] if frac else "")
+    result = decimal.Decimal(("-" if negative else "") + literal)
+    return result, offset + size
+
+
+def encode_row_decimal(value: decimal.Decimal, precision: int, frac: int) -> bytes:
+    """``[precision][frac][binary]``: a DECIMAL inside a row value."""
+    return bytes([precision, frac]) + encode_bin(value, precision, frac)
+
+
+def decode_row_decimal(data: bytes, offset: int = 0) -> tuple[decimal.Decimal, int]:
+    if len(data) < offset + 2:
+        raise DecimalFormatError("DECIMAL value shorter than its precision and scale bytes")
+    return decode_bin(data, data[offset], data[offset + 1], offset + 2)
