@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +23,9 @@ __all__ = [
     "column_for",
     "column_of",
     "columns_of",
+    "elements_of",
     "format_date_value",
+    "fsp_of",
     "handle_key_names",
     "is_binary_string",
 ]
@@ -143,27 +146,51 @@ def is_binary_string(column: ColumnInfo) -> bool:
     return bool(column.flags & ColumnInfo.BINARY)
 
 
-def format_date_value(code: int, value: Any) -> str:
+_FSP = re.compile(r"^(?:datetime|timestamp|time)\((\d)\)")
+_ELEMENTS = re.compile(r"'((?:[^']|'')*)'")
+
+
+def fsp_of(column: ColumnInfo) -> int | None:
+    """Fractional-second digits of a DATETIME/TIMESTAMP/TIME column, from its ``sql_type`` (None: unknown)."""
+    if not column.sql_type:
+        return None
+    match = _FSP.match(column.sql_type)
+    return int(match.group(1)) if match else 0
+
+
+def elements_of(column: ColumnInfo) -> list[str]:
+    """Members of an ENUM/SET column, from its ``sql_type`` (``enum('a','b')``); empty when unknown."""
+    return [m.replace("''", "'") for m in _ELEMENTS.findall(column.sql_type)]
+
+
+def format_date_value(code: int, value: Any, fsp: int | None = None) -> str:
     """DATE / DATETIME / TIMESTAMP / TIME values as TiDB prints them.
 
-    Fractional seconds are written as six digits when non-zero (the column's
-    fsp is not known here); strings pass through unchanged.
+    Fractional seconds get ``fsp`` digits (the column's precision); when the
+    precision is unknown, six digits if non-zero. Timezone-aware datetimes
+    (TIMESTAMP from the TiKV source) are printed in UTC.
+    Strings (zero dates) pass through unchanged.
     """
     if isinstance(value, str):
         return value
     if isinstance(value, dt.datetime):
-        text = value.strftime("%Y-%m-%d %H:%M:%S")
-        return text + (f".{value.microsecond:06d}" if value.microsecond else "")
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC)
+        return value.strftime("%Y-%m-%d %H:%M:%S") + _fraction(value.microsecond, fsp)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dt.time):
-        text = value.strftime("%H:%M:%S")
-        return text + (f".{value.microsecond:06d}" if value.microsecond else "")
+        return value.strftime("%H:%M:%S") + _fraction(value.microsecond, fsp)
     if isinstance(value, dt.timedelta):
         micros = abs(value) // dt.timedelta(microseconds=1)
         sign = "-" if value < dt.timedelta(0) else ""
         seconds, micro = divmod(micros, 1_000_000)
         hours, rest = divmod(seconds, 3600)
-        text = f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
-        return text + (f".{micro:06d}" if micro else "")
+        return f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}" + _fraction(micro, fsp)
     raise TypeError(f"cannot format {type(value).__name__} as a MySQL type {code} value")
+
+
+def _fraction(micro: int, fsp: int | None) -> str:
+    if fsp is None:
+        return f".{micro:06d}" if micro else ""
+    return f".{micro:06d}"[: fsp + 1] if fsp > 0 else ""

@@ -36,7 +36,14 @@ from cdcflow.core.codec import Codec, EncodedMessage
 from cdcflow.core.errors import ConfigInvalidError, UnsupportedProtocolError
 from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.plugins.codecs.columns import TypeCode, column_for, columns_of, format_date_value, is_binary_string
+from cdcflow.plugins.codecs.columns import (
+    TypeCode,
+    column_for,
+    columns_of,
+    format_date_value,
+    fsp_of,
+    is_binary_string,
+)
 from cdcflow.plugins.codecs.gojson import GoFloat, GoFloat32, escape_html, go_float_value, go_json, go_quote
 
 __all__ = [
@@ -120,7 +127,7 @@ def encode_column_value(column: ColumnInfo, value: Any) -> Any:
     if code in TypeCode.DECIMALS:
         return format(value, "f") if isinstance(value, decimal.Decimal) else str(value)
     if code in TypeCode.DATES or code in TypeCode.DATETIMES or code == TypeCode.DURATION:
-        return format_date_value(code, value)
+        return format_date_value(code, value, fsp_of(column))
     return _encode_text_value(column, value)
 
 

@@ -125,6 +125,8 @@ def decode_column_value(column: ColumnInfo, raw: Any) -> Any:
         return decimal.Decimal(str(raw))
     if code in TypeCode.DATES:
         return _parse(raw, dt.date.fromisoformat)
+    if code == TypeCode.TIMESTAMP:  # written in UTC, as the TiKV source gives it
+        return _parse(raw, lambda s: dt.datetime.fromisoformat(s).replace(tzinfo=dt.UTC))
     if code in TypeCode.DATETIMES:
         return _parse(raw, dt.datetime.fromisoformat)
     if code == TypeCode.DURATION:
