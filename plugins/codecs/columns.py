@@ -174,9 +174,8 @@ def format_date_value(code: int, value: Any, fsp: int | None = None) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC)
-        return value.strftime("%Y-%m-%d %H:%M:%S") + _fraction(value.microsecond, fsp)
+        moment: dt.datetime = value.astimezone(dt.UTC) if value.tzinfo is not None else value
+        return moment.strftime("%Y-%m-%d %H:%M:%S") + _fraction(moment.microsecond, fsp)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dt.time):
