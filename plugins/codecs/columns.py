@@ -175,11 +175,14 @@ def format_date_value(code: int, value: Any, fsp: int | None = None) -> str:
         return value
     if isinstance(value, dt.datetime):
         moment: dt.datetime = value.astimezone(dt.UTC) if value.tzinfo is not None else value
-        return moment.strftime("%Y-%m-%d %H:%M:%S") + _fraction(moment.microsecond, fsp)
+        # not strftime: %Y drops the leading zeros of years before 1000
+        m = moment
+        text = f"{m.year:04d}-{m.month:02d}-{m.day:02d} {m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+        return text + _fraction(m.microsecond, fsp)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dt.time):
-        return value.strftime("%H:%M:%S") + _fraction(value.microsecond, fsp)
+        return f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}" + _fraction(value.microsecond, fsp)
     if isinstance(value, dt.timedelta):
         micros = abs(value) // dt.timedelta(microseconds=1)
         sign = "-" if value < dt.timedelta(0) else ""
