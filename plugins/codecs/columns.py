@@ -28,6 +28,7 @@ __all__ = [
     "fsp_of",
     "handle_key_names",
     "is_binary_string",
+    "schema_column",
 ]
 
 
@@ -140,6 +141,22 @@ def handle_key_names(row: RowChange) -> tuple[str, ...]:
             _HANDLE_KEYS.clear()
         hit = _HANDLE_KEYS[id(columns)] = (columns, tuple(sorted(c.name for c in columns if c.is_handle_key)))
     return hit[1]
+
+
+_BY_NAME: dict[int, tuple[object, dict[str, ColumnInfo]]] = {}
+
+
+def schema_column(row: RowChange, name: str) -> ColumnInfo | None:
+    """Column ``name`` of ``row``'s schema (None without a schema); cached per column tuple."""
+    if row.schema is None:
+        return None
+    columns = row.schema.columns
+    hit = _BY_NAME.get(id(columns))
+    if hit is None or hit[0] is not columns:
+        if len(_BY_NAME) > 4096:
+            _BY_NAME.clear()
+        hit = _BY_NAME[id(columns)] = (columns, {c.name: c for c in columns})
+    return hit[1].get(name)
 
 
 def is_binary_string(column: ColumnInfo) -> bool:
