@@ -1,5 +1,7 @@
 """Rows as the TiKV source mounts them, of every TiDB type, through the Open Protocol and back."""
 
+import math
+
 from hypothesis import given, settings
 
 from cdcflow.plugins.codecs.canal_json import CanalJsonCodec, CanalJsonConfig
@@ -39,7 +41,9 @@ def test_every_mounted_type_round_trips(case):
     change = mounted(case)
     [message] = OpenProtocolCodec(OpenProtocolConfig()).encode_rows([change])
     [decoded] = decode_message(message.key, message.value)
-    assert decoded.after == change.after
+    # the protocol writes ±Inf (and NaN) as 0, as TiCDC does
+    expected = {k: 0.0 if isinstance(v, float) and math.isinf(v) else v for k, v in change.after.items()}
+    assert decoded.after == expected
     flags = {c.name: (c.type_code, c.flags) for c in decoded.schema.columns}
     assert flags == {c.name: (c.type_code, c.flags) for c in change.schema.columns}
     # canal-json encodes the same rows without error, every value a string or null
