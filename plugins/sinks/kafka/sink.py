@@ -57,7 +57,7 @@ import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from cdcflow.core.codec import Codec, EncodedMessage
@@ -105,6 +105,10 @@ class KafkaSink(Sink[KafkaSinkConfig]):
     type_name = "kafka"
     Config = KafkaSinkConfig
     uri_schemes = ("kafka", "kafka+ssl")
+    #: A huge batch may come in parts (runtimes that split batches read this):
+    #: each part's rows are produced and flushed, and the resolved event goes
+    #: out only after the last part, so consumers never apply half a batch.
+    accepts_partial_batches: ClassVar[bool] = True
 
     def __init__(self, config: KafkaSinkConfig) -> None:
         super().__init__(config)
@@ -310,7 +314,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             ddl_message = codec.encode_ddl(ddl)
             if ddl_message is not None:
                 outgoing += [(topic, p, ddl_message) for p in range(self._partition_count(topic))]
-        resolved = codec.encode_resolved(batch.end_ts)
+        resolved = codec.encode_resolved(batch.end_ts) if getattr(batch, "last_part", True) else None
         if resolved is not None:
             outgoing += [(t, p, resolved) for t, count in self._partitions.items() for p in range(count)]
         for topic, partition, message in outgoing:
