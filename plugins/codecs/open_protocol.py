@@ -26,7 +26,7 @@ import decimal
 import json
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, Literal
 
@@ -166,8 +166,35 @@ def _value_json(value: Any) -> str:
     return str(int(value)) if isinstance(value, int) else encode_basestring(str(value))
 
 
-#: A schema's columns by name, each with its encoded JSON head.
-KnownColumns = Mapping[str, tuple[ColumnInfo, str]]
+#: Writes a non-null value of one column as JSON text.
+ValueWriter = Callable[[Any], str]
+#: A schema's columns by name, each with its encoded JSON head and value writer.
+KnownColumns = Mapping[str, tuple[ColumnInfo, str, ValueWriter]]
+
+
+def _value_writer(column: ColumnInfo) -> ValueWriter:
+    """A writer specialised for the column's common Python type, the general path otherwise.
+
+    Rows of a schema are encoded by the million: skipping the type dispatch of
+    :func:`encode_column_value` for plain ints, text and decimals pays. The
+    bytes are the same either way.
+    """
+    code = column.type_code
+
+    def general(value: Any) -> str:
+        return _value_json(encode_column_value(column, value))
+
+    if code in TypeCode.INTEGERS:
+        return lambda v: int.__repr__(v) if type(v) is int else general(v)
+    if code in TypeCode.STRINGS and not is_binary_string(column):
+        return lambda v: encode_basestring(v) if type(v) is str else general(v)
+    if code in TypeCode.DECIMALS:
+        return lambda v: '"' + format(v, "f") + '"' if type(v) is decimal.Decimal else general(v)
+    return general
+
+
+def _known(column: ColumnInfo) -> tuple[ColumnInfo, str, ValueWriter]:
+    return column, _column_head(column), _value_writer(column)
 
 
 def _image_json(
@@ -184,14 +211,13 @@ def _image_json(
     parts = []
     for name in sorted(image or {}):
         value = image[name]  # type: ignore[index]
-        hit = known.get(name)
-        column, head = hit if hit is not None else (column_for(name, value), "")
+        column, head, writer = known.get(name) or _known(column_for(name, value))
         is_key = column.flags & ColumnInfo.HANDLE_KEY
         if handle_key_only and not is_key:
             continue
         if unchanged_from is not None and not is_key and name in unchanged_from and unchanged_from[name] == value:
             continue
-        parts.append((head or _column_head(column)) + _value_json(encode_column_value(column, value)) + "}")
+        parts.append(head + ("null" if value is None else writer(value)) + "}")
     return "{" + ",".join(parts) + "}"
 
 
@@ -256,7 +282,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         if hit is None or hit[0] is not columns:
             if len(self._schemas) > 4096:
                 self._schemas.clear()
-            hit = self._schemas[id(columns)] = (columns, {c.name: (c, _column_head(c)) for c in columns})
+            hit = self._schemas[id(columns)] = (columns, {c.name: _known(c) for c in columns})
         return hit[1]
 
     def _fitting_pair(self, row: RowChange) -> tuple[bytes, bytes]:

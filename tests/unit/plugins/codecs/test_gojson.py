@@ -1,7 +1,7 @@
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdcflow.plugins.codecs.gojson import GoFloat32, go_float, go_float_plain, go_json, go_quote, go_unquote
@@ -63,6 +63,7 @@ def test_quote_like_go_strconv(data, quoted):
     assert go_unquote(quoted) == data
 
 
+@settings(deadline=None)  # timing varies on a shared machine; correctness does not
 @given(st.binary(max_size=64))
 def test_quote_round_trips(data):
     assert go_unquote(go_quote(data)) == data

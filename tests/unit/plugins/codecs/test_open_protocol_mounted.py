@@ -35,7 +35,7 @@ def mounted(case):
     )
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)
 @given(typed_rows())
 def test_every_mounted_type_round_trips(case):
     change = mounted(case)
