@@ -25,7 +25,9 @@ Per micro-batch the sink
 3. sends each DDL of the batch to every partition of its topic (schema-level
    DDL to the default topic);
 4. sends a resolved event for the batch's end ts to every partition of every
-   topic the sink has written to since it opened (plus the default topic);
+   topic it knows: the default topic, rule topics without placeholders, and
+   every topic it has written to since it opened (a ``{schema}_{table}``
+   topic is known once a row of its table has come by);
 5. flushes, and raises if any message was not acknowledged.
 
 Guarantees: the producer is idempotent (``enable.idempotence``, acks=all;
@@ -189,7 +191,12 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         from confluent_kafka import Producer
 
         self._producer = Producer({**self._producer_config(), "error_cb": self._on_error})
+        # Topics known without seeing a table get resolved events from the first
+        # batch on, even after a restart: the default topic and plain rule topics.
         self._partition_count(self.default_topic)
+        for rule in self.config.dispatchers:
+            if rule.topic and "{" not in rule.topic:
+                self._partition_count(rule.topic)
 
     def _restart_producer(self) -> None:
         """A new producer (new idempotence epoch) after a fatal error; the batch is then replayed whole."""
