@@ -42,9 +42,19 @@ class Codec(Plugin[ConfigT], abc.ABC):
         """Messages for ``rows`` (in order). Batching protocols may pack several rows."""
 
     @abc.abstractmethod
-    def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage:
-        """One message for a schema change (never batched with rows)."""
+    def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage | None:
+        """One message for a schema change (never batched with rows), or None
+        when the protocol carries no DDL (Avro: schemas live in a registry)."""
 
     @abc.abstractmethod
     def encode_resolved(self, ts: int) -> EncodedMessage | None:
         """A resolved-ts message, or None when the protocol has none."""
+
+    def file_bytes(self, messages: Sequence[EncodedMessage]) -> bytes:
+        """How file sinks lay ``messages`` out in one file.
+
+        The default suits text protocols: each value followed by a newline
+        (keys dropped). Binary protocols override it with a framing that keeps
+        keys and cannot be confused by newline bytes.
+        """
+        return b"".join(m.value + b"\n" for m in messages)

@@ -10,6 +10,10 @@ The contract (the runtime relies on each point):
   again with the same ``batch_id`` and the same or a superset of its rows
   (at-least-once). Writing it again must leave the downstream as if it had
   been written once (upserts, a checkpoint table, deterministic file names …).
+  Where the downstream is an append-only log (Kafka), replay is inherently
+  at-least-once: the batch's messages are produced again, duplicates are
+  allowed (as TiCDC documents), and consumers deduplicate by the resolved
+  ts the sink writes after each batch's rows.
 * **order** — rows arrive in ``(commit_ts, start_ts, key)`` order; a sink keeps
   the order of rows of one key downstream. DDL in ``batch.ddl`` is applied
   after the batch's rows.

@@ -16,18 +16,20 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
-from cdcflow.core.codec import Codec
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry, Registrar
-from cdcflow.core.scheduling import Scheduler
-from cdcflow.core.sink import Sink
-from cdcflow.core.source import Source
+
+if TYPE_CHECKING:
+    from cdcflow.core.codec import Codec
+    from cdcflow.core.scheduling import Scheduler
+    from cdcflow.core.sink import Sink
+    from cdcflow.core.source import Source
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -48,7 +50,11 @@ TRACE_ENV = "CDCFLOW_TRACE_PLUGINS"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.sources.tikv",
     "cdcflow.plugins.codecs.json",
+    "cdcflow.plugins.codecs.open_protocol",
+    "cdcflow.plugins.codecs.canal_json",
+    "cdcflow.plugins.codecs.avro",
     "cdcflow.plugins.sinks.file",
+    "cdcflow.plugins.sinks.kafka",
     "cdcflow.plugins.schedulers.round_robin",
 )
 
@@ -72,6 +78,14 @@ class PluginManager:
     """
 
     def __init__(self) -> None:
+        # Imported here, not at module level: these modules import the plugin
+        # package themselves, so importing one of them first would otherwise
+        # re-enter it half-initialised.
+        from cdcflow.core.codec import Codec
+        from cdcflow.core.scheduling import Scheduler
+        from cdcflow.core.sink import Sink
+        from cdcflow.core.source import Source
+
         self._pm = pluggy.PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspec)
         self._origins: dict[int, PluginOrigin] = {}

@@ -2,10 +2,16 @@
 
 Layout under the target directory::
 
-    {schema}/{table}/{batch_id:012d}-{end_ts}.{ext}   rows of one batch, one message per line
+    {schema}/{table}/{batch_id:012d}-{end_ts}.{ext}   rows of one batch, laid out by the codec
     {schema}/{table}/ddl-{commit_ts}.{ext}            a table's DDL
     {schema}/ddl-{commit_ts}.{ext}                    a schema-level DDL
     metadata                                           {"checkpoint-ts": …, "batch-id": …}
+
+The codec (``protocol=json|canal-json|open-protocol``) decides the layout of
+a file (``Codec.file_bytes``): text protocols write one message per line;
+``open-protocol`` writes records of ``LEN(8 bytes BE) + key`` then
+``LEN(8 bytes BE) + value``, each key and value exactly as a Kafka message
+would carry them (docs/reference/open-protocol.md, "Files").
 
 Every file is written to a temporary name, flushed and fsynced, then renamed
 into place, so a reader never sees a half-written file. A replayed batch
@@ -40,7 +46,7 @@ class FileSinkConfig(PluginConfig):
 
     uri: str = Field("", description="Sink URI, file:///absolute/dir?protocol=...; overrides 'path' when set.")
     path: str = Field("./data/files", description="Target directory (used when 'uri' is empty).")
-    protocol: str = Field("json", description="Codec (message format) of the files, e.g. json.")
+    protocol: str = Field("json", description="Codec (message format) of the files: json, canal-json or open-protocol.")
     fsync: bool = Field(True, description="fsync every file and directory before renaming it into place.")
 
 
@@ -110,7 +116,9 @@ class FileSink(Sink[FileSinkConfig]):
                     if ddl.table and ddl.table.table
                     else self._dir / (ddl.table.schema if ddl.table else "_")
                 )
-                self._write_file(folder / f"ddl-{ddl.commit_ts}.{ext}", [codec.encode_ddl(ddl)])
+                message = codec.encode_ddl(ddl)
+                if message is not None:
+                    self._write_file(folder / f"ddl-{ddl.commit_ts}.{ext}", [message])
             meta = {"changefeed-id": batch.changefeed_id, "batch-id": batch.batch_id, "checkpoint-ts": batch.end_ts}
             self._write_bytes(self._dir / "metadata", json.dumps(meta, sort_keys=True).encode() + b"\n")
         except OSError as exc:
@@ -128,7 +136,7 @@ class FileSink(Sink[FileSinkConfig]):
         return self._dir / table.schema / table.table
 
     def _write_file(self, path: Path, messages: list[EncodedMessage]) -> None:
-        self._write_bytes(path, b"".join(m.value + b"\n" for m in messages))
+        self._write_bytes(path, self._require_codec().file_bytes(messages))
 
     def _write_bytes(self, path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

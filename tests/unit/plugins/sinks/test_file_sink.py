@@ -1,5 +1,6 @@
 import asyncio
 import json
+import struct
 
 import pytest
 
@@ -73,3 +74,34 @@ def test_file_in_place_of_directory_is_downstream_unavailable(tmp_path):
     with pytest.raises(DownstreamUnavailableError) as info:
         sink.open(SinkContext("cf"))
     assert info.value.code == 2001
+
+
+def test_open_protocol_files_are_length_framed_and_decode(tmp_path):
+    from cdcflow.plugins.codecs.open_protocol_decode import decode_file
+
+    sink = FileSink(
+        FileSinkConfig(uri=f"file://{tmp_path}?protocol=open-protocol", protocol="open-protocol", fsync=False)
+    )
+    sink.open(SinkContext("cf"))
+    table = TableName("shop", "orders", 5)
+    rows = tuple(insert("shop", "orders", {"id": i, "blob": b"\n\x00" * i}, commit_ts=20 + i) for i in range(20))
+    sink.write_batch(MicroBatch("cf", 3, 0, 60, rows, (DDLEvent(60, "TRUNCATE orders", table, 11),)))
+    data = (tmp_path / "shop" / "orders" / "000000000003-60.op").read_bytes()
+    # first record: key length, then the key (version 1 + framed key JSONs), then the value
+    (key_len,) = struct.unpack(">Q", data[:8])
+    assert data[8:16] == b"\0\0\0\0\0\0\0\x01"
+    (value_len,) = struct.unpack(">Q", data[8 + key_len : 16 + key_len])
+    assert 16 + key_len + value_len < len(data)  # 20 rows: two messages of 16 and 4 rows
+    decoded = list(decode_file(data))
+    assert [(r.commit_ts, r.after) for r in decoded] == [(r.commit_ts, r.after) for r in rows]
+    [ddl] = decode_file((tmp_path / "shop" / "orders" / "ddl-60.op").read_bytes())
+    assert (ddl.query, ddl.action_type) == ("TRUNCATE orders", 11)
+
+
+def test_canal_json_files_hold_one_document_per_line(tmp_path):
+    sink = FileSink(FileSinkConfig(path=str(tmp_path), protocol="canal-json", fsync=False))
+    sink.open(SinkContext("cf"))
+    rows = (insert("shop", "orders", {"id": 1}, commit_ts=20), insert("shop", "orders", {"id": 2}, commit_ts=21))
+    sink.write_batch(MicroBatch("cf", 0, 0, 30, rows))
+    lines = (tmp_path / "shop" / "orders" / "000000000000-30.json").read_text().splitlines()
+    assert [json.loads(line)["data"] for line in lines] == [[{"id": "1"}], [{"id": "2"}]]

@@ -1,0 +1,339 @@
+"""The ``open-protocol`` codec: TiCDC Open Protocol, byte for byte.
+
+Framing (docs/reference/open-protocol.md has the full description, and the
+layout of open-protocol files written by the file sink)::
+
+    key   = VERSION (8 bytes BE, = 1) + N × (LEN 8 bytes BE + key JSON)
+    value =                             N × (LEN 8 bytes BE + value JSON)
+
+Consecutive row changes are packed into one message until ``max-batch-size``
+rows or until the next pair would push the message past
+``max-message-bytes`` (counting TiCDC's per-record overhead); DDL and
+resolved events are always alone in a message, and the value of a resolved
+event is one zero length (8 zero bytes). JSON is written as Go's
+``json.Marshal`` writes it (see :mod:`cdcflow.plugins.codecs.gojson`).
+
+A single row whose message would exceed ``max-message-bytes`` raises
+:class:`MessageTooLargeError` naming the table and the row's key, unless
+``large-message-handle-option`` is ``handle-key-only``: then the row is sent
+with its handle-key columns only and ``"ohk": true`` in its key.
+"""
+
+from __future__ import annotations
+
+import base64
+import decimal
+import json
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring
+from typing import Any, Literal
+
+from pydantic import Field
+
+from cdcflow.core.codec import Codec, EncodedMessage
+from cdcflow.core.errors import ConfigInvalidError, UnsupportedProtocolError
+from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, TableSchema
+from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
+from cdcflow.plugins.codecs.columns import TypeCode, column_for, columns_of, format_date_value, is_binary_string
+from cdcflow.plugins.codecs.gojson import GoFloat, GoFloat32, escape_html, go_float_value, go_json, go_quote
+
+__all__ = [
+    "BATCH_VERSION",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "MAX_RECORD_OVERHEAD",
+    "MessageTooLargeError",
+    "MessageType",
+    "OpenProtocolCodec",
+    "OpenProtocolConfig",
+    "encode_column_value",
+    "row_key_text",
+]
+
+#: The only framing version there is (``codec.BatchVersion1``).
+BATCH_VERSION = 1
+#: TiCDC's default ``max-message-bytes``: 10 MiB.
+DEFAULT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+#: Kafka's worst-case per-record overhead, as TiCDC counts it
+#: (5 × max varint32 + max varint64 + 1 attribute byte).
+MAX_RECORD_OVERHEAD = 5 * 5 + 10 + 1
+
+
+class MessageType:
+    """The ``t`` field of a key."""
+
+    ROW = 1
+    DDL = 2
+    RESOLVED = 3
+
+
+class MessageTooLargeError(ConfigInvalidError):
+    """One event does not fit in ``max-message-bytes``.
+
+    Not retryable: raise ``max-message-bytes`` (and the topic's
+    ``max.message.bytes``) or set ``large-message-handle-option=handle-key-only``.
+    """
+
+
+class OpenProtocolConfig(PluginConfig):
+    """Options of the open-protocol codec (the Kafka sink passes its own values)."""
+
+    max_batch_size: int = Field(16, ge=1, description="Most row changes packed into one message.")
+    max_message_bytes: int = Field(
+        DEFAULT_MAX_MESSAGE_BYTES, ge=1024, description="Largest message (key + value + overhead), in bytes."
+    )
+    output_old_value: bool = Field(
+        True, description="Write the old image of updates as 'p' ([sink.open] output-old-value)."
+    )
+    large_message_handle_option: Literal["none", "handle-key-only"] = Field(
+        "none", description="What to do with a row too large for one message: fail (none) or send its handle key only."
+    )
+    only_output_updated_columns: bool = Field(
+        False, description="Leave columns an update did not change out of 'p' (handle-key columns stay)."
+    )
+    delete_only_output_handle_key_columns: bool = Field(
+        False, description="Write only the handle-key columns of deleted rows in 'd'."
+    )
+
+
+def _u64(n: int) -> bytes:
+    return struct.pack(">Q", n)
+
+
+def encode_column_value(column: ColumnInfo, value: Any) -> Any:
+    """The ``v`` of a column, per the Open Protocol's value table (§2.3)."""
+    code = column.type_code
+    if value is None:
+        return None
+    if code in TypeCode.INTEGERS or code in TypeCode.UNSIGNED_INTS:
+        if isinstance(value, bytes | bytearray):
+            return int.from_bytes(value, "big")  # BIT(n) as raw bytes
+        if isinstance(value, bool | int):
+            return int(value)
+        return value  # ENUM/SET given by name: passed through, not an index
+    if code in TypeCode.FLOATS:
+        number = float(value)
+        if math.isnan(number) or math.isinf(number):
+            return 0
+        return GoFloat32(number) if code == TypeCode.FLOAT else GoFloat(number)
+    if code in TypeCode.DECIMALS:
+        return format(value, "f") if isinstance(value, decimal.Decimal) else str(value)
+    if code in TypeCode.DATES or code in TypeCode.DATETIMES or code == TypeCode.DURATION:
+        return format_date_value(code, value)
+    return _encode_text_value(column, value)
+
+
+def _encode_text_value(column: ColumnInfo, value: Any) -> Any:
+    code = column.type_code
+    if code == TypeCode.JSON:
+        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if code in TypeCode.BLOBS:
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        return base64.b64encode(data).decode("ascii")
+    if code in TypeCode.STRINGS:
+        if isinstance(value, str):
+            return value
+        data = bytes(value)
+        return go_quote(data) if is_binary_string(column) else data.decode("utf-8", errors="replace")
+    if code == TypeCode.GEOMETRY:
+        raise UnsupportedProtocolError(
+            f"column {column.name!r}: GEOMETRY values are not supported by the Open Protocol"
+        )
+    return value if isinstance(value, str | int) else str(value)
+
+
+def _column_json(column: ColumnInfo, value: Any) -> str:
+    """``{"t":…,"h":true,"f":…,"v":…}`` (Go field order; ``h`` only for handle-key columns)."""
+    head = '{"t":%d,"h":true,"f":%d,"v":' if column.flags & ColumnInfo.HANDLE_KEY else '{"t":%d,"f":%d,"v":'
+    return head % (column.type_code, column.flags) + _value_json(encode_column_value(column, value)) + "}"
+
+
+def _value_json(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return encode_basestring(value)
+    if isinstance(value, float):
+        return go_float_value(value)
+    return str(int(value)) if isinstance(value, int) else encode_basestring(str(value))
+
+
+def _image_json(
+    image: Mapping[str, Any] | None,
+    known: Mapping[str, ColumnInfo],
+    handle_key_only: bool,
+    unchanged_from: Mapping[str, Any] | None = None,
+) -> str:
+    """A row image as a Go map of columns, sorted by name.
+
+    ``unchanged_from``: leave out columns whose value equals the one there
+    (``only-output-updated-columns``), handle-key columns excepted.
+    """
+    parts = []
+    for name in sorted(image or {}):
+        value = image[name]  # type: ignore[index]
+        column = known.get(name) or column_for(name, value)
+        is_key = column.flags & ColumnInfo.HANDLE_KEY
+        if handle_key_only and not is_key:
+            continue
+        if unchanged_from is not None and not is_key and name in unchanged_from and unchanged_from[name] == value:
+            continue
+        parts.append(encode_basestring(name) + ":" + _column_json(column, value))
+    return "{" + ",".join(parts) + "}"
+
+
+def row_key_text(row: RowChange) -> str:
+    """The row's identity for error messages: handle-key values, else the raw key."""
+    columns = columns_of(row)
+    image = row.image()
+    handle = {name: image.get(name) for name, col in columns.items() if col.is_handle_key}
+    if handle:
+        return ", ".join(f"{k}={v!r}" for k, v in sorted(handle.items()))
+    return f"key 0x{row.key.hex()}" if row.key else "(no handle key known)"
+
+
+class OpenProtocolCodec(Codec[OpenProtocolConfig]):
+    """TiCDC Open Protocol: batched binary framing of JSON row, DDL and resolved events."""
+
+    type_name = "open-protocol"
+    Config = OpenProtocolConfig
+    file_extension = "op"
+
+    def __init__(self, config: OpenProtocolConfig) -> None:
+        super().__init__(config)
+        self._schemas: dict[int, tuple[TableSchema, dict[str, ColumnInfo]]] = {}
+
+    # -- single events -------------------------------------------------------------
+
+    def row_pair(self, row: RowChange, *, handle_key_only: bool = False) -> tuple[bytes, bytes]:
+        """Key JSON and value JSON of one row change.
+
+        Written by hand rather than through :func:`go_json`: this is the per-row
+        hot path, and the bytes are the same.
+        """
+        table = row.table
+        key = '{"ts":' + str(row.commit_ts)
+        if table.schema:
+            key += ',"scm":' + encode_basestring(table.schema)
+        if table.table:
+            key += ',"tbl":' + encode_basestring(table.table)
+        if table.partition_id is not None:
+            key += ',"ptn":' + str(table.partition_id)
+        key += ',"t":1,"ohk":true}' if handle_key_only else ',"t":1}'
+        known = self._schema_columns(row)
+        config = self.config
+        if row.op is OpType.DELETE:
+            keys_only = handle_key_only or config.delete_only_output_handle_key_columns
+            value = '{"d":' + _image_json(row.before, known, keys_only) + "}"
+        else:
+            value = '{"u":' + _image_json(row.after, known, handle_key_only)
+            if row.op is OpType.UPDATE and row.before is not None and config.output_old_value:
+                unchanged_from = row.after if config.only_output_updated_columns else None
+                value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from)
+            value += "}"
+        return escape_html(key).encode("utf-8"), escape_html(value).encode("utf-8")
+
+    def _schema_columns(self, row: RowChange) -> Mapping[str, ColumnInfo]:
+        """The row's schema columns by name, cached per schema object."""
+        schema = row.schema
+        if schema is None:
+            return {}
+        hit = self._schemas.get(id(schema))
+        if hit is None or hit[0] is not schema:
+            if len(self._schemas) > 4096:
+                self._schemas.clear()
+            hit = self._schemas[id(schema)] = (schema, {c.name: c for c in schema.columns})
+        return hit[1]
+
+    def _fitting_pair(self, row: RowChange) -> tuple[bytes, bytes]:
+        key, value = self.row_pair(row)
+        if self._fits_alone(key, value):
+            return key, value
+        if self.config.large_message_handle_option == "handle-key-only":
+            if not any(c.is_handle_key for c in columns_of(row).values()):
+                raise self._too_large(row, len(key) + len(value), "and it has no handle-key columns to send instead")
+            key, value = self.row_pair(row, handle_key_only=True)
+            if self._fits_alone(key, value):
+                return key, value
+            raise self._too_large(row, len(key) + len(value), "even with its handle-key columns only")
+        raise self._too_large(row, len(key) + len(value), "; set large-message-handle-option=handle-key-only")
+
+    def _fits_alone(self, key: bytes, value: bytes) -> bool:
+        return len(key) + len(value) + MAX_RECORD_OVERHEAD + 16 + 8 <= self.config.max_message_bytes
+
+    def _too_large(self, row: RowChange, size: int, hint: str) -> MessageTooLargeError:
+        return MessageTooLargeError(
+            f"row of {row.table} ({row_key_text(row)}) at commit ts {row.commit_ts} encodes to {size} bytes, "
+            f"over max-message-bytes={self.config.max_message_bytes} {hint}".replace(" ;", ";"),
+            detail={"table": str(row.table), "row": row_key_text(row), "commit_ts": row.commit_ts, "bytes": size},
+        )
+
+    # -- Codec ---------------------------------------------------------------------
+
+    def encode_rows(self, rows: Sequence[RowChange]) -> list[EncodedMessage]:
+        """Rows packed into messages in order (TiCDC's batching rule)."""
+        out: list[EncodedMessage] = []
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        batch: list[RowChange] = []
+        size = 0  # key + value bytes of the open message, plus the record overhead
+
+        def close() -> None:
+            if batch:
+                out.append(
+                    EncodedMessage(
+                        b"".join(keys), b"".join(values), batch[0].table, len(batch), max(r.commit_ts for r in batch)
+                    )
+                )
+
+        for row in rows:
+            key, value = self._fitting_pair(row)
+            if (
+                not batch
+                or len(batch) >= self.config.max_batch_size
+                or size + len(key) + len(value) + 16 > self.config.max_message_bytes
+            ):
+                close()
+                keys, values, batch = [_u64(BATCH_VERSION)], [], []
+                size = 8 + MAX_RECORD_OVERHEAD
+            keys += [_u64(len(key)), key]
+            values += [_u64(len(value)), value]
+            batch.append(row)
+            size += 16 + len(key) + len(value)
+        close()
+        return out
+
+    def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage:
+        key: dict[str, Any] = {"ts": ddl.commit_ts}
+        if ddl.table is not None and ddl.table.schema:
+            key["scm"] = ddl.table.schema
+        if ddl.table is not None and ddl.table.table:
+            key["tbl"] = ddl.table.table
+        key["t"] = MessageType.DDL
+        key_json = go_json(key)
+        value_json = go_json({"q": ddl.query, "t": ddl.action_type})
+        return EncodedMessage(
+            _u64(BATCH_VERSION) + _u64(len(key_json)) + key_json,
+            _u64(len(value_json)) + value_json,
+            ddl.table,
+            0,
+            ddl.commit_ts,
+        )
+
+    def encode_resolved(self, ts: int) -> EncodedMessage:
+        key_json = go_json({"ts": ts, "t": MessageType.RESOLVED})
+        return EncodedMessage(_u64(BATCH_VERSION) + _u64(len(key_json)) + key_json, _u64(0), None, 0, ts)
+
+    def file_bytes(self, messages: Sequence[EncodedMessage]) -> bytes:
+        """Files hold records of ``LEN + key`` then ``LEN + value`` (8-byte big-endian lengths)."""
+        out = bytearray()
+        for message in messages:
+            key = message.key or b""
+            out += _u64(len(key)) + key + _u64(len(message.value)) + message.value
+        return bytes(out)
+
+
+@hookimpl
+def cdcflow_register_codecs(registry: Registrar[Codec[Any]]) -> None:
+    registry.add(OpenProtocolCodec)

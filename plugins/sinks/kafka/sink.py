@@ -1,0 +1,385 @@
+"""The ``kafka`` sink: ``kafka://host:port/topic?protocol=open-protocol&...``.
+
+Per micro-batch the sink
+
+1. routes every row to a topic (``dispatchers`` rules, topic expressions) and
+   a partition (its rule's dispatcher); an update that changes the columns the
+   partition depends on is split into a delete and an insert, as TiCDC does;
+2. encodes each partition's rows in order with the codec (Open Protocol packs
+   up to ``max-batch-size`` rows per message) and produces them;
+3. sends each DDL of the batch to every partition of its topic (schema-level
+   DDL to the default topic);
+4. sends a resolved event for the batch's end ts to every partition of every
+   topic the sink has written to since it opened (plus the default topic);
+5. flushes, and raises if any message was not acknowledged.
+
+Guarantees: the producer is idempotent (``enable.idempotence``, acks=all;
+with ``required-acks`` 0 or 1 it is not), so the messages produced to one
+partition are stored in produce order and rows of one key — which the
+``table``, ``index-value`` and ``columns`` rules keep in one partition —
+appear in commit-ts order. Replaying a batch (same ``batch_id`` after a
+crash) produces its messages again: delivery is at-least-once, as TiCDC
+documents, and consumers drop rows at or below the resolved ts they already
+applied (docs/reference/open-protocol.md, "Consuming"). With the ``ts`` rule,
+versions of one key may sit in different partitions; consumers must order by
+commit ts across partitions, which the resolved-ts recipe does.
+
+Topics are created when first used with ``partition-num`` partitions (3 when
+0) and ``replication-factor``: through the AdminClient on real Kafka, through
+``rd_kafka_mock_topic_create`` on the mock cluster (see
+:mod:`cdcflow.plugins.sinks.kafka.mock` for why). An existing topic with fewer
+partitions than ``partition-num`` is an error.
+
+A broker that cannot be reached within ``write-timeout`` (librdkafka retries
+until then) raises ``DownstreamUnavailableError`` (2001); a row too large for
+``max-message-bytes`` raises ``MessageTooLargeError`` (1001) naming the table
+and the row's key, unless ``large-message-handle-option=handle-key-only``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from cdcflow.core.codec import Codec, EncodedMessage
+from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnavailableError
+from cdcflow.core.events import MicroBatch, OpType, RowChange
+from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
+from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
+from cdcflow.core.sink import Sink, SinkContext
+from cdcflow.plugins.sinks.kafka.config import DEFAULT_PARTITIONS, MOCK_HOST, KafkaSinkConfig, bootstrap_of
+from cdcflow.plugins.sinks.kafka.dispatch import EventRouter, TopicExpression, key_changed
+from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
+
+__all__ = ["KafkaSink", "cdcflow_register_sinks"]
+
+log = logging.getLogger(__name__)
+
+#: Options the sink hands to its codec when the codec declares them.
+CODEC_OPTIONS = (
+    "max_batch_size",
+    "max_message_bytes",
+    "output_old_value",
+    "only_output_updated_columns",
+    "delete_only_output_handle_key_columns",
+    "large_message_handle_option",
+    "enable_tidb_extension",
+    "schema_registry",
+    "avro_decimal_handling_mode",
+    "avro_bigint_unsigned_handling_mode",
+)
+#: Slack librdkafka gets over max-message-bytes for its own framing.
+_REQUEST_SLACK = 4096
+
+
+def make_codec(config: PluginConfig, protocol: str, plugins: PluginManager) -> Codec[Any]:
+    """The codec named ``protocol``, given the options of ``config`` it declares."""
+    codec_cls = plugins.codecs[protocol]
+    fields = codec_cls.Config.model_fields
+    options = {name: getattr(config, name) for name in CODEC_OPTIONS if name in fields and hasattr(config, name)}
+    return codec_cls(codec_cls.Config(**options))
+
+
+class KafkaSink(Sink[KafkaSinkConfig]):
+    """Produces row changes, DDL and resolved events to Kafka (TiCDC Open Protocol by default)."""
+
+    type_name = "kafka"
+    Config = KafkaSinkConfig
+    uri_schemes = ("kafka", "kafka+ssl")
+
+    def __init__(self, config: KafkaSinkConfig) -> None:
+        super().__init__(config)
+        self._codec: Codec[Any] | None = None
+        self._producer: Any = None
+        self._cluster: MockCluster | None = None
+        self._router = EventRouter(self.default_topic, config.dispatchers)
+        self._partitions: dict[str, int] = {}
+        self._errors: list[str] = []
+        self._fatal = False
+        self._changefeed_id = ""
+
+    # -- configuration ----------------------------------------------------------------
+
+    @classmethod
+    def options_from_uri(cls, uri: str) -> dict[str, object]:
+        """Query parameters, plus ``topic`` from the path and ``enable-tls`` for kafka+ssl://."""
+        options = super().options_from_uri(uri)
+        parts = urlsplit(uri)
+        topic = unquote(parts.path.lstrip("/"))
+        if topic:
+            options.setdefault("topic", topic)
+        if parts.scheme == "kafka+ssl":
+            options.setdefault("enable-tls", "true")
+        return options
+
+    @classmethod
+    def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:
+        assert isinstance(config, KafkaSinkConfig)
+        issues: list[tuple[str, str]] = []
+        if config.protocol not in plugins.codecs:
+            known = ", ".join(plugins.codecs.names()) or "none"
+            issues.append(("protocol", f"unknown protocol {config.protocol!r}; known codecs: {known}"))
+        try:
+            bootstrap_of(config)
+            if config.topic or not _is_mock(config):
+                TopicExpression(cls._default_topic_of(config))
+            EventRouter(cls._default_topic_of(config), config.dispatchers)
+        except ConfigInvalidError as exc:
+            issues.append(("uri", exc.message))
+        if config.protocol == "avro":
+            issues += _avro_issues(config)
+        return issues
+
+    @staticmethod
+    def _default_topic_of(config: KafkaSinkConfig) -> str:
+        if config.topic:
+            return config.topic
+        if _is_mock(config):
+            return "cdcflow"
+        raise ConfigInvalidError(f"kafka sink URI {config.uri!r} names no topic; write kafka://host:port/topic")
+
+    @property
+    def default_topic(self) -> str:
+        return self._default_topic_of(self.config)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Where consumers connect (the mock cluster's brokers for kafka://mock)."""
+        if self._cluster is not None:
+            return self._cluster.bootstrap_servers
+        return bootstrap_of(self.config)
+
+    @property
+    def mock_cluster(self) -> MockCluster | None:
+        """The in-process mock cluster this sink writes to, if any."""
+        return self._cluster
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def open(self, context: SinkContext) -> None:
+        self._changefeed_id = context.changefeed_id
+        plugins = context.plugins or get_plugin_manager()
+        self._codec = make_codec(self.config, self.config.protocol, plugins)
+        if _is_mock(self.config):
+            self._cluster = mock_cluster(self.config.brokers)
+            log.info("kafka sink: mock cluster at %s", self._cluster.bootstrap_servers)
+        from confluent_kafka import Producer
+
+        self._producer = Producer({**self._producer_config(), "error_cb": self._on_error})
+        self._partition_count(self.default_topic)
+
+    def _restart_producer(self) -> None:
+        """A new producer (new idempotence epoch) after a fatal error; the batch is then replayed whole."""
+        from confluent_kafka import Producer
+
+        log.warning("kafka sink %s: restarting the producer after a fatal error", self.bootstrap_servers)
+        self._producer.flush(0)
+        self._producer = Producer({**self._producer_config(), "error_cb": self._on_error})
+        self._fatal = False
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(self.config.write_timeout)
+            self._producer = None
+
+    def _producer_config(self) -> dict[str, Any]:
+        cfg = self.config
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": cfg.kafka_client_id or f"cdcflow_producer_{self._changefeed_id or 'sink'}",
+            "acks": "all" if cfg.required_acks == -1 else str(cfg.required_acks),
+            "enable.idempotence": cfg.required_acks == -1,
+            "compression.type": cfg.compression,
+            "message.max.bytes": max(cfg.max_message_bytes + _REQUEST_SLACK, 1_000_000),
+            "message.timeout.ms": int(cfg.write_timeout * 1000),
+            "allow.auto.create.topics": False,
+            "linger.ms": 5,
+        }
+        ssl = cfg.enable_tls
+        if cfg.sasl_mechanism:
+            conf["security.protocol"] = "sasl_ssl" if ssl else "sasl_plaintext"
+            conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_user})
+            conf["sasl.password"] = cfg.sasl_password
+        elif ssl:
+            conf["security.protocol"] = "ssl"
+        if ssl:
+            for option, prop in (
+                ("ca", "ssl.ca.location"),
+                ("cert", "ssl.certificate.location"),
+                ("key", "ssl.key.location"),
+            ):
+                if getattr(cfg, option):
+                    conf[prop] = getattr(cfg, option)
+            conf["enable.ssl.certificate.verification"] = not cfg.insecure_skip_verify
+        conf.update(cfg.producer_config)
+        return conf
+
+    # -- topics -------------------------------------------------------------------------
+
+    def _partition_count(self, topic: str) -> int:
+        """Partitions rows of ``topic`` are dispatched over; creates the topic when missing."""
+        known = self._partitions.get(topic)
+        if known is not None:
+            return known
+        actual = self._existing_partitions(topic)
+        wanted = self.config.partition_num or DEFAULT_PARTITIONS
+        if actual is None:
+            if not self.config.auto_create_topic:
+                raise ConfigInvalidError(f"topic {topic!r} does not exist and auto-create-topic is false")
+            self._create_topic(topic, wanted)
+            actual = self._existing_partitions(topic) or wanted
+        if self.config.partition_num > actual:
+            raise ConfigInvalidError(
+                f"partition-num={self.config.partition_num} but topic {topic!r} has only {actual} partitions; "
+                "lower partition-num or add partitions to the topic"
+            )
+        count = self.config.partition_num or actual
+        self._partitions[topic] = count
+        return count
+
+    def _existing_partitions(self, topic: str) -> int | None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            meta = self._producer.list_topics(topic, timeout=self.config.write_timeout)
+        except KafkaException as exc:
+            raise self._unavailable(f"cannot read metadata of topic {topic!r}: {exc}") from exc
+        info = meta.topics.get(topic)
+        if info is None or (info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            return None
+        if info.error is not None:
+            raise self._unavailable(f"metadata of topic {topic!r}: {info.error}")
+        return len(info.partitions)
+
+    def _create_topic(self, topic: str, partitions: int) -> None:
+        if self._cluster is not None:
+            self._cluster.create_topic(topic, partitions, self.config.replication_factor)
+            return
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        admin_conf = {k: v for k, v in self._producer_config().items() if not _producer_only(k)}
+        future = AdminClient(admin_conf).create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=self.config.replication_factor)],
+            request_timeout=self.config.write_timeout,
+        )[topic]
+        try:
+            future.result(timeout=self.config.write_timeout + 5)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            raise self._unavailable(f"cannot create topic {topic!r}: {exc}") from exc
+
+    # -- writing --------------------------------------------------------------------------
+
+    def write_batch(self, batch: MicroBatch) -> None:
+        codec = self._require_codec()
+        if self._fatal:
+            self._restart_producer()
+        self._errors = []
+        routed: dict[tuple[str, int], list[RowChange]] = defaultdict(list)
+        for row in batch.rows:
+            topic, dispatcher = self._router.route(row.table)
+            count = self._partition_count(topic)
+            for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
+                routed[(topic, dispatcher.partition(part, count))].append(part)
+        for (topic, partition), rows in routed.items():
+            for message in codec.encode_rows(rows):
+                self._produce(topic, partition, message)
+        for ddl in batch.ddl:
+            topic = self._router.topic_of(ddl.table)
+            message = codec.encode_ddl(ddl)
+            if message is None:
+                continue
+            for partition in range(self._partition_count(topic)):
+                self._produce(topic, partition, message)
+        resolved = codec.encode_resolved(batch.end_ts)
+        if resolved is not None:
+            for topic in list(self._partitions):
+                for partition in range(self._partitions[topic]):
+                    self._produce(topic, partition, resolved)
+        self._flush(batch)
+
+    def _produce(self, topic: str, partition: int, message: EncodedMessage) -> None:
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                self._producer.produce(topic, message.value, message.key, partition, on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # local queue full: let deliveries drain
+            except KafkaException as exc:
+                raise self._unavailable(f"cannot produce to {topic}[{partition}]: {exc}", topic=topic) from exc
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+            if err.fatal():
+                self._fatal = True
+
+    def _on_error(self, err: Any) -> None:
+        # Broker connection errors are retried by librdkafka; a fatal one (the
+        # idempotent producer lost its guarantees) needs a new producer.
+        log.warning("kafka sink %s: %s", self.bootstrap_servers, err.str())
+        if err.fatal():
+            self._fatal = True
+
+    def _flush(self, batch: MicroBatch) -> None:
+        left = self._producer.flush(self.config.write_timeout + 5)
+        if left or self._errors:
+            shown = "; ".join(self._errors[:3]) or f"{left} messages not acknowledged in time"
+            raise self._unavailable(
+                f"batch {batch.batch_id} (ts {batch.start_ts}..{batch.end_ts}) not fully delivered: {shown}",
+                batch_id=batch.batch_id,
+                failed=len(self._errors) + left,
+            )
+
+    def _unavailable(self, message: str, **detail: Any) -> CdcflowError:
+        return DownstreamUnavailableError(
+            f"kafka sink {self.bootstrap_servers}: {message}", detail={"brokers": self.bootstrap_servers, **detail}
+        )
+
+    def _require_codec(self) -> Codec[Any]:
+        if self._codec is None or self._producer is None:
+            raise RuntimeError("KafkaSink.write_batch called before open()")
+        return self._codec
+
+
+def _avro_issues(config: KafkaSinkConfig) -> list[tuple[str, str]]:
+    """Avro needs a registry, and one table per topic (TiCDC's rule): topics with {schema} and {table}."""
+    issues = []
+    if not config.schema_registry:
+        issues.append(("schema-registry", "protocol=avro needs schema-registry=http://host:port"))
+    for n, rule in enumerate(config.dispatchers):
+        if rule.topic and not ("{schema}" in rule.topic and "{table}" in rule.topic):
+            issues.append((f"dispatchers.{n}.topic", "protocol=avro needs topic expressions with {schema} and {table}"))
+    return issues
+
+
+def _is_mock(config: KafkaSinkConfig) -> bool:
+    return bool(config.uri) and urlsplit(config.uri).hostname == MOCK_HOST
+
+
+def _producer_only(prop: str) -> bool:
+    return prop in {"acks", "enable.idempotence", "compression.type", "message.timeout.ms", "linger.ms"} or (
+        prop == "allow.auto.create.topics"
+    )
+
+
+def _split_if_moved(row: RowChange) -> tuple[RowChange, RowChange]:
+    """An update that moves a row between partitions, as a delete and an insert."""
+    replace: Callable[..., RowChange] = dataclasses.replace
+    return (
+        replace(row, op=OpType.DELETE, after=None),
+        replace(row, op=OpType.INSERT, before=None),
+    )
+
+
+@hookimpl
+def cdcflow_register_sinks(registry: Registrar[Sink[Any]]) -> None:
+    registry.add(KafkaSink)

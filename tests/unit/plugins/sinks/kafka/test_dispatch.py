@@ -1,0 +1,117 @@
+"""Partition math against CRC32-IEEE values known by heart.
+
+crc32("123456789") = 0xCBF43926 (the standard check value), crc32("a") = 0xE8B7BE43,
+crc32("abc") = 0x352441C2. The position hash CRCs each write's concatenated
+arguments and XORs the sums.
+"""
+
+import pytest
+
+from cdcflow.core.errors import ConfigInvalidError
+from cdcflow.core.events import ColumnInfo, OpType, RowChange, TableName, TableSchema
+from cdcflow.plugins.sinks.kafka.dispatch import (
+    DispatchRule,
+    EventRouter,
+    PositionHash,
+    TopicExpression,
+    column_value_string,
+    key_changed,
+    make_dispatcher,
+)
+
+
+def row(schema, table, image, *, handle=(), ts=1, before=None, op=OpType.INSERT):
+    name = TableName(schema, table)
+    columns = tuple(ColumnInfo(c, 15, ColumnInfo.HANDLE_KEY if c in handle else 0) for c in image)
+    return RowChange(name, op, ts, ts - 1, image, before, TableSchema(name, columns))
+
+
+def test_position_hash_xors_crc32_per_write():
+    assert PositionHash().write(b"1234", b"56789").sum32() == 0xCBF43926
+    assert PositionHash().write(b"123456789").write(b"12345", b"6789").sum32() == 0
+    assert PositionHash().write(b"a", b"bc").write(b"a").sum32() == 0x352441C2 ^ 0xE8B7BE43 == 0xDD93FF81
+
+
+def test_table_dispatcher():
+    r = row("1234", "56789", {"id": 1})
+    # 0xCBF43926 = 3421780262 = 7 * 488825751 + 5
+    assert make_dispatcher("table").partition(r, 7) == 5
+    assert make_dispatcher("default").partition(r, 7) == 5
+
+
+def test_index_value_dispatcher_hashes_handle_key_columns():
+    # H("1234","56789") ^ H("1234", "56789") = 0 → partition 0
+    assert make_dispatcher("index-value").partition(row("1234", "56789", {"1234": 56789}, handle={"1234"}), 7) == 0
+    # H("a","bc") ^ H("a", "") = 0xDD93FF81 → mod 4 = 1 (low bits 0b01)
+    assert make_dispatcher("index-value").partition(row("a", "bc", {"a": "", "x": 9}, handle={"a"}), 4) == 1
+    # no handle key known: the table's hash alone
+    assert make_dispatcher("index-value").partition(row("a", "bc", {"a": ""}), 4) == 0x352441C2 % 4
+
+
+def test_columns_dispatcher_and_missing_column():
+    dispatcher = make_dispatcher("columns", ["A"])
+    # the column name as written in the rule ("A") and the value "bc": H("1234","56789") ^ H("A","bc")
+    # crc32("Abc") is not one to know by heart; "a" + "bc" is: use a lower-case rule for the exact figure.
+    r = row("1234", "56789", {"a": "bc"})
+    assert make_dispatcher("columns", ["a"]).partition(r, 1 << 32) == 0xCBF43926 ^ 0x352441C2
+    assert dispatcher.partition(r, 4) in range(4)
+    with pytest.raises(ConfigInvalidError, match="does not have"):
+        make_dispatcher("columns", ["nope"]).partition(r, 4)
+
+
+def test_ts_dispatcher():
+    assert make_dispatcher("ts").partition(row("s", "t", {"id": 1}, ts=1_000_003), 4) == 3
+
+
+def test_unknown_rule_is_config_error():
+    with pytest.raises(ConfigInvalidError, match="unknown partition rule"):
+        make_dispatcher("hash")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, b"null"), (True, b"1"), (-5, b"-5"), (1.5, b"1.5"), (1e21, b"1000000000000000000000"), (b"\xff", b"\xff")],
+)
+def test_value_strings(value, text):
+    assert column_value_string(value) == text
+
+
+def test_topic_expressions():
+    assert TopicExpression("cdc_{schema}_{table}").topic("shop", "order items") == "cdc_shop_order_items"
+    assert TopicExpression("{schema}").topic("shop", "x") == "shop"
+    assert TopicExpression("plain-topic").topic("a", "b") == "plain-topic"
+    for bad in ("{table}", "{Schema}", "a b", "{schema}/{table}", ""):
+        with pytest.raises(ConfigInvalidError):
+            TopicExpression(bad)
+
+
+def test_router_first_matching_rule_wins():
+    router = EventRouter(
+        "default",
+        [
+            DispatchRule(matcher=["shop.orders"], topic="{schema}_{table}", partition="index-value"),
+            DispatchRule(matcher=["shop.*"], partition="ts"),
+        ],
+    )
+    topic, dispatcher = router.route(TableName("shop", "orders"))
+    assert topic == "shop_orders" and type(dispatcher).__name__ == "IndexValueDispatcher"
+    topic, dispatcher = router.route(TableName("shop", "users"))
+    assert topic == "default" and type(dispatcher).__name__ == "TsDispatcher"
+    assert router.route(TableName("crm", "x"))[0] == "default"
+    assert router.topic_of(TableName("shop", "")) == "default"
+    with pytest.raises(ConfigInvalidError, match="both"):
+        EventRouter("d", [DispatchRule(partition="ts", dispatcher="table")])
+
+
+def test_key_change_detected_for_key_based_rules_only():
+    moved = row("s", "t", {"id": 2}, handle={"id"}, before={"id": 1}, op=OpType.UPDATE)
+    assert key_changed(make_dispatcher("index-value"), moved)
+    assert not key_changed(make_dispatcher("table"), moved)
+    same = row("s", "t", {"id": 1, "v": 2}, handle={"id"}, before={"id": 1, "v": 1}, op=OpType.UPDATE)
+    assert not key_changed(make_dispatcher("index-value"), same)
+
+
+def test_columns_rule_detects_moves_whatever_the_case_of_its_names():
+    moved = row("s", "t", {"Region": "eu", "v": 1}, before={"Region": "us", "v": 1}, op=OpType.UPDATE)
+    assert key_changed(make_dispatcher("columns", ["region"]), moved)
+    assert not key_changed(make_dispatcher("columns", ["v"]), moved)
