@@ -69,19 +69,27 @@ CODEC_OPTIONS = (
     "large_message_handle_option",
     "enable_tidb_extension",
     "schema_registry",
+    "schema_registry_timeout",
     "avro_decimal_handling_mode",
     "avro_bigint_unsigned_handling_mode",
+    "avro_time_handling_mode",
+    "avro_enable_watermark",
 )
 #: Slack librdkafka gets over max-message-bytes for its own framing.
 _REQUEST_SLACK = 4096
 
 
+def codec_config_of(config: PluginConfig, codec_cls: type[Codec[Any]]) -> PluginConfig:
+    """The codec's config, given the options of the sink's ``config`` it declares."""
+    fields = codec_cls.Config.model_fields
+    options = {name: getattr(config, name) for name in CODEC_OPTIONS if name in fields and hasattr(config, name)}
+    return codec_cls.Config(**options)
+
+
 def make_codec(config: PluginConfig, protocol: str, plugins: PluginManager) -> Codec[Any]:
     """The codec named ``protocol``, given the options of ``config`` it declares."""
     codec_cls = plugins.codecs[protocol]
-    fields = codec_cls.Config.model_fields
-    options = {name: getattr(config, name) for name in CODEC_OPTIONS if name in fields and hasattr(config, name)}
-    return codec_cls(codec_cls.Config(**options))
+    return codec_cls(codec_config_of(config, codec_cls))
 
 
 class KafkaSink(Sink[KafkaSinkConfig]):
@@ -123,6 +131,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if config.protocol not in plugins.codecs:
             known = ", ".join(plugins.codecs.names()) or "none"
             issues.append(("protocol", f"unknown protocol {config.protocol!r}; known codecs: {known}"))
+        else:
+            codec_cls = plugins.codecs[config.protocol]
+            issues += codec_cls.check_config(codec_config_of(config, codec_cls), plugins)
         try:
             bootstrap_of(config)
             if config.topic or not _is_mock(config):
@@ -288,7 +299,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
                 routed[(topic, dispatcher.partition(part, count))].append(part)
         for (topic, partition), rows in routed.items():
-            for message in codec.encode_rows(rows):
+            for message in codec.encode_rows_for_topic(topic, rows):
                 self._produce(topic, partition, message)
         for ddl in batch.ddl:
             topic = self._router.topic_of(ddl.table)
@@ -309,7 +320,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
         while True:
             try:
-                self._producer.produce(topic, message.value, message.key, partition, on_delivery=self._on_delivery)
+                # An empty value is a tombstone: Kafka's null value (Avro deletes).
+                value = message.value if message.value or message.key is None else None
+                self._producer.produce(topic, value, message.key, partition, on_delivery=self._on_delivery)
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
@@ -351,10 +364,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
 
 def _avro_issues(config: KafkaSinkConfig) -> list[tuple[str, str]]:
-    """Avro needs a registry, and one table per topic (TiCDC's rule): topics with {schema} and {table}."""
+    """Avro needs one table per topic (TiCDC's rule): topics with {schema} and {table}."""
     issues = []
-    if not config.schema_registry:
-        issues.append(("schema-registry", "protocol=avro needs schema-registry=http://host:port"))
     for n, rule in enumerate(config.dispatchers):
         if rule.topic and not ("{schema}" in rule.topic and "{table}" in rule.topic):
             issues.append((f"dispatchers.{n}.topic", "protocol=avro needs topic expressions with {schema} and {table}"))
