@@ -25,9 +25,12 @@ writes TiCDC's test-only messages: a DDL is ``0x01`` + JSON
 ``{"query","type","schema","table","commitTs"}``, a resolved ts is ``0x02`` +
 the ts as 8 bytes big-endian, both without a key.
 
+Column types map as in :mod:`cdcflow.plugins.codecs.avro.types` (table in
+docs/how-to/avro-schema-registry.md).
+
 Guarantees: the same row and schema give the same bytes (schema ids
 aside); a schema is posted once per subject and version and then served from
-the client's cache. Not guaranteed: registering never blocks — the first
+the client's cache. Not guaranteed: that encoding never waits — the first
 row of each table version waits for the registry (``schema-registry-timeout``).
 """
 

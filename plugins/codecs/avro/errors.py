@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from cdcflow.core.errors import (
-    CdcflowError,
     DownstreamUnavailableError,
     Retryable,
     Severity,
@@ -42,11 +41,8 @@ class SchemaNotFoundError(SchemaRegistryError):
     default_retryable = Retryable.NONE
 
 
-class AvroEncodeError(CdcflowError):
+class AvroEncodeError(UnsupportedProtocolError):
     """A value that the column's Avro type cannot hold (names table, column and value)."""
-
-    code = UnsupportedProtocolError.code
-    default_retryable = Retryable.NONE
 
 
 class AvroFormatError(UnsupportedProtocolError):
