@@ -26,6 +26,7 @@ from cdcflow.plugins.codecs.avro import (
     SchemaRegistryError,
 )
 from cdcflow.plugins.codecs.columns import TypeCode as T
+from cdcflow.plugins.codecs.open_protocol import MessageTooLargeError
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
 from tests.integration.open_protocol_consumer import read_topic
@@ -357,3 +358,12 @@ def test_avro_through_the_kafka_sink(registry):
     assert [v for _, v in messages].count(None) == 1  # the delete is a real Kafka tombstone (null value)
     assert sorted(registry.subjects) == [f"{base}_shop_every-key", f"{base}_shop_every-value"]
     assert len(registry.subjects[f"{base}_shop_every-value"]) == 2  # the DDL registered a new version
+
+
+def test_a_row_over_max_message_bytes_names_table_and_key(registry):
+    schema = schema_of((ColumnInfo("id", T.LONG, PK, "int"), ColumnInfo("doc", T.BLOB, N, "text")))
+    codec = codec_for(registry, max_message_bytes=1024)
+    [fits] = codec.encode_rows([typed(insert("shop", "every", {"id": 1, "doc": "x" * 900}, commit_ts=3), schema)])
+    assert len(fits.value) > 900
+    with pytest.raises(MessageTooLargeError, match=r"row of shop\.every \(id=2\) at commit ts 4 encodes to \d+ bytes"):
+        codec.encode_rows([typed(insert("shop", "every", {"id": 2, "doc": "x" * 2000}, commit_ts=4), schema)])

@@ -56,6 +56,7 @@ from cdcflow.plugins.codecs.avro.types import encode_value
 from cdcflow.plugins.codecs.avro.wire import DDL_BYTE, frame, frame_resolved
 from cdcflow.plugins.codecs.columns import columns_of
 from cdcflow.plugins.codecs.gojson import go_json
+from cdcflow.plugins.codecs.open_protocol import MAX_RECORD_OVERHEAD, MessageTooLargeError, row_key_text
 
 __all__ = ["AvroCodec", "subject_prefix"]
 
@@ -125,6 +126,14 @@ class AvroCodec(Codec[AvroConfig]):
                     "_tidb_commit_physical_time": tso_physical_ms(row.commit_ts),
                 }
             value = self._record(prefix + "-value", layout.value, row.after or {}, where, extra)
+        size = len(key or b"") + len(value) + MAX_RECORD_OVERHEAD
+        if size > self.config.max_message_bytes:
+            # TiCDC's Avro fails here too: a row is one message and cannot be split.
+            raise MessageTooLargeError(
+                f"row of {row.table} ({row_key_text(row)}) at commit ts {row.commit_ts} encodes to {size} bytes, "
+                f"over max-message-bytes={self.config.max_message_bytes}",
+                detail={"table": str(row.table), "row": row_key_text(row), "commit_ts": row.commit_ts, "bytes": size},
+            )
         return EncodedMessage(key, value, row.table, 1, row.commit_ts)
 
     def _record(

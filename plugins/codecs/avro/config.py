@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from cdcflow.core.plugin import PluginConfig
+from cdcflow.plugins.codecs.open_protocol import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["AvroConfig"]
 
@@ -39,6 +40,11 @@ class AvroConfig(PluginConfig):
             "DATE, DATETIME, TIMESTAMP and TIME as Avro logical types (date, local-timestamp-micros, "
             "timestamp-micros, time-micros) or as strings the way TiCDC writes them."
         ),
+    )
+    max_message_bytes: int = Field(
+        DEFAULT_MAX_MESSAGE_BYTES,
+        ge=1024,
+        description="Largest message (key + value + record overhead); a larger row fails naming table and key.",
     )
     avro_enable_watermark: bool = Field(
         False,

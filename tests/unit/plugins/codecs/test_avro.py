@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cdcflow.core.config import validate_text
 from cdcflow.core.events import ColumnInfo
 from cdcflow.core.plugin import PluginManager
 from cdcflow.plugins.codecs.avro import AvroCodec, AvroConfig, AvroEncodeError, AvroFormatError
@@ -232,3 +233,24 @@ def test_watermarks_need_the_extension_and_the_option():
     codec = AvroCodec(AvroConfig(enable_tidb_extension=True, avro_enable_watermark=True))
     message = codec.encode_resolved(5)
     assert message is not None and message.key is None and message.value == bytes.fromhex("02 0000000000000005")
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("kafka://h:9092/t?protocol=avro", "needs schema-registry"),
+        ("kafka://h:9092/t?protocol=avro&schema-registry=registry:8081", "must be an http(s)://"),
+    ],
+)
+def test_validate_reports_the_registry_of_a_kafka_sink(uri, message):
+    text = f"""
+connectors:
+  - name: a
+    source: {{type: tikv}}
+    sinks:
+      - uri: "{uri}"
+        dispatchers: [{{matcher: ["*.*"], topic: "tidb_{{schema}}_{{table}}"}}]
+"""
+    _, issues = validate_text(text, "c.yaml", PluginManager.default(autoload=False), {})
+    shown = [str(issue) for issue in issues]
+    assert len(shown) == 1 and message in shown[0] and "c.yaml:6" in shown[0] and "schema-registry" in shown[0], shown
