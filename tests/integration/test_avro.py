@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
 from cdcflow.core.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableSchema, tso_from_ms
@@ -367,3 +369,49 @@ def test_a_row_over_max_message_bytes_names_table_and_key(registry):
     assert len(fits.value) > 900
     with pytest.raises(MessageTooLargeError, match=r"row of shop\.every \(id=2\) at commit ts 4 encodes to \d+ bytes"):
         codec.encode_rows([typed(insert("shop", "every", {"id": 2, "doc": "x" * 2000}, commit_ts=4), schema)])
+
+
+@pytest.fixture(scope="module")
+def shared_registry():
+    server = SchemaRegistryServer()
+    yield server
+    server.close()
+
+
+PROPERTY_COLUMNS = (
+    ColumnInfo("id", T.LONGLONG, PK, "bigint"),
+    ColumnInfo("i", T.LONG, N, "int"),
+    ColumnInfo("u", T.LONGLONG, N | U, "bigint unsigned"),
+    ColumnInfo("d", T.NEWDECIMAL, N, "decimal(65,30)"),
+    ColumnInfo("s", T.VARCHAR, N, "varchar(255)"),
+    ColumnInfo("b", T.BLOB, N | B, "blob"),
+    ColumnInfo("ts", T.TIMESTAMP, N, "timestamp(6)"),
+    ColumnInfo("dt", T.DATETIME, N, "datetime(6)"),
+    ColumnInfo("t", T.DURATION, N, "time(6)"),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {
+            "id": st.integers(-(2**63), 2**63 - 1),
+            "i": st.none() | st.integers(-(2**31), 2**31 - 1),
+            "u": st.none() | st.integers(0, 2**64 - 1),
+            "d": st.none()
+            | st.decimals(min_value=-(10**34), max_value=10**34, places=30, allow_nan=False, allow_infinity=False),
+            "s": st.none() | st.text(),
+            "b": st.none() | st.binary(),
+            "ts": st.none() | st.datetimes(min_value=dt.datetime(1970, 1, 1, 0, 0, 1), timezones=st.just(UTC)),
+            "dt": st.none() | st.datetimes(),
+            "t": st.none() | st.timedeltas(-dt.timedelta(hours=838, minutes=59, seconds=59), dt.timedelta(hours=838)),
+        }
+    )
+)
+def test_random_rows_round_trip(shared_registry, values):
+    schema = schema_of(PROPERTY_COLUMNS)
+    codec = codec_for(shared_registry)
+    [message] = codec.encode_rows([typed(insert("shop", "every", values, commit_ts=5), schema)])
+    decoded = decoder_for(shared_registry).decode(message.key, message.value)
+    assert decoded.value is not None and decoded.value.fields == values
+    assert decoded.key is not None and decoded.key.fields == {"id": values["id"]}
