@@ -104,9 +104,11 @@ class SchemaRegistryClient:
             schema = json.loads(text)
         except ValueError as exc:
             raise SchemaRegistryError(f"schema registry {self.url}: schema {schema_id} is not JSON: {exc}") from exc
+        if not isinstance(schema, dict):
+            schema = {"type": schema}  # a primitive schema such as "string"
         with self._lock:
             self._schemas[schema_id] = schema
-        return dict(schema) if isinstance(schema, dict) else {"type": schema}
+        return schema
 
     def versions(self, subject: str) -> list[int]:
         """Version numbers registered under ``subject``, oldest first."""
