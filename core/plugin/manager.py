@@ -20,6 +20,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
+# The plugin kinds import cdcflow.core.plugin (their base class), which imports
+# this module: import them as modules so that `from cdcflow.core.sink import Sink`
+# works as a program's first import, and read the classes when a manager is built.
+import cdcflow.core.codec as _codec
+import cdcflow.core.scheduling as _scheduling
+import cdcflow.core.sink as _sink
+import cdcflow.core.source as _source
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
@@ -78,21 +85,13 @@ class PluginManager:
     """
 
     def __init__(self) -> None:
-        # Imported here, not at module level: these modules import the plugin
-        # package themselves, so importing one of them first would otherwise
-        # re-enter it half-initialised.
-        from cdcflow.core.codec import Codec
-        from cdcflow.core.scheduling import Scheduler
-        from cdcflow.core.sink import Sink
-        from cdcflow.core.source import Source
-
         self._pm = pluggy.PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspec)
         self._origins: dict[int, PluginOrigin] = {}
-        self.sources: PluginRegistry[Source[Any]] = PluginRegistry("sources", Source)
-        self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", Sink)
-        self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", Scheduler)
-        self.codecs: PluginRegistry[Codec[Any]] = PluginRegistry("codecs", Codec)
+        self.sources: PluginRegistry[Source[Any]] = PluginRegistry("sources", _source.Source)
+        self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", _sink.Sink)
+        self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", _scheduling.Scheduler)
+        self.codecs: PluginRegistry[Codec[Any]] = PluginRegistry("codecs", _codec.Codec)
         if _truthy(os.environ.get(TRACE_ENV)):
             self._pm.trace.root.setwriter(sys.stderr.write)
             self._pm.enable_tracing()

@@ -13,8 +13,8 @@ With ``enable-tidb-extension`` DML and DDL carry ``"_tidb": {"commitTs": …}``
 (``"onlyHandleKey": true`` when a large row was cut to its handle key) and
 resolved timestamps become ``TIDB_WATERMARK`` events with
 ``"_tidb": {"watermarkTs": …}``; without it there are no resolved events.
-ENUM and SET values are written as their index / bit set when the row holds
-integers (cdcflow rows carry no element names).
+ENUM and SET values are written as member names when the column's
+``sql_type`` lists them (``enum('a','b')``), else as their index / bit set.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pydantic import Field
 from cdcflow.core.codec import Codec, EncodedMessage
 from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, tso_physical_ms
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.plugins.codecs.columns import TypeCode, column_of, columns_of, format_date_value
+from cdcflow.plugins.codecs.columns import TypeCode, column_of, columns_of, elements_of, format_date_value, fsp_of
 from cdcflow.plugins.codecs.gojson import go_float_plain, go_json
 from cdcflow.plugins.codecs.open_protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -56,6 +56,7 @@ _NAMES = {
     TypeCode.BIT: "bit", TypeCode.JSON: "json", TypeCode.ENUM: "enum", TypeCode.SET: "set",
     TypeCode.GEOMETRY: "geometry", TypeCode.VECTOR: "vector", TypeCode.NULL: "null",
 }  # fmt: skip
+_INTEGER_NAMES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
 _BLOB_NAMES = {
     TypeCode.TINY_BLOB: "tiny",
     TypeCode.MEDIUM_BLOB: "medium",
@@ -77,7 +78,9 @@ _UNSIGNED_UP[TypeCode.LONGLONG] = (2**63 - 1, 3)
 def mysql_type_name(column: ColumnInfo) -> str:
     """The base MySQL type name of ``column`` (``int unsigned``, ``varbinary``, ``text`` …)."""
     if column.sql_type:
-        return column.sql_type.split("(")[0].strip().lower()
+        text = column.sql_type.lower()
+        base = text.split("(")[0].split(" ")[0].strip()
+        return base + " unsigned" if "unsigned" in text and base in _INTEGER_NAMES else base
     code, binary = column.type_code, bool(column.flags & ColumnInfo.BINARY)
     if code in _BLOB_NAMES:
         return _BLOB_NAMES[code] + ("blob" if binary else "text")
@@ -118,6 +121,8 @@ def canal_value(column: ColumnInfo, value: Any) -> str | None:
         return data.decode("latin-1") if binary else data.decode("utf-8", errors="replace")
     if isinstance(value, bool):
         return "1" if value else "0"
+    if code in (TypeCode.ENUM, TypeCode.SET) and isinstance(value, int):
+        return _member_names(column, value)
     if isinstance(value, float):
         return "0" if math.isnan(value) or math.isinf(value) else go_float_plain(value)
     if isinstance(value, decimal.Decimal):
@@ -126,7 +131,17 @@ def canal_value(column: ColumnInfo, value: Any) -> str | None:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     if isinstance(value, int | str):
         return str(value)
-    return format_date_value(code, value)
+    return format_date_value(code, value, fsp_of(column))
+
+
+def _member_names(column: ColumnInfo, value: int) -> str:
+    """ENUM index / SET bitmask as member names (canal-json writes names), or the number when unknown."""
+    members = elements_of(column)
+    if not members:
+        return str(value)
+    if column.type_code == TypeCode.ENUM:
+        return members[value - 1] if 1 <= value <= len(members) else ""
+    return ",".join(m for i, m in enumerate(members) if value >> i & 1)
 
 
 class CanalJsonConfig(PluginConfig):

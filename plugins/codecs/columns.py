@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,9 +23,12 @@ __all__ = [
     "column_for",
     "column_of",
     "columns_of",
+    "elements_of",
     "format_date_value",
+    "fsp_of",
     "handle_key_names",
     "is_binary_string",
+    "schema_column",
 ]
 
 
@@ -126,43 +130,86 @@ _HANDLE_KEYS: dict[int, tuple[object, tuple[str, ...]]] = {}
 
 
 def handle_key_names(row: RowChange) -> tuple[str, ...]:
-    """Sorted handle-key column names of ``row`` (cached per schema object: a per-row hot path)."""
+    """Sorted handle-key column names of ``row`` (cached per column tuple: a per-row hot path)."""
     schema = row.schema
     if schema is None:
         return tuple(sorted(n for n, c in columns_of(row).items() if c.is_handle_key))
-    hit = _HANDLE_KEYS.get(id(schema))
-    if hit is None or hit[0] is not schema:
+    columns = schema.columns
+    hit = _HANDLE_KEYS.get(id(columns))
+    if hit is None or hit[0] is not columns:
         if len(_HANDLE_KEYS) > 4096:
             _HANDLE_KEYS.clear()
-        hit = _HANDLE_KEYS[id(schema)] = (schema, tuple(sorted(schema.handle_key_columns())))
+        hit = _HANDLE_KEYS[id(columns)] = (columns, tuple(sorted(c.name for c in columns if c.is_handle_key)))
     return hit[1]
+
+
+_BY_NAME: dict[int, tuple[object, dict[str, ColumnInfo]]] = {}
+
+
+def schema_column(row: RowChange, name: str) -> ColumnInfo | None:
+    """Column ``name`` of ``row``'s schema (None without a schema); cached per column tuple."""
+    if row.schema is None:
+        return None
+    columns = row.schema.columns
+    hit = _BY_NAME.get(id(columns))
+    if hit is None or hit[0] is not columns:
+        if len(_BY_NAME) > 4096:
+            _BY_NAME.clear()
+        hit = _BY_NAME[id(columns)] = (columns, {c.name: c for c in columns})
+    return hit[1].get(name)
 
 
 def is_binary_string(column: ColumnInfo) -> bool:
     return bool(column.flags & ColumnInfo.BINARY)
 
 
-def format_date_value(code: int, value: Any) -> str:
+_FSP = re.compile(r"^(?:datetime|timestamp|time)\((\d)\)")
+_ELEMENTS = re.compile(r"'((?:[^']|'')*)'")
+
+
+def fsp_of(column: ColumnInfo) -> int | None:
+    """Fractional-second digits of a DATETIME/TIMESTAMP/TIME column, from its ``sql_type`` (None: unknown)."""
+    if not column.sql_type:
+        return None
+    match = _FSP.match(column.sql_type)
+    return int(match.group(1)) if match else 0
+
+
+def elements_of(column: ColumnInfo) -> list[str]:
+    """Members of an ENUM/SET column, from its ``sql_type`` (``enum('a','b')``); empty when unknown."""
+    return [m.replace("''", "'") for m in _ELEMENTS.findall(column.sql_type)]
+
+
+def format_date_value(code: int, value: Any, fsp: int | None = None) -> str:
     """DATE / DATETIME / TIMESTAMP / TIME values as TiDB prints them.
 
-    Fractional seconds are written as six digits when non-zero (the column's
-    fsp is not known here); strings pass through unchanged.
+    Fractional seconds get ``fsp`` digits (the column's precision); when the
+    precision is unknown, six digits if non-zero. Timezone-aware datetimes
+    (TIMESTAMP from the TiKV source) are printed in UTC.
+    Strings (zero dates) pass through unchanged.
     """
     if isinstance(value, str):
         return value
     if isinstance(value, dt.datetime):
-        text = value.strftime("%Y-%m-%d %H:%M:%S")
-        return text + (f".{value.microsecond:06d}" if value.microsecond else "")
+        moment: dt.datetime = value.astimezone(dt.UTC) if value.tzinfo is not None else value
+        # not strftime: %Y drops the leading zeros of years before 1000
+        m = moment
+        text = f"{m.year:04d}-{m.month:02d}-{m.day:02d} {m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+        return text + _fraction(m.microsecond, fsp)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dt.time):
-        text = value.strftime("%H:%M:%S")
-        return text + (f".{value.microsecond:06d}" if value.microsecond else "")
+        return f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}" + _fraction(value.microsecond, fsp)
     if isinstance(value, dt.timedelta):
         micros = abs(value) // dt.timedelta(microseconds=1)
         sign = "-" if value < dt.timedelta(0) else ""
         seconds, micro = divmod(micros, 1_000_000)
         hours, rest = divmod(seconds, 3600)
-        text = f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
-        return text + (f".{micro:06d}" if micro else "")
+        return f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}" + _fraction(micro, fsp)
     raise TypeError(f"cannot format {type(value).__name__} as a MySQL type {code} value")
+
+
+def _fraction(micro: int, fsp: int | None) -> str:
+    if fsp is None:
+        return f".{micro:06d}" if micro else ""
+    return f".{micro:06d}"[: fsp + 1] if fsp > 0 else ""

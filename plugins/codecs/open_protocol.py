@@ -34,9 +34,16 @@ from pydantic import Field
 
 from cdcflow.core.codec import Codec, EncodedMessage
 from cdcflow.core.errors import ConfigInvalidError, UnsupportedProtocolError
-from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, TableSchema
+from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.plugins.codecs.columns import TypeCode, column_for, columns_of, format_date_value, is_binary_string
+from cdcflow.plugins.codecs.columns import (
+    TypeCode,
+    column_for,
+    columns_of,
+    format_date_value,
+    fsp_of,
+    is_binary_string,
+)
 from cdcflow.plugins.codecs.gojson import GoFloat, GoFloat32, escape_html, go_float_value, go_json, go_quote
 
 __all__ = [
@@ -120,7 +127,7 @@ def encode_column_value(column: ColumnInfo, value: Any) -> Any:
     if code in TypeCode.DECIMALS:
         return format(value, "f") if isinstance(value, decimal.Decimal) else str(value)
     if code in TypeCode.DATES or code in TypeCode.DATETIMES or code == TypeCode.DURATION:
-        return format_date_value(code, value)
+        return format_date_value(code, value, fsp_of(column))
     return _encode_text_value(column, value)
 
 
@@ -143,10 +150,10 @@ def _encode_text_value(column: ColumnInfo, value: Any) -> Any:
     return value if isinstance(value, str | int) else str(value)
 
 
-def _column_json(column: ColumnInfo, value: Any) -> str:
-    """``{"t":…,"h":true,"f":…,"v":…}`` (Go field order; ``h`` only for handle-key columns)."""
+def _column_head(column: ColumnInfo) -> str:
+    """``"name":{"t":…,"h":true,"f":…,"v":`` (Go field order; ``h`` only for handle-key columns)."""
     head = '{"t":%d,"h":true,"f":%d,"v":' if column.flags & ColumnInfo.HANDLE_KEY else '{"t":%d,"f":%d,"v":'
-    return head % (column.type_code, column.flags) + _value_json(encode_column_value(column, value)) + "}"
+    return encode_basestring(column.name) + ":" + head % (column.type_code, column.flags)
 
 
 def _value_json(value: Any) -> str:
@@ -159,9 +166,13 @@ def _value_json(value: Any) -> str:
     return str(int(value)) if isinstance(value, int) else encode_basestring(str(value))
 
 
+#: A schema's columns by name, each with its encoded JSON head.
+KnownColumns = Mapping[str, tuple[ColumnInfo, str]]
+
+
 def _image_json(
     image: Mapping[str, Any] | None,
-    known: Mapping[str, ColumnInfo],
+    known: KnownColumns,
     handle_key_only: bool,
     unchanged_from: Mapping[str, Any] | None = None,
 ) -> str:
@@ -173,13 +184,14 @@ def _image_json(
     parts = []
     for name in sorted(image or {}):
         value = image[name]  # type: ignore[index]
-        column = known.get(name) or column_for(name, value)
+        hit = known.get(name)
+        column, head = hit if hit is not None else (column_for(name, value), "")
         is_key = column.flags & ColumnInfo.HANDLE_KEY
         if handle_key_only and not is_key:
             continue
         if unchanged_from is not None and not is_key and name in unchanged_from and unchanged_from[name] == value:
             continue
-        parts.append(encode_basestring(name) + ":" + _column_json(column, value))
+        parts.append((head or _column_head(column)) + _value_json(encode_column_value(column, value)) + "}")
     return "{" + ",".join(parts) + "}"
 
 
@@ -202,7 +214,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def __init__(self, config: OpenProtocolConfig) -> None:
         super().__init__(config)
-        self._schemas: dict[int, tuple[TableSchema, dict[str, ColumnInfo]]] = {}
+        self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns]] = {}
 
     # -- single events -------------------------------------------------------------
 
@@ -234,16 +246,17 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
             value += "}"
         return escape_html(key).encode("utf-8"), escape_html(value).encode("utf-8")
 
-    def _schema_columns(self, row: RowChange) -> Mapping[str, ColumnInfo]:
-        """The row's schema columns by name, cached per schema object."""
+    def _schema_columns(self, row: RowChange) -> KnownColumns:
+        """The row's schema columns by name, with their JSON heads; cached per column tuple."""
         schema = row.schema
         if schema is None:
             return {}
-        hit = self._schemas.get(id(schema))
-        if hit is None or hit[0] is not schema:
+        columns = schema.columns
+        hit = self._schemas.get(id(columns))
+        if hit is None or hit[0] is not columns:
             if len(self._schemas) > 4096:
                 self._schemas.clear()
-            hit = self._schemas[id(schema)] = (schema, {c.name: c for c in schema.columns})
+            hit = self._schemas[id(columns)] = (columns, {c.name: (c, _column_head(c)) for c in columns})
         return hit[1]
 
     def _fitting_pair(self, row: RowChange) -> tuple[bytes, bytes]:

@@ -125,6 +125,8 @@ def decode_column_value(column: ColumnInfo, raw: Any) -> Any:
         return decimal.Decimal(str(raw))
     if code in TypeCode.DATES:
         return _parse(raw, dt.date.fromisoformat)
+    if code == TypeCode.TIMESTAMP:  # written in UTC, as the TiKV source gives it
+        return _parse(raw, lambda s: dt.datetime.fromisoformat(s).replace(tzinfo=dt.UTC))
     if code in TypeCode.DATETIMES:
         return _parse(raw, dt.datetime.fromisoformat)
     if code == TypeCode.DURATION:
@@ -151,3 +153,54 @@ def _duration(text: str) -> dt.timedelta:
     micros = int((frac + "000000")[:6]) if frac else 0
     delta = dt.timedelta(hours=int(hours), minutes=int(minutes), seconds=int(whole), microseconds=micros)
     return delta * sign
+
+
+def _event_json(event: DecodedEvent) -> dict[str, Any]:
+    def plain(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if image is None:
+            return None
+        return {
+            k: v.hex() if isinstance(v, bytes) else v if isinstance(v, int | float | None) else str(v)
+            for k, v in image.items()
+        }
+
+    if isinstance(event, DecodedResolved):
+        return {"type": "resolved", "ts": event.ts}
+    if isinstance(event, DDLEvent):
+        table = event.table or TableName("", "")
+        return {
+            "type": "ddl",
+            "ts": event.commit_ts,
+            "schema": table.schema,
+            "table": table.table,
+            "query": event.query,
+        }
+    return {
+        "type": event.op.value,
+        "ts": event.commit_ts,
+        "schema": event.table.schema,
+        "table": event.table.table,
+        "after": plain(event.after),
+        "before": plain(event.before),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the events of open-protocol files (written by the file sink) as JSON lines."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m cdcflow.plugins.codecs.open_protocol_decode", description=main.__doc__
+    )
+    parser.add_argument("files", nargs="+", help="*.op files")
+    args = parser.parse_args(argv)
+    for name in args.files:
+        with open(name, "rb") as fh:
+            for event in decode_file(fh.read()):
+                sys.stdout.write(json.dumps(_event_json(event), ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import decimal
 import random
+import time
 import uuid
 
 import pytest
@@ -174,10 +175,13 @@ def test_oversize_row_is_an_error_naming_table_and_key():
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     sink = sink_for(topic, **{"max-message-bytes": 2048, "dispatchers": []})
     sink.open(SinkContext("cf"))
+    small = with_schema(insert("shop", "orders", {"id": 1, "note": "n"}, commit_ts=9))
     big = with_schema(insert("shop", "orders", {"id": 4242, "note": "n" * 5000}, commit_ts=10))
     with pytest.raises(MessageTooLargeError, match=r"shop\.orders \(id=4242\)"):
-        sink.write_batch(MicroBatch("cf", 0, 0, 10, (big,)))
+        sink.write_batch(MicroBatch("cf", 0, 0, 10, (small, big)))
     sink.close()
+    # the batch failed before any of its messages was produced
+    assert sum(len(m) for m in read_topic(sink.bootstrap_servers, topic).values()) == 0
 
 
 def test_handle_key_only_sends_the_key_of_an_oversize_row():
@@ -211,7 +215,15 @@ def test_brokers_down_is_downstream_unavailable_then_recovers():
     finally:
         for broker in (1, 2):
             cluster.set_broker_down(broker, down=False)
-    sink.write_batch(MicroBatch("cf", 0, 0, 10, (row,)))  # the replay succeeds once brokers are back
+    # the runtime retries a 2001 with backoff; the replay succeeds once the producer has reconnected
+    for attempt in range(20):
+        try:
+            sink.write_batch(MicroBatch("cf", 0, 0, 10, (row,)))
+            break
+        except DownstreamUnavailableError:
+            time.sleep(0.5 * attempt)
+    else:
+        pytest.fail("the sink never recovered after the brokers came back")
     sink.close()
     ops = rebuild(read_topic(sink.bootstrap_servers, topic))
     assert [row for rows in ops.tables.values() for row in rows.values()] == [{"id": 1, "name": "a"}]
@@ -245,4 +257,30 @@ def test_canal_json_over_kafka_with_watermarks():
     for messages in partitions.values():
         last = json.loads(messages[-1][1])
         assert (last["type"], last["_tidb"]) == ("TIDB_WATERMARK", {"watermarkTs": 30})
+    sink.close()
+
+
+def test_parts_of_a_batch_get_one_resolved_event_after_the_last():
+    from types import SimpleNamespace
+
+    topic = f"cdc-{uuid.uuid4().hex[:8]}"
+    sink = sink_for(topic, **{"partition-num": 2, "dispatchers": []})
+    sink.open(SinkContext("cf"))
+    assert KafkaSink.accepts_partial_batches
+    rows = [with_schema(insert("shop", "users", {"id": i, "name": "n"}, commit_ts=10 + i)) for i in range(4)]
+
+    def part(n, last, chunk):
+        return SimpleNamespace(
+            changefeed_id="cf", batch_id=0, start_ts=0, end_ts=20, rows=chunk, ddl=(), part=n, last_part=last
+        )
+
+    def resolved_count():
+        return sum(k.endswith(b'"t":3}') for ms in read_topic(sink.bootstrap_servers, topic).values() for k, _ in ms)
+
+    sink.write_batch(part(0, False, rows[:2]))
+    assert resolved_count() == 0
+    sink.write_batch(part(1, True, rows[2:]))
+    assert resolved_count() == 2  # one per partition
+    replica = rebuild(read_topic(sink.bootstrap_servers, topic))
+    assert sorted(k[0] for rows_ in replica.tables.values() for k in rows_) == [0, 1, 2, 3]
     sink.close()

@@ -52,9 +52,9 @@ from typing import Any
 from cdcflow.core.events import ColumnInfo
 from cdcflow.plugins.codecs.avro.config import AvroConfig
 from cdcflow.plugins.codecs.avro.errors import AvroEncodeError
-from cdcflow.plugins.codecs.columns import TypeCode, format_date_value
+from cdcflow.plugins.codecs.columns import TypeCode, elements_of, format_date_value, fsp_of
 
-__all__ = ["ColumnCodec", "column_codec", "enum_elements", "from_avro", "sanitize_name"]
+__all__ = ["ColumnCodec", "column_codec", "encode_value", "from_avro", "sanitize_name", "tidb_type"]
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -63,7 +63,6 @@ _MICRO = dt.timedelta(microseconds=1)
 _U64 = 1 << 64
 _DECIMAL = re.compile(r"decimal\((\d+)\s*,\s*(\d+)\)", re.IGNORECASE)
 _BIT = re.compile(r"bit\((\d+)\)", re.IGNORECASE)
-_ELEMENTS = re.compile(r"'((?:[^']|'')*)'")
 #: MySQL's largest DECIMAL: used when a column's precision and scale are unknown, so no digit is lost.
 _MAX_PRECISION, _MAX_SCALE = 65, 30
 #: Exact arithmetic for every MySQL decimal (the default context rounds to 28 digits).
@@ -96,12 +95,6 @@ def sanitize_name(name: str) -> str:
     """An Avro name for ``name``: letters, digits and ``_``, not starting with a digit (as TiCDC)."""
     out = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return "_" + out if out[:1].isdigit() else out or "_"
-
-
-def enum_elements(sql_type: str) -> tuple[str, ...]:
-    """Members of ``enum('a','b')`` / ``set(...)`` type text (``''`` unescaped)."""
-    start = sql_type.find("(")
-    return tuple(m.replace("''", "'") for m in _ELEMENTS.findall(sql_type[start:])) if start >= 0 else ()
 
 
 def tidb_type(column: ColumnInfo) -> str:
@@ -140,7 +133,8 @@ def column_codec(column: ColumnInfo, config: AvroConfig) -> ColumnCodec:
         if config.avro_time_handling_mode == "logical":
             plan = _temporal(code)
         else:
-            plan = {"type": "string"}, lambda v, c=code: format_date_value(c, v)
+            fsp = fsp_of(column)
+            plan = {"type": "string"}, lambda v: format_date_value(code, v, fsp)
     if plan is None:
         plan = _textual(column, params)
     avro, convert = plan
@@ -182,7 +176,7 @@ def _textual(column: ColumnInfo, params: dict[str, str]) -> _Plan:
         params["length"] = match.group(1) if match else "64"
         return {"type": "bytes"}, _bit_bytes
     if code in (TypeCode.ENUM, TypeCode.SET):
-        elements = enum_elements(column.sql_type)
+        elements = tuple(elements_of(column))
         params["allowed"] = ",".join(e.replace(",", "\\,") for e in elements)
         return {"type": "string"}, _enum_name(elements) if code == TypeCode.ENUM else _set_names(elements)
     if code == TypeCode.JSON:

@@ -33,10 +33,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import RowChange, TableName
+from cdcflow.core.events import ColumnInfo, RowChange, TableName
 from cdcflow.core.filter import FilterRuleError, TableFilter
 from cdcflow.core.plugin.base import kebab
-from cdcflow.plugins.codecs.columns import format_date_value, handle_key_names
+from cdcflow.plugins.codecs.columns import TypeCode, format_date_value, fsp_of, handle_key_names, schema_column
 from cdcflow.plugins.codecs.gojson import go_float_plain
 
 __all__ = [
@@ -69,8 +69,12 @@ class PositionHash:
         return self.value
 
 
-def column_value_string(value: Any) -> bytes:
-    """A row value as TiCDC's ``ColumnValueString`` prints it, for hashing."""
+def column_value_string(value: Any, column: ColumnInfo | None = None) -> bytes:
+    """A row value as TiCDC's ``ColumnValueString`` prints it, for hashing.
+
+    ``column`` (when the schema is known) gives FLOAT its float32 digits and
+    dates and times their fractional-second precision, as TiDB prints them.
+    """
     if value is None:
         return b"null"
     if isinstance(value, bool):
@@ -78,13 +82,15 @@ def column_value_string(value: Any) -> bytes:
     if isinstance(value, int):
         return str(value).encode()
     if isinstance(value, float):
-        return go_float_plain(value).encode()
+        bits = 32 if column is not None and column.type_code == TypeCode.FLOAT else 64
+        return go_float_plain(value, bits).encode()
     if isinstance(value, decimal.Decimal):
         return format(value, "f").encode()
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     if isinstance(value, dt.date | dt.time | dt.timedelta):
-        return format_date_value(0, value).encode()
+        fsp = fsp_of(column) if column is not None else None
+        return format_date_value(0, value, fsp).encode()
     return str(value).encode("utf-8")
 
 
@@ -124,7 +130,7 @@ class IndexValueDispatcher(Dispatcher):
         image = row.after if row.after is not None else row.before or {}
         for name in self.key_columns(row):
             if name in image:
-                hasher.write(name.encode(), column_value_string(image[name]))
+                hasher.write(name.encode(), column_value_string(image[name], schema_column(row, name)))
         return hasher.sum32() % partitions
 
 
@@ -150,7 +156,7 @@ class ColumnsDispatcher(Dispatcher):
                     f"partition rule 'columns' names column {column!r}, which table {row.table} does not have",
                     detail={"table": str(row.table), "column": column},
                 )
-            hasher.write(column.encode(), column_value_string(image[actual]))
+            hasher.write(column.encode(), column_value_string(image[actual], schema_column(row, actual)))
         return hasher.sum32() % partitions
 
 

@@ -1,5 +1,20 @@
 """The ``kafka`` sink: ``kafka://host:port/topic?protocol=open-protocol&...``.
 
+Dispatch rules (``dispatchers:`` in connectors.yaml, a list; the first whose
+``matcher`` table filters match a table wins; unmatched tables use the URI's
+topic and the ``table`` rule)::
+
+    dispatchers:
+      - matcher: ["shop.orders"]
+        topic: "cdc_{schema}_{table}"   # [prefix]{schema}[middle][{table}][suffix] or a plain name
+        partition: index-value          # default | table | index-value | ts | columns
+      - matcher: ["crm.*"]
+        partition: columns
+        columns: [region]
+
+TiCDC's ``index`` (hash a named index) is not supported: cdcflow schemas carry
+no index definitions.
+
 Per micro-batch the sink
 
 1. routes every row to a topic (``dispatchers`` rules, topic expressions) and
@@ -42,7 +57,7 @@ import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from cdcflow.core.codec import Codec, EncodedMessage
@@ -98,6 +113,10 @@ class KafkaSink(Sink[KafkaSinkConfig]):
     type_name = "kafka"
     Config = KafkaSinkConfig
     uri_schemes = ("kafka", "kafka+ssl")
+    #: A huge batch may come in parts (runtimes that split batches read this):
+    #: each part's rows are produced and flushed, and the resolved event goes
+    #: out only after the last part, so consumers never apply half a batch.
+    accepts_partial_batches: ClassVar[bool] = True
 
     def __init__(self, config: KafkaSinkConfig) -> None:
         super().__init__(config)
@@ -298,21 +317,19 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             count = self._partition_count(topic)
             for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
                 routed[(topic, dispatcher.partition(part, count))].append(part)
-        for (topic, partition), rows in routed.items():
-            for message in codec.encode_rows_for_topic(topic, rows):
-                self._produce(topic, partition, message)
+        # Encode everything first: a row that cannot be encoded (too large)
+        # fails the batch before any of its messages is produced.
+        outgoing = [(t, p, m) for (t, p), rows in routed.items() for m in codec.encode_rows_for_topic(t, rows)]
         for ddl in batch.ddl:
             topic = self._router.topic_of(ddl.table)
-            message = codec.encode_ddl(ddl)
-            if message is None:
-                continue
-            for partition in range(self._partition_count(topic)):
-                self._produce(topic, partition, message)
-        resolved = codec.encode_resolved(batch.end_ts)
+            ddl_message = codec.encode_ddl(ddl)
+            if ddl_message is not None:
+                outgoing += [(topic, p, ddl_message) for p in range(self._partition_count(topic))]
+        resolved = codec.encode_resolved(batch.end_ts) if getattr(batch, "last_part", True) else None
         if resolved is not None:
-            for topic in list(self._partitions):
-                for partition in range(self._partitions[topic]):
-                    self._produce(topic, partition, resolved)
+            outgoing += [(t, p, resolved) for t, count in self._partitions.items() for p in range(count)]
+        for topic, partition, message in outgoing:
+            self._produce(topic, partition, message)
         self._flush(batch)
 
     def _produce(self, topic: str, partition: int, message: EncodedMessage) -> None:

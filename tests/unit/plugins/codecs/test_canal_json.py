@@ -60,3 +60,15 @@ def test_ddl_and_watermark():
     assert codec().encode_resolved(COMMIT) is None
     mark = json.loads(codec(enable_tidb_extension=True).encode_resolved(COMMIT).value)
     assert (mark["type"], mark["_tidb"], mark["data"]) == ("TIDB_WATERMARK", {"watermarkTs": COMMIT}, None)
+
+
+def test_enum_and_set_members_and_unsigned_type_names_from_sql_type():
+    from cdcflow.plugins.codecs.canal_json import canal_value, mysql_type_name
+
+    enum = ColumnInfo("e", 247, sql_type="enum('a','it''s')")
+    assert canal_value(enum, 2) == "it's" and canal_value(enum, 0) == ""
+    assert canal_value(ColumnInfo("s", 248, sql_type="set('x','y','z')"), 0b101) == "x,z"
+    assert canal_value(ColumnInfo("s", 248), 5) == "5"
+    assert mysql_type_name(ColumnInfo("i", 3, ColumnInfo.UNSIGNED, sql_type="int(10) unsigned")) == "int unsigned"
+    assert mysql_type_name(ColumnInfo("d", 246, sql_type="decimal(10,2) unsigned")) == "decimal"
+    assert mysql_type_name(ColumnInfo("v", 15, ColumnInfo.BINARY)) == "varbinary"

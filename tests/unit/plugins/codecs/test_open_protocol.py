@@ -202,3 +202,21 @@ def test_batching_invariants(notes, max_batch_size, max_message_bytes):
         next_key, next_value = codec().row_pair(rows[start])
         full = first.row_count == max_batch_size
         assert full or len(first.key) + len(first.value) + 36 + len(next_key) + len(next_value) + 16 > max_message_bytes
+
+
+def test_fractional_seconds_follow_the_column_precision_and_timestamps_are_utc():
+    dt3 = ColumnInfo("c", 12, sql_type="datetime(3)")
+    assert encode_column_value(dt3, dt.datetime(2024, 1, 2, 3, 4, 5, 120000)) == "2024-01-02 03:04:05.120"
+    assert (
+        encode_column_value(ColumnInfo("c", 12, sql_type="datetime"), dt.datetime(2024, 1, 2)) == "2024-01-02 00:00:00"
+    )
+    assert encode_column_value(ColumnInfo("c", 11, sql_type="time(1)"), dt.timedelta(seconds=1.5)) == "00:00:01.5"
+    cet = dt.timezone(dt.timedelta(hours=1))
+    ts = ColumnInfo("ts", 7, ColumnInfo.NULLABLE, sql_type="timestamp")
+    value = dt.datetime(2024, 1, 2, 1, 0, tzinfo=cet)
+    assert encode_column_value(ts, value) == "2024-01-02 00:00:00"
+    table = TableName("s", "t")
+    change = RowChange(table, OpType.INSERT, 5, 4, {"ts": value}, None, TableSchema(table, (ts,)))
+    [message] = codec().encode_rows([change])
+    [decoded] = decode_message(message.key, message.value)
+    assert decoded.after == {"ts": value} and decoded.after["ts"].tzinfo == dt.UTC

@@ -105,3 +105,21 @@ def test_canal_json_files_hold_one_document_per_line(tmp_path):
     sink.write_batch(MicroBatch("cf", 0, 0, 30, rows))
     lines = (tmp_path / "shop" / "orders" / "000000000000-30.json").read_text().splitlines()
     assert [json.loads(line)["data"] for line in lines] == [[{"id": "1"}], [{"id": "2"}]]
+
+
+def test_open_protocol_files_print_as_json_lines(tmp_path, capsys):
+    from cdcflow.plugins.codecs.open_protocol_decode import main
+
+    sink = FileSink(FileSinkConfig(path=str(tmp_path), protocol="open-protocol", fsync=False))
+    sink.open(SinkContext("cf"))
+    sink.write_batch(MicroBatch("cf", 0, 0, 30, (insert("shop", "orders", {"id": 1, "b": b"\x00"}, commit_ts=20),)))
+    assert main([str(tmp_path / "shop" / "orders" / "000000000000-30.op")]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line == {
+        "type": "insert",
+        "ts": 20,
+        "schema": "shop",
+        "table": "orders",
+        "after": {"b": "00", "id": 1},
+        "before": None,
+    }

@@ -115,3 +115,14 @@ def test_columns_rule_detects_moves_whatever_the_case_of_its_names():
     moved = row("s", "t", {"Region": "eu", "v": 1}, before={"Region": "us", "v": 1}, op=OpType.UPDATE)
     assert key_changed(make_dispatcher("columns", ["region"]), moved)
     assert not key_changed(make_dispatcher("columns", ["v"]), moved)
+
+
+def test_value_strings_follow_column_precision():
+    import datetime as dt
+
+    moment = dt.datetime(2024, 1, 2, 3, 4, 5)
+    assert column_value_string(moment) == b"2024-01-02 03:04:05"
+    assert column_value_string(moment, ColumnInfo("c", 12, sql_type="datetime(3)")) == b"2024-01-02 03:04:05.000"
+    single = 0.10000000149011612  # 0.1 as a FLOAT column holds it
+    assert column_value_string(single) == b"0.10000000149011612"
+    assert column_value_string(single, ColumnInfo("c", 4)) == b"0.1"
