@@ -14,7 +14,8 @@ Implements, with Confluent's status codes, error codes and media type
   ``{"subject", "id", "version", "schema"}`` or 404 (40402);
 * ``GET /config``, ``PUT /config`` and ``PUT /config/{subject}``
   ``{"compatibility": "NONE|BACKWARD|..."}``;
-* optional HTTP basic auth (401, error 401) when ``users`` is given.
+* optional HTTP basic auth (401, error 401) when ``users`` is given;
+* ``fail_next`` = N: the next N requests get 500 (error 50001).
 
 The BACKWARD check is Avro schema resolution for flat records, as Confluent
 applies it: every field of the new schema must exist in the old one with a
@@ -87,6 +88,8 @@ class SchemaRegistryServer:
         self.compatibility: dict[str, str] = {}
         self.global_compatibility = "BACKWARD"
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        #: Answer this many next requests with 500 (error 50001), as a registry whose store is down.
+        self.fail_next = 0
         self._users = users
         self._canonical: dict[str, int] = {}
         self._loop = asyncio.new_event_loop()
@@ -133,6 +136,9 @@ class SchemaRegistryServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self.requests.append((request.method, request.path, dict(request.headers)))
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            return _error(500, 50001, "Error in the backend data store")
         if self._users is not None:
             header = request.headers.get("Authorization", "")
             user, password = "", None

@@ -415,3 +415,18 @@ def test_random_rows_round_trip(shared_registry, values):
     decoded = decoder_for(shared_registry).decode(message.key, message.value)
     assert decoded.value is not None and decoded.value.fields == values
     assert decoded.key is not None and decoded.key.fields == {"id": values["id"]}
+
+
+def test_transient_registry_errors_are_retried(registry):
+    client = SchemaRegistryClient(registry.url, retries=2)
+    registry.fail_next = 2
+    assert client.register("s-value", '"string"') == 1
+    assert [m for m, _, _ in registry.requests] == ["POST"] * 3
+    registry.fail_next = 3
+    with pytest.raises(SchemaRegistryError, match="HTTP 500 error 50001: Error in the backend data store") as caught:
+        client.schema_by_id(2)
+    assert caught.value.retryable is Retryable.RETRY and len(registry.requests) == 6
+    registry.fail_next = 0
+    with pytest.raises(SchemaNotFoundError):  # a 404 is not retried
+        client.schema_by_id(2)
+    assert len(registry.requests) == 7

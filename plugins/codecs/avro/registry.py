@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -58,7 +59,7 @@ def schema_text(schema: Mapping[str, Any]) -> str:
 class SchemaRegistryClient:
     """Registers and fetches Avro schemas over the Confluent Schema Registry REST API (thread-safe)."""
 
-    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 10.0, retries: int = 2) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"schema registry URL must be http(s)://host:port, got {url!r}")
@@ -72,6 +73,7 @@ class SchemaRegistryClient:
         #: The URL without credentials (safe for messages and logs).
         self.url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self.timeout = timeout
+        self.retries = retries
         self._ids: dict[tuple[str, str], int] = {}
         self._schemas: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -86,7 +88,7 @@ class SchemaRegistryClient:
         if cached is not None:
             return cached
         answer = self._call("POST", f"/subjects/{_segment(subject)}/versions", {"schema": text}, subject=subject)
-        schema_id = _field(answer, "id", int, self.url)
+        schema_id: int = _field(answer, "id", int, self.url)
         with self._lock:
             self._ids[(subject, text)] = schema_id
             self._schemas.setdefault(schema_id, json.loads(text))
@@ -99,7 +101,7 @@ class SchemaRegistryClient:
         if cached is not None:
             return cached
         answer = self._call("GET", f"/schemas/ids/{int(schema_id)}", schema_id=schema_id)
-        text = _field(answer, "schema", str, self.url)
+        text: str = _field(answer, "schema", str, self.url)
         try:
             schema = json.loads(text)
         except ValueError as exc:
@@ -127,6 +129,21 @@ class SchemaRegistryClient:
     # -- HTTP ---------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: Any = None, **detail: Any) -> Any:
+        """One REST call; an unreachable registry or a 5xx is tried ``retries`` more times with backoff.
+
+        Registering is idempotent (the same schema under the same subject
+        gets the same id), so a retried POST is safe.
+        """
+        for attempt in range(self.retries + 1):
+            try:
+                return self._call_once(method, path, body, detail)
+            except SchemaRegistryError as exc:
+                if not exc.detail.get("transient") or attempt == self.retries:
+                    raise
+                time.sleep(0.1 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _call_once(self, method: str, path: str, body: Any, detail: dict[str, Any]) -> Any:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": _ACCEPT}
         if data is not None:
@@ -143,7 +160,7 @@ class SchemaRegistryClient:
         except (OSError, TimeoutError) as exc:  # refused, DNS, TLS, timeout
             raise SchemaRegistryError(
                 f"{where}: unreachable ({exc}); check schema-registry and that the registry is up",
-                detail={"registry": self.url, **detail},
+                detail={"registry": self.url, "transient": True, **detail},
             ) from exc
         try:
             return json.loads(payload)
@@ -157,7 +174,7 @@ class SchemaRegistryClient:
             doc = {}
         code = doc.get("error_code", exc.code) if isinstance(doc, dict) else exc.code
         message = doc.get("message", exc.reason) if isinstance(doc, dict) else exc.reason
-        info = {"registry": self.url, "status": exc.code, "error_code": code, **detail}
+        info = {"registry": self.url, "status": exc.code, "error_code": code, "transient": exc.code >= 500, **detail}
         if exc.code == 409:
             return SchemaIncompatibleError(
                 f"{where}: the registry refused the schema as incompatible with the subject's earlier versions "
