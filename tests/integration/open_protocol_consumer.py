@@ -17,6 +17,7 @@ value decoding are re-implemented here from the protocol description.
 from __future__ import annotations
 
 import base64
+import datetime
 import decimal
 import json
 import struct
@@ -97,10 +98,29 @@ def unquote_go(text: str) -> bytes:
     return bytes(out)
 
 
+def parse_time(text: str) -> datetime.timedelta:
+    sign = -1 if text.startswith("-") else 1
+    h, m, s = text.lstrip("-").split(":")
+    whole, _, frac = s.partition(".")
+    micro = int(frac.ljust(6, "0")) if frac else 0
+    return sign * datetime.timedelta(hours=int(h), minutes=int(m), seconds=int(whole), microseconds=micro)
+
+
 def column_value(col: dict[str, Any]) -> Any:
     t, f, v = col["t"], col.get("f", 0), col["v"]
     if v is None:
         return None
+    try:
+        if t in (10, 14):
+            return datetime.date.fromisoformat(v)
+        if t == 12:
+            return datetime.datetime.fromisoformat(v)
+        if t == 7:  # TIMESTAMP, written in UTC
+            return datetime.datetime.fromisoformat(v).replace(tzinfo=datetime.UTC)
+        if t == 11:
+            return parse_time(v)
+    except ValueError:
+        return v  # zero dates stay text
     if t in (0, 246):
         return decimal.Decimal(v)
     if t in (4, 5):

@@ -107,7 +107,7 @@ def sink_for(topic: str, **options: object) -> KafkaSink:
         "dispatchers": [
             DispatchRule(matcher=["shop.orders"], topic="{schema}_{table}_" + topic, partition="index-value"),
             DispatchRule(matcher=["shop.users"], partition="ts"),
-            DispatchRule(matcher=["crm.*"], partition="table"),
+            DispatchRule(matcher=["crm.*"], partition="columns", columns=["ID"]),
         ],
     }
     base.update(options)

@@ -58,7 +58,6 @@ def test_validate_ok_and_broken(capsys, tmp_path):
     [
         ["server"],
         ["run", "connectors.yaml"],
-        ["playground"],
         ["cli", "changefeed", "list"],
         ["cli", "capture", "list"],
     ],

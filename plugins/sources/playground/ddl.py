@@ -1,0 +1,88 @@
+"""DDL in the playground: schema changes recorded as DDL jobs written to TiKV.
+
+Each DDL writes what TiDB's DDL worker writes, in the format of
+:mod:`cdcflow.plugins.sources.tikv.tidb.ddl_job`: first the job row of
+``mysql.tidb_ddl_job`` in state *done* — its commit ts is when the new schema
+takes effect (``TableDef.valid_from``), the exact DDL commit ts a TiKV reader
+learns — then a second transaction deletes that row and inserts the job into
+``mysql.tidb_ddl_history`` in state *synced*, with ``binlog.FinishedTS`` = the
+second transaction's start ts (later than the schema went live, as in TiDB).
+``/ddl/history`` serves the same job. The cluster lock is held throughout, so
+no row change commits in between with the wrong schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cdcflow.plugins.sources.playground.catalog import Catalog, Column, DDLJob, TableDef
+from cdcflow.plugins.sources.playground.cluster import Cluster
+from cdcflow.plugins.sources.playground.errors import PlaygroundError
+from cdcflow.plugins.sources.playground.txn import Transaction
+from cdcflow.plugins.sources.tikv.tidb.ddl_job import JobState, encode_history_write, encode_job_write
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType
+from cdcflow.plugins.sources.tikv.tidb.keys import table_prefix
+
+__all__ = ["ACTION_ADD_COLUMN", "ACTION_CREATE_TABLE", "ACTION_DROP_COLUMN", "DDLExecutor"]
+
+ACTION_CREATE_SCHEMA = 1
+ACTION_CREATE_TABLE = 3
+ACTION_ADD_COLUMN = 5
+ACTION_DROP_COLUMN = 6
+
+
+class DDLExecutor:
+    def __init__(self, cluster: Cluster, catalog: Catalog) -> None:
+        self.cluster, self.catalog = cluster, catalog
+
+    def create_table(self, db: str, name: str, columns: list[tuple[str, FieldType]]) -> TableDef:
+        """CREATE TABLE: a new table id, its own region (TiDB splits at new tables), a job."""
+        with self.cluster.lock:
+            database = self.catalog.add_database(db)
+            table_id = self.catalog.alloc_id()
+            cols = tuple(Column(i + 1, n, ft) for i, (n, ft) in enumerate(columns))
+            self.cluster.split_at_raw(table_prefix(table_id))
+            table = TableDef(table_id, name, cols, col_id_high=len(cols))
+            query = f"CREATE TABLE `{db}`.`{name}` (...)"
+            return self._run(ACTION_CREATE_TABLE, database.id, db, table, query)
+
+    def add_column(self, db: str, name: str, column: str, ft: FieldType, default: str | None) -> TableDef:
+        with self.cluster.lock:
+            table = self.catalog.find(db, name)
+            col = Column(table.max_col_id + 1, column, ft, default=default, origin_default=default)
+            new = replace(table, columns=(*table.columns, col), col_id_high=col.id)
+            query = f"ALTER TABLE `{db}`.`{name}` ADD COLUMN `{column}` {ft.sql_type()}"
+            return self._run(ACTION_ADD_COLUMN, self.catalog.databases[db].id, db, new, query)
+
+    def drop_column(self, db: str, name: str, column: str) -> TableDef:
+        with self.cluster.lock:
+            table = self.catalog.find(db, name)
+            if column == table.pk.name or all(c.name != column for c in table.columns):
+                raise PlaygroundError(f"cannot drop column {column!r} of {db}.{name}")
+            kept = tuple(c for c in table.columns if c.name != column)
+            new = replace(table, columns=kept, col_id_high=table.max_col_id)
+            query = f"ALTER TABLE `{db}`.`{name}` DROP COLUMN `{column}`"
+            return self._run(ACTION_DROP_COLUMN, self.catalog.databases[db].id, db, new, query)
+
+    def _run(self, action: int, schema_id: int, db: str, table: TableDef, query: str) -> TableDef:
+        """Two transactions, as TiDB's DDL worker does: the job row in state *done* (the
+        schema goes live at its commit ts), then the job moved to history (*synced*)."""
+        job_id = self.catalog.alloc_id()
+        version = self.catalog.schema_version + 1
+        live = Transaction(self.cluster)
+        job = DDLJob(job_id, action, schema_id, db, table.id, table.name, query, live.start_ts, 0, version, table)
+        key, value = encode_job_write(self.catalog.tidb_job(job, JobState.DONE, 0))
+        live.put(key, value)
+        commit_ts = live.commit()
+        stored = self.catalog.put_table(db, replace(table, valid_from=commit_ts, update_timestamp=commit_ts))
+        done = replace(job, commit_ts=commit_ts, table=stored)
+        finish = Transaction(self.cluster)
+        finished = replace(done, finished_ts=finish.start_ts)
+        history_key, history_value = encode_history_write(
+            self.catalog.tidb_job(finished, JobState.SYNCED, finish.start_ts)
+        )
+        finish.delete(key)
+        finish.put(history_key, history_value)
+        finish.commit()
+        self.catalog.record_job(finished)
+        return stored
