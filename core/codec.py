@@ -22,6 +22,7 @@ class EncodedMessage:
     """One encoded message: key and value bytes, and what it carries."""
 
     key: bytes | None
+    #: Empty with a key: a tombstone, which message sinks send as a null value (Avro deletes).
     value: bytes
     #: The table the message belongs to (None for resolved events).
     table: TableName | None = None
@@ -40,6 +41,15 @@ class Codec(Plugin[ConfigT], abc.ABC):
     @abc.abstractmethod
     def encode_rows(self, rows: Sequence[RowChange]) -> list[EncodedMessage]:
         """Messages for ``rows`` (in order). Batching protocols may pack several rows."""
+
+    def encode_rows_for_topic(self, topic: str, rows: Sequence[RowChange]) -> list[EncodedMessage]:
+        """Messages for ``rows`` bound for ``topic``; message sinks call this rather than :meth:`encode_rows`.
+
+        The default ignores the topic. Protocols that name things after it
+        override this (Avro registers schemas under ``{topic}-key`` /
+        ``{topic}-value``).
+        """
+        return self.encode_rows(rows)
 
     @abc.abstractmethod
     def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage | None:

@@ -61,12 +61,21 @@ class KafkaSinkConfig(PluginConfig):
     delete_only_output_handle_key_columns: bool = Field(
         False, description="open-protocol: write only the handle-key columns of deleted rows."
     )
-    schema_registry: str = Field("", description="avro: Confluent Schema Registry URL (http://host:port).")
+    schema_registry: str = Field(
+        "", description="avro: Confluent Schema Registry URL, http(s)://[user:password@]host:port (basic auth)."
+    )
+    schema_registry_timeout: float = Field(10.0, gt=0, description="avro: seconds per schema registry request.")
     avro_decimal_handling_mode: Literal["precise", "string"] = Field(
         "precise", description="avro: DECIMAL as Avro decimal bytes (precise) or as string."
     )
     avro_bigint_unsigned_handling_mode: Literal["long", "string"] = Field(
         "long", description="avro: BIGINT UNSIGNED as long or as string."
+    )
+    avro_time_handling_mode: Literal["logical", "string"] = Field(
+        "logical", description="avro: DATE/DATETIME/TIMESTAMP/TIME as Avro logical types or as strings (TiCDC)."
+    )
+    avro_enable_watermark: bool = Field(
+        False, description="avro with enable-tidb-extension: also send DDL and resolved-ts messages (TiCDC framing)."
     )
     enable_tls: bool = Field(False, description="Connect with TLS (implied by kafka+ssl://).")
     ca: str = Field("", description="CA certificate file for TLS.")

@@ -86,19 +86,27 @@ CODEC_OPTIONS = (
     "large_message_handle_option",
     "enable_tidb_extension",
     "schema_registry",
+    "schema_registry_timeout",
     "avro_decimal_handling_mode",
     "avro_bigint_unsigned_handling_mode",
+    "avro_time_handling_mode",
+    "avro_enable_watermark",
 )
 #: Slack librdkafka gets over max-message-bytes for its own framing.
 _REQUEST_SLACK = 4096
 
 
+def codec_config_of(config: PluginConfig, codec_cls: type[Codec[Any]]) -> PluginConfig:
+    """The codec's config, given the options of the sink's ``config`` it declares."""
+    fields = codec_cls.Config.model_fields
+    options = {name: getattr(config, name) for name in CODEC_OPTIONS if name in fields and hasattr(config, name)}
+    return codec_cls.Config(**options)
+
+
 def make_codec(config: PluginConfig, protocol: str, plugins: PluginManager) -> Codec[Any]:
     """The codec named ``protocol``, given the options of ``config`` it declares."""
     codec_cls = plugins.codecs[protocol]
-    fields = codec_cls.Config.model_fields
-    options = {name: getattr(config, name) for name in CODEC_OPTIONS if name in fields and hasattr(config, name)}
-    return codec_cls(codec_cls.Config(**options))
+    return codec_cls(codec_config_of(config, codec_cls))
 
 
 class KafkaSink(Sink[KafkaSinkConfig]):
@@ -144,6 +152,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if config.protocol not in plugins.codecs:
             known = ", ".join(plugins.codecs.names()) or "none"
             issues.append(("protocol", f"unknown protocol {config.protocol!r}; known codecs: {known}"))
+        else:
+            codec_cls = plugins.codecs[config.protocol]
+            issues += codec_cls.check_config(codec_config_of(config, codec_cls), plugins)
         try:
             bootstrap_of(config)
             if config.topic or not _is_mock(config):
@@ -315,7 +326,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 routed[(topic, dispatcher.partition(part, count))].append(part)
         # Encode everything first: a row that cannot be encoded (too large)
         # fails the batch before any of its messages is produced.
-        outgoing = [(t, p, m) for (t, p), rows in routed.items() for m in codec.encode_rows(rows)]
+        outgoing = [(t, p, m) for (t, p), rows in routed.items() for m in codec.encode_rows_for_topic(t, rows)]
         for ddl in batch.ddl:
             topic = self._router.topic_of(ddl.table)
             ddl_message = codec.encode_ddl(ddl)
@@ -333,7 +344,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
         while True:
             try:
-                self._producer.produce(topic, message.value, message.key, partition, on_delivery=self._on_delivery)
+                # An empty value is a tombstone: Kafka's null value (Avro deletes).
+                value = message.value if message.value or message.key is None else None
+                self._producer.produce(topic, value, message.key, partition, on_delivery=self._on_delivery)
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
@@ -375,10 +388,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
 
 def _avro_issues(config: KafkaSinkConfig) -> list[tuple[str, str]]:
-    """Avro needs a registry, and one table per topic (TiCDC's rule): topics with {schema} and {table}."""
+    """Avro needs one table per topic (TiCDC's rule): topics with {schema} and {table}."""
     issues = []
-    if not config.schema_registry:
-        issues.append(("schema-registry", "protocol=avro needs schema-registry=http://host:port"))
     for n, rule in enumerate(config.dispatchers):
         if rule.topic and not ("{schema}" in rule.topic and "{table}" in rule.topic):
             issues.append((f"dispatchers.{n}.topic", "protocol=avro needs topic expressions with {schema} and {table}"))
