@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 import time
@@ -47,15 +48,11 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
     server = deployment.server
     store = open_metastore(server.metastore)
-    capture = Capture(
-        store,
-        plugins,
-        load_executor_factory(executor),
-        CaptureOptions(api_addr=server.api_addr, data_dir=server.data_dir, gc_ttl=float(server.gc_ttl)),
-    )
+    options = CaptureOptions(api_addr=server.api_addr, data_dir=server.data_dir, gc_ttl=float(server.gc_ttl))
+    capture = Capture(store, plugins, load_executor_factory(executor), options)
     host, _, port = server.api_addr.rpartition(":")
     api = ApiServer(capture, host, int(port))
-    await api.start()
+    capture.options = dataclasses.replace(options, api_addr=f"{host}:{await api.start()}")
     serving = asyncio.create_task(capture.serve())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -93,7 +90,7 @@ async def _progress(store: Any) -> None:
     parts = []
     for info, status in await store.list_changefeeds():
         lag = max(0.0, time.time() - tso_physical_ms(status.checkpoint_ts) / 1000)
-        error = f" ({info.error.get('code_name')})" if info.error else ""
+        error = f" ({info.error.get('code_name')}: {str(info.error.get('message', ''))[:80]})" if info.error else ""
         parts.append(f"{info.id} {info.state.value}{error} checkpoint lag {lag:.1f}s")
     sys.stderr.write("\r" + ("; ".join(parts) or "no connectors") + "\033[K")
     sys.stderr.flush()
