@@ -21,6 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from cdcflow.core.config.model import ServerSettings
 from cdcflow.core.coordinator.coordinator import Coordinator
 from cdcflow.core.coordinator.gc import DEFAULT_GC_TICK, GCManager
 from cdcflow.core.coordinator.spec import connector_for
@@ -53,6 +54,8 @@ class CaptureOptions:
     heartbeat_timeout: float = 10.0
     checkpoint_window: float = 0.5
     tls: TLSConfig | None = None
+    #: The server section the capture runs with (handed to span executors: Spark, data dir).
+    server: ServerSettings | None = None
 
 
 class Capture:
@@ -108,7 +111,13 @@ class Capture:
         self._server.center = self.center
         self._live = [capture_id]
         agent = SpanAgent(
-            capture_id, self.center, self.executor_factory, self.plugins, self.options.data_dir, self.live_captures
+            capture_id,
+            self.center,
+            self.executor_factory,
+            self.plugins,
+            self.options.data_dir,
+            self.live_captures,
+            self.options.server,
         )
         self.manager = MaintainerManager(capture_id, self.center, agent, self.plugins, self.live_captures)
         tasks = [

@@ -48,7 +48,9 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
     server = deployment.server
     store = open_metastore(server.metastore)
-    options = CaptureOptions(api_addr=server.api_addr, data_dir=server.data_dir, gc_ttl=float(server.gc_ttl))
+    options = CaptureOptions(
+        api_addr=server.api_addr, data_dir=server.data_dir, gc_ttl=float(server.gc_ttl), server=server
+    )
     capture = Capture(store, plugins, load_executor_factory(executor), options)
     host, _, port = server.api_addr.rpartition(":")
     api = ApiServer(capture, host, int(port))

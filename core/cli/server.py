@@ -63,6 +63,7 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
         gc_ttl=float(settings.gc_ttl),
         gc_tick=args.gc_tick,
         tls=tls,
+        server=settings,
     )
     capture = Capture(store, plugins, factory, options)
     api = ApiServer(capture, host, int(port))

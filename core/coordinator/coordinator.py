@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from cdcflow.core.coordinator.controller import AddMaintainer, Controller, Decisions, RemoveMaintainer
 from cdcflow.core.coordinator.gc import DEFAULT_GC_TICK, GCManager
-from cdcflow.core.errors import CdcflowError, DuplicateChangefeedIDError
+from cdcflow.core.errors import CdcflowError, DuplicateChangefeedIDError, MetaStoreIOError
 from cdcflow.core.messaging.center import MessageCenter
 from cdcflow.core.messaging.messages import (
     AddMaintainerRequest,
@@ -137,6 +137,13 @@ class Coordinator:
                 log.warning("capture %s is no longer the owner; stepping down", self.capture_id)
                 self.stop()
                 return
+            except MetaStoreIOError as exc:
+                # The store already retried with backoff. The in-memory view may now be
+                # ahead of what is stored, so step down: the next coordinator (possibly
+                # this capture again) re-reads everything from the metastore.
+                log.error("metastore failed; the coordinator steps down and starts again: %s", exc)
+                self.stop()
+                return
 
     def _submit(self, fn: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -144,9 +151,11 @@ class Coordinator:
         async def job() -> None:
             try:
                 result = await fn()
-            except NotOwnerError as exc:
+            except (NotOwnerError, MetaStoreIOError) as exc:
                 if not future.done():
                     future.set_exception(exc)
+                if isinstance(exc, MetaStoreConflictError):
+                    return
                 raise
             except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
                 if not future.done():
@@ -190,12 +199,22 @@ class Coordinator:
                 await self._carry_out(self.controller.tick(time.time()))
                 await self._flush_checkpoints()
 
-            await self._submit(tick)
+            await self._await_quietly(self._submit(tick), "tick")
 
     async def _gc_ticker(self) -> None:
         while True:
             await asyncio.sleep(self.gc_tick)
-            await self._submit(self._update_gc)
+            await self._await_quietly(self._submit(self._update_gc), "GC safepoint update")
+
+    @staticmethod
+    async def _await_quietly(future: asyncio.Future[None], what: str) -> None:
+        """Periodic work must outlive one failure (the actor steps down on metastore errors)."""
+        try:
+            await future
+        except CdcflowError as exc:
+            log.warning("coordinator %s failed: %s", what, exc)
+        except Exception:
+            log.exception("coordinator %s failed", what)
 
     async def _watch_captures(self) -> None:
         known: set[str] = set(self._captures)
@@ -261,7 +280,14 @@ class Coordinator:
         if not self._pending:
             return
         batch, self._pending = self._pending, {}
-        written = await self.store.update_checkpoints(batch, self.term)
+        try:
+            written = await self.store.update_checkpoints(batch, self.term)
+        except CdcflowError:
+            for cf, status in batch.items():  # keep them for the next window; newer ones win
+                newer = self._pending.get(cf)
+                if newer is None or newer.checkpoint_ts < status.checkpoint_ts:
+                    self._pending[cf] = status
+            raise
         for cf, checkpoint in written.items():
             rt = self.controller.changefeeds.get(cf)
             if rt is not None and rt.capture is not None:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cdcflow.core.config.model import ServerSettings
 from cdcflow.core.coordinator.spec import connector_for
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError
 from cdcflow.core.executor import SpanExecutor, SpanState
@@ -50,8 +51,10 @@ class SpanAgent:
         plugins: PluginManager,
         data_dir: str,
         live_captures: Callable[[], list[str]],
+        server: ServerSettings | None = None,
     ) -> None:
         self.live_captures = live_captures
+        self.server = server
         self.capture_id = capture_id
         self.center = center
         self.factory = factory
@@ -71,7 +74,9 @@ class SpanAgent:
             info = ChangeFeedInfo.from_json(req.info)
             try:
                 connector = connector_for(info, self.plugins)
-                context = ExecutorContext(info, connector, self.capture_id, self.plugins, self.data_dir)
+                context = ExecutorContext(
+                    info, connector, self.capture_id, self.plugins, self.data_dir, req.checkpoint_ts, self.server
+                )
                 executor = self.factory(context)
             except CdcflowError as exc:
                 self._send_error(req, exc)
