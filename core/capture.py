@@ -134,13 +134,17 @@ class Capture:
             await self._tear_down([*tasks, stop, lost])
 
     async def _tear_down(self, tasks: list[asyncio.Task[object]]) -> None:
-        if self.coordinator is not None:
-            self.coordinator.stop()
+        coordinator = self.coordinator
+        if coordinator is not None:
+            coordinator.stop()
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if coordinator is not None and self.session is not None and not self.session.lost.is_set():
+            with contextlib.suppress(CdcflowError):
+                await self.store.resign(coordinator.term)  # after the last checkpoint flush
         if self.manager is not None:
             await self.manager.close()
         if self.session is not None and not self.session.lost.is_set():

@@ -31,7 +31,7 @@ from typing import Any
 from tenacity import RetryCallState, wait_exponential
 
 from cdcflow.core.errors import CheckpointStaleError, HeartbeatTimeoutError, Retryable, Severity
-from cdcflow.core.messaging.messages import MaintainerStatus
+from cdcflow.core.messaging.messages import BlockStatusRequest, MaintainerStatus
 from cdcflow.core.model import ChangeFeedInfo, ChangefeedState, ChangeFeedStatus, check_transition
 
 __all__ = ["AddMaintainer", "ChangefeedRuntime", "Controller", "Decisions", "RemoveMaintainer"]
@@ -87,6 +87,8 @@ class ChangefeedRuntime:
     retry_at: float | None = None
     retries: int = 0
     warning_checkpoint: int = 0
+    #: What the maintainer last said blocks it (BlockStatus), None when nothing does.
+    block_reason: str | None = None
 
 
 class Controller:
@@ -202,6 +204,9 @@ class Controller:
         out = Decisions()
         for st in statuses:
             rt = self.changefeeds.get(st.changefeed_id)
+            if rt is not None and st.state == "stopped" and st.epoch == rt.info.epoch and not rt.info.state.runs:
+                out.extend(self._progress(rt, st))  # the CloseAck of a pause carries the final checkpoint
+                continue
             if rt is None or st.epoch != rt.info.epoch or rt.capture != capture or not rt.info.state.runs:
                 if st.state == "working" and (rt is None or st.epoch < rt.info.epoch or not rt.info.state.runs):
                     out.commands.append(RemoveMaintainer(capture, st.changefeed_id, st.epoch))
@@ -219,6 +224,16 @@ class Controller:
             if rt.info.target_ts and rt.status.checkpoint_ts >= rt.info.target_ts and rt.info.state.runs:
                 out.extend(self._transition(rt, S.FINISHED, now, reason="target ts reached"))
         return out
+
+    def on_block_status(self, capture: str, block: BlockStatusRequest, now: float) -> Decisions:
+        """A maintainer says what blocks it; an error in it is handled like a heartbeat's."""
+        rt = self.changefeeds.get(block.changefeed_id)
+        if rt is None or block.epoch != rt.info.epoch or rt.capture != capture or not rt.info.state.runs:
+            return Decisions()
+        rt.block_reason = block.reason or None
+        if block.error is not None:
+            return self._on_error(rt, block.error, now)
+        return Decisions()
 
     def _progress(self, rt: ChangefeedRuntime, st: MaintainerStatus) -> Decisions:
         out = Decisions()

@@ -28,6 +28,7 @@ from cdcflow.core.errors import CdcflowError, DuplicateChangefeedIDError, MetaSt
 from cdcflow.core.messaging.center import MessageCenter
 from cdcflow.core.messaging.messages import (
     AddMaintainerRequest,
+    BlockStatusRequest,
     CheckpointTsMessage,
     CoordinatorBootstrapRequest,
     CoordinatorBootstrapResponse,
@@ -181,6 +182,14 @@ class Coordinator:
                         await self._carry_out(decisions)
 
                     self._submit(adopt)
+        elif isinstance(message, BlockStatusRequest):
+            block = message
+
+            async def blocked() -> None:
+                log.info("changefeed %s is blocked: %s", block.changefeed_id, block.reason or "no longer")
+                await self._carry_out(self.controller.on_block_status(block.sender, block, time.time()))
+
+            self._submit(blocked)
         elif isinstance(message, MaintainerHeartbeat):
             if message.coordinator_version != self.term.term:
                 return

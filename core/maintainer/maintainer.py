@@ -68,6 +68,8 @@ class Maintainer:
         self._progress: dict[Span, tuple[str, int, int]] = {}
         self._sent_at: dict[Span, float] = {}
         self._task: asyncio.Task[None] | None = None
+        #: What blocks progress now (BlockStatus), "" when nothing does.
+        self.block_reason = ""
 
     @property
     def changefeed_id(self) -> str:
@@ -141,6 +143,8 @@ class Maintainer:
             self._progress.pop(move.span, None)
             if move.target is not None:
                 self._send_add(move.target, move.span)
+        absent = sum(1 for capture in self.placement.where.values() if capture is None)
+        self.block_reason = f"{absent} span(s) run nowhere: no live capture to place them on" if absent else ""
         loop = asyncio.get_running_loop()
         for span, capture in self.placement.where.items():
             if capture is not None and span not in self._progress and loop.time() - self._sent_at[span] > RESEND_AFTER:

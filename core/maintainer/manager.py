@@ -25,6 +25,7 @@ from cdcflow.core.messaging.center import MessageCenter
 from cdcflow.core.messaging.messages import (
     AddMaintainerRequest,
     AddSpanRequest,
+    BlockStatusRequest,
     CheckpointTsMessage,
     CoordinatorBootstrapRequest,
     CoordinatorBootstrapResponse,
@@ -66,6 +67,7 @@ class MaintainerManager:
         self._removed: dict[str, int] = {}
         self._closed: list[MaintainerStatus] = []
         self._last_sent: dict[str, MaintainerStatus] = {}
+        self._last_block: dict[str, str] = {}
         center.register(Topic.MAINTAINER_MANAGER, self._on_manager_message)
         center.register(Topic.MAINTAINER, self._on_maintainer_message)
         self._task = asyncio.create_task(self._heartbeat_loop(), name=f"maintainer-manager-{capture_id}")
@@ -163,6 +165,7 @@ class MaintainerManager:
                 last_full = now
             else:
                 changed = [s for cf, s in statuses.items() if self._last_sent.get(cf) != s]
+            self._send_block_status()
             changed.extend(self._closed)
             self._closed = []
             if not changed:
@@ -173,6 +176,15 @@ class MaintainerManager:
                 Topic.COORDINATOR,
                 MaintainerHeartbeat(self.capture_id, self.coordinator_version, tuple(changed)),
             )
+
+    def _send_block_status(self) -> None:
+        """BlockStatusRequest for each maintainer whose block reason changed."""
+        assert self.coordinator_id is not None
+        for cf, m in self.maintainers.items():
+            if self._last_block.get(cf, "") != m.block_reason:
+                self._last_block[cf] = m.block_reason
+                block = BlockStatusRequest(self.capture_id, cf, m.epoch, m.block_reason, m.checkpoint_ts)
+                self.center.send(self.coordinator_id, Topic.COORDINATOR, block)
 
     async def close(self) -> None:
         """Stop every maintainer (graceful drain) and the span agent."""

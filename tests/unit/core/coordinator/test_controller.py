@@ -157,3 +157,25 @@ def test_random_event_sequences_keep_invariants(seq):
             assert rt.capture is None
     for old, new in itertools.pairwise(states):
         assert (old, new) in ALLOWED_TRANSITIONS
+
+
+def test_close_ack_of_a_pause_carries_the_final_checkpoint():
+    c, info = running()
+    capture = c.changefeeds["cf"].capture
+    c.pause("cf", 1)
+    d = c.on_heartbeat(capture, [MaintainerStatus("cf", info.epoch, "stopped", 150, 150)], 2)
+    assert d.checkpoints["cf"].checkpoint_ts == 150 and not d.commands
+    d = c.on_heartbeat(capture, [MaintainerStatus("cf", info.epoch - 1, "stopped", 900, 900)], 3)
+    assert not d.checkpoints  # an older incarnation's ack moves nothing
+
+
+def test_block_status_is_recorded_and_its_error_handled():
+    from cdcflow.core.messaging.messages import BlockStatusRequest
+
+    c, info = running()
+    capture = c.changefeeds["cf"].capture
+    c.on_block_status(capture, BlockStatusRequest(capture, "cf", info.epoch, "1 span(s) run nowhere"), 1)
+    assert c.changefeeds["cf"].block_reason == "1 span(s) run nowhere"
+    error = {"retryable": "LATER", "code": 2002}
+    c.on_block_status(capture, BlockStatusRequest(capture, "cf", info.epoch, "back pressure", error=error), 2)
+    assert c.changefeeds["cf"].info.state is S.WARNING
