@@ -9,8 +9,11 @@ scheduler learns of progress without asking again.
 
 What the agent guarantees:
 
-* a request from an epoch older than the newest seen is dropped (the old
-  maintainer lost its changefeed to a new one);
+* a request whose ``(epoch, seq)`` is not above the newest accepted is
+  dropped: an older maintainer's, a duplicate, or one overtaken by a later
+  request (so a late copy of an old request never undoes a newer one);
+* every response carries ``ack``, the newest accepted request ``seq``, and
+  its own increasing ``seq``;
 * an add for a span that is being removed is not started: the scheduler
   sees ``STOPPING`` and decides again once the remove is over;
 * a repeated request is harmless: the executor's add/remove are idempotent
@@ -50,6 +53,9 @@ class Agent:
         self.liveness = CaptureLiveness.ALIVE
         #: Newest maintainer epoch seen; None before the first request.
         self.epoch: int | None = None
+        #: Newest request seq accepted in :attr:`epoch`.
+        self.ack = 0
+        self._seq = 0
         # Tasks the executor has not finished yet, by span (one task per span).
         self._pending: dict[Span, AddSpan | RemoveSpan] = {}
 
@@ -73,9 +79,9 @@ class Agent:
         for msg in messages:
             if msg.changefeed_id != self.changefeed_id or msg.capture_id != self.capture_id:
                 continue  # misrouted: not ours to answer
-            if self.epoch is not None and msg.epoch < self.epoch:
-                continue  # a stale maintainer
-            self.epoch = msg.epoch
+            if self.epoch is not None and (msg.epoch, msg.seq) <= (self.epoch, self.ack):
+                continue  # a stale maintainer, a duplicate, or overtaken by a later request
+            self.epoch, self.ack = msg.epoch, msg.seq
             if isinstance(msg, HeartbeatRequest):
                 out.append(self._heartbeat())
             else:
@@ -87,7 +93,9 @@ class Agent:
 
     def _heartbeat(self) -> HeartbeatResponse:
         spans = tuple(self.executor.status(s) for s in self.executor.spans())
-        return HeartbeatResponse(self.changefeed_id, self.capture_id, self._epoch(), spans, self.liveness)
+        return HeartbeatResponse(
+            self.changefeed_id, self.capture_id, self._epoch(), spans, self.liveness, seq=self._next(), ack=self.ack
+        )
 
     async def _dispatch(self, msg: DispatchTableRequest) -> DispatchTableResponse | None:
         task = msg.task
@@ -136,7 +144,13 @@ class Agent:
         return out
 
     def _response(self, status: SpanStatus) -> DispatchTableResponse:
-        return DispatchTableResponse(self.changefeed_id, self.capture_id, self._epoch(), status)
+        return DispatchTableResponse(
+            self.changefeed_id, self.capture_id, self._epoch(), status, seq=self._next(), ack=self.ack
+        )
 
     def _epoch(self) -> int:
         return self.epoch if self.epoch is not None else 0
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq

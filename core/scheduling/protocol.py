@@ -13,10 +13,21 @@ capture's agent and a response back:
   finishes).
 
 Every message names its changefeed, the capture of the agent (target of a
-request, sender of a response) and the maintainer's ``epoch``. An agent drops
-requests from an epoch older than the newest it has seen (a stale maintainer
-after failover); a scheduler drops responses whose epoch is not its own.
-Messages may be lost, repeated or reordered: both sides tolerate it.
+request, sender of a response), the maintainer's ``epoch`` and the sender's
+``seq`` (strictly increasing per sender). Responses also carry ``ack``: the
+highest request ``seq`` the agent has accepted in that epoch.
+
+* An agent drops a request whose ``(epoch, seq)`` is not above the newest it
+  accepted: a stale maintainer after failover, a duplicate, or a request
+  overtaken by a later one. So a late duplicate of an old "replicate" request
+  can never bring a span back.
+* A scheduler drops responses of another epoch and, per capture, responses
+  whose ``seq`` is not above the newest it accepted (reordering becomes
+  loss). With ``ack`` it knows whether a report that a span is absent already
+  reflects its latest request or predates it.
+
+Messages may be lost, repeated or reordered: both sides tolerate it, and
+schedulers re-send what is still needed when a heartbeat shows it was lost.
 
 :func:`encode_message` / :func:`decode_message` turn messages into JSON-able
 dicts and back, for transports between processes.
@@ -81,6 +92,7 @@ class HeartbeatRequest:
     changefeed_id: str
     capture_id: str
     epoch: int
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +103,7 @@ class DispatchTableRequest:
     capture_id: str
     epoch: int
     task: AddSpan | RemoveSpan
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,8 @@ class HeartbeatResponse:
     epoch: int
     spans: tuple[SpanStatus, ...]
     liveness: CaptureLiveness = CaptureLiveness.ALIVE
+    seq: int = 0
+    ack: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +134,8 @@ class DispatchTableResponse:
     capture_id: str
     epoch: int
     status: SpanStatus
+    seq: int = 0
+    ack: int = 0
 
 
 #: What a scheduler sends (to the agent on ``capture_id``).
@@ -150,7 +167,14 @@ def _status(d: dict[str, Any]) -> SpanStatus:
 
 def encode_message(msg: SchedulerMessage | AgentMessage) -> dict[str, Any]:
     """A JSON-able dict for ``msg``; :func:`decode_message` reverses it."""
-    head = {"changefeed_id": msg.changefeed_id, "capture_id": msg.capture_id, "epoch": msg.epoch}
+    head: dict[str, Any] = {
+        "changefeed_id": msg.changefeed_id,
+        "capture_id": msg.capture_id,
+        "epoch": msg.epoch,
+        "seq": msg.seq,
+    }
+    if isinstance(msg, HeartbeatResponse | DispatchTableResponse):
+        head["ack"] = msg.ack
     if isinstance(msg, HeartbeatRequest):
         return {"type": "heartbeat-request", **head}
     if isinstance(msg, HeartbeatResponse):

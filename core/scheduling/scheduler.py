@@ -11,7 +11,14 @@ from typing import Any
 from cdcflow.core.errors import ConfigInvalidError, NotAvailableError
 from cdcflow.core.events import Span
 from cdcflow.core.plugin.base import ConfigT, Plugin
-from cdcflow.core.scheduling.protocol import AgentMessage, SchedulerMessage
+from cdcflow.core.scheduling.protocol import (
+    AddSpan,
+    AgentMessage,
+    DispatchTableRequest,
+    HeartbeatRequest,
+    RemoveSpan,
+    SchedulerMessage,
+)
 
 __all__ = [
     "InvalidScheduleRequestError",
@@ -104,6 +111,7 @@ class Scheduler(Plugin[ConfigT], abc.ABC):
 
     changefeed_id: str = ""
     epoch: int = 0
+    _seq: int = 0
 
     def bind(self, changefeed_id: str, epoch: int) -> None:
         """Schedule ``changefeed_id`` for the maintainer incarnation ``epoch``.
@@ -113,6 +121,20 @@ class Scheduler(Plugin[ConfigT], abc.ABC):
         """
         self.changefeed_id = changefeed_id
         self.epoch = epoch
+
+    def heartbeat_request(self, capture_id: str) -> HeartbeatRequest:
+        """A heartbeat request to ``capture_id`` with this scheduler's next seq."""
+        self._seq += 1
+        return HeartbeatRequest(self.changefeed_id, capture_id, self.epoch, seq=self._seq)
+
+    def dispatch_request(self, capture_id: str, task: AddSpan | RemoveSpan) -> DispatchTableRequest:
+        """A dispatch request to ``capture_id`` with this scheduler's next seq."""
+        self._seq += 1
+        return DispatchTableRequest(self.changefeed_id, capture_id, self.epoch, task, seq=self._seq)
+
+    def accepts(self, msg: AgentMessage) -> bool:
+        """Whether ``msg`` is for this changefeed and epoch."""
+        return msg.changefeed_id == self.changefeed_id and msg.epoch == self.epoch
 
     @abc.abstractmethod
     def tick(

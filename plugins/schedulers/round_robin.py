@@ -20,9 +20,7 @@ from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.scheduling import (
     AddSpan,
     AgentMessage,
-    DispatchTableRequest,
     DispatchTableResponse,
-    HeartbeatRequest,
     RemoveSpan,
     ReplicationState,
     Scheduler,
@@ -72,13 +70,13 @@ class RoundRobinScheduler(Scheduler[RoundRobinConfig]):
         self._spans = sorted(set(spans))
         live = set(captures)
         for msg in messages:
-            if msg.changefeed_id == self.changefeed_id and msg.epoch == self.epoch and msg.capture_id in live:
+            if self.accepts(msg) and msg.capture_id in live:
                 self._receive(msg)
         self._heard &= live
         self._where = {s: (c, st) for s, (c, st) in self._where.items() if c in live}
         out: list[SchedulerMessage] = []
         if self._ticks % self.config.heartbeat_ticks == 1 % self.config.heartbeat_ticks:
-            out += [HeartbeatRequest(self.changefeed_id, c, self.epoch) for c in sorted(live)]
+            out += [self.heartbeat_request(c) for c in sorted(live)]
         if live and live <= self._heard:
             out += self._dispatch(checkpoint_ts, spans, sorted(live))
         return TickResult(out, self._advance(checkpoint_ts, spans))
@@ -106,7 +104,7 @@ class RoundRobinScheduler(Scheduler[RoundRobinConfig]):
         out: list[SchedulerMessage] = []
         for span, (capture, status) in sorted(self._where.items()):
             if span not in wanted and status.state is not SpanState.STOPPING:
-                out.append(DispatchTableRequest(self.changefeed_id, capture, self.epoch, RemoveSpan(span)))
+                out.append(self.dispatch_request(capture, RemoveSpan(span)))
         load: Counter[str] = Counter({c: 0 for c in live})
         load.update(c for c, _ in self._where.values())
         limit = self.config.max_tasks_per_tick or len(wanted)
@@ -117,8 +115,7 @@ class RoundRobinScheduler(Scheduler[RoundRobinConfig]):
             target = min(live, key=lambda c: (load[c], c))
             load[target] += 1
             added += 1
-            task = AddSpan(span, checkpoint_ts, is_secondary=False)
-            out.append(DispatchTableRequest(self.changefeed_id, target, self.epoch, task))
+            out.append(self.dispatch_request(target, AddSpan(span, checkpoint_ts, is_secondary=False)))
         return out
 
     def _advance(self, checkpoint_ts: int, spans: Sequence[Span]) -> Watermark | None:
