@@ -16,18 +16,20 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
-from cdcflow.core.codec import Codec
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry, Registrar
-from cdcflow.core.scheduling import Scheduler
-from cdcflow.core.sink import Sink
-from cdcflow.core.source import Source
+
+if TYPE_CHECKING:
+    from cdcflow.core.codec import Codec
+    from cdcflow.core.scheduling import Scheduler
+    from cdcflow.core.sink import Sink
+    from cdcflow.core.source import Source
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -75,6 +77,13 @@ class PluginManager:
         self._pm = pluggy.PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspec)
         self._origins: dict[int, PluginOrigin] = {}
+        # Imported here, not at module level: each of these modules imports
+        # cdcflow.core.plugin, so importing one of them first would be circular.
+        from cdcflow.core.codec import Codec
+        from cdcflow.core.scheduling import Scheduler
+        from cdcflow.core.sink import Sink
+        from cdcflow.core.source import Source
+
         self.sources: PluginRegistry[Source[Any]] = PluginRegistry("sources", Source)
         self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", Sink)
         self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", Scheduler)
