@@ -1,10 +1,19 @@
 """The span agent on every capture: runs the spans maintainers place here.
 
-It holds one :class:`~cdcflow.core.executor.SpanExecutor` per changefeed
-incarnation (epoch), made by the capture's executor factory, and reports the
-spans' progress to the maintainer that placed them (on MaintainerTopic) on
-change and at least every second. A request of an older epoch than the one
-running is ignored; a newer epoch replaces the executor.
+For each changefeed with spans here it keeps a scheduling
+:class:`~cdcflow.core.scheduling.Agent` around one
+:class:`~cdcflow.core.executor.SpanExecutor` (made by the capture's executor
+factory from the changefeed declaration that requests carry). The agent
+answers the maintainer's heartbeat and dispatch requests and drops duplicate,
+overtaken and stale-epoch ones; the executor survives a maintainer moving to
+another capture, so a new maintainer adopts the running spans. Every tick
+(250 ms) pending tasks progress and responses go to the capture of the
+maintainer that sent the newest request. An executor error is reported to it
+instead (the maintainer, then the coordinator, decide what it means).
+
+The changefeed's agent here is closed when its last span is removed, when the
+changefeed's maintainer is removed (pause, remove, restart) and when the
+maintainer's capture is gone from the cluster.
 """
 
 from __future__ import annotations
@@ -12,34 +21,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from cdcflow.core.config.model import ServerSettings
 from cdcflow.core.coordinator.spec import connector_for
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError
-from cdcflow.core.executor import SpanExecutor, SpanState
+from cdcflow.core.executor import SpanExecutor
 from cdcflow.core.executor_factory import ExecutorContext, ExecutorFactory
-from cdcflow.core.maintainer.placement import span_from_json, span_to_json
+from cdcflow.core.maintainer.placement import decode, encode
 from cdcflow.core.messaging.center import MessageCenter
-from cdcflow.core.messaging.messages import AddSpanRequest, RemoveSpanRequest, SpanReport, SpanStatusReport, Topic
+from cdcflow.core.messaging.messages import SchedulingMessage, Topic
 from cdcflow.core.model import ChangeFeedInfo
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.scheduling import Agent, AgentMessage, DispatchTableRequest, HeartbeatRequest, RemoveSpan
 
 __all__ = ["SpanAgent"]
 
 log = logging.getLogger(__name__)
-REPORT_INTERVAL = 0.25
+TICK = 0.25
 
 
 @dataclass
 class _Run:
-    epoch: int
+    agent: Agent
     executor: SpanExecutor
     maintainer_capture: str
-    last_report: tuple[SpanReport, ...] | None = None
-    last_sent: float = 0.0
-    spans: set[str] = field(default_factory=set)
+    epoch: int
+    error_sent: bool = False
 
 
 class SpanAgent:
@@ -53,55 +62,65 @@ class SpanAgent:
         live_captures: Callable[[], list[str]],
         server: ServerSettings | None = None,
     ) -> None:
-        self.live_captures = live_captures
-        self.server = server
         self.capture_id = capture_id
         self.center = center
         self.factory = factory
         self.plugins = plugins
         self.data_dir = data_dir
+        self.live_captures = live_captures
+        self.server = server
         self.runs: dict[str, _Run] = {}
-        self._task = asyncio.create_task(self._report_loop(), name=f"span-agent-{capture_id}")
+        self._task = asyncio.create_task(self._tick_loop(), name=f"span-agent-{capture_id}")
 
-    async def on_add(self, req: AddSpanRequest) -> None:
-        run = self.runs.get(req.changefeed_id)
-        if run is not None and req.epoch < run.epoch:
+    async def on_request(self, message: SchedulingMessage) -> None:
+        """A maintainer's heartbeat or dispatch request."""
+        if message.payload is None:
             return
-        if run is not None and req.epoch > run.epoch:
-            await self._close(req.changefeed_id)
+        request = decode(message.payload)
+        if not isinstance(request, HeartbeatRequest | DispatchTableRequest):
+            return
+        run = self.runs.get(message.changefeed_id)
+        if run is not None and message.epoch > run.epoch and run.executor.error() is not None:
+            await self._close(message.changefeed_id)  # a new incarnation starts on a fresh executor
             run = None
         if run is None:
-            info = ChangeFeedInfo.from_json(req.info)
-            try:
-                connector = connector_for(info, self.plugins)
-                context = ExecutorContext(
-                    info, connector, self.capture_id, self.plugins, self.data_dir, req.checkpoint_ts, self.server
-                )
-                executor = self.factory(context)
-            except CdcflowError as exc:
-                self._send_error(req, exc)
+            if message.info is None or isinstance(getattr(request, "task", None), RemoveSpan):
+                return  # nothing runs here to remove
+            run = self._start(message, request)
+            if run is None:
                 return
-            run = self.runs[req.changefeed_id] = _Run(req.epoch, executor, req.sender)
-        run.maintainer_capture = req.sender
+        if message.epoch >= run.epoch:
+            run.maintainer_capture, run.epoch = message.sender, message.epoch
+        self._send(message.changefeed_id, run, await run.agent.handle([request]))
+        removed = isinstance(request, DispatchTableRequest) and isinstance(request.task, RemoveSpan)
+        if removed and not run.executor.spans() and not run.agent.pending:
+            await self._close(message.changefeed_id)
+
+    def _start(self, message: SchedulingMessage, request: HeartbeatRequest | DispatchTableRequest) -> _Run | None:
+        assert message.info is not None
+        info = ChangeFeedInfo.from_json(message.info)
+        start_ts = request.task.checkpoint_ts if isinstance(request, DispatchTableRequest) else 0  # type: ignore[union-attr]
         try:
-            await run.executor.add_span(span_from_json(req.span), req.checkpoint_ts, prepare=req.prepare)
+            connector = connector_for(info, self.plugins)
+            context = ExecutorContext(
+                info, connector, self.capture_id, self.plugins, self.data_dir, start_ts, self.server
+            )
+            executor = self.factory(context)
         except CdcflowError as exc:
-            self._send_error(req, exc)
+            reply = SchedulingMessage(self.capture_id, message.changefeed_id, message.epoch, error=exc.to_dict())
+            self.center.send(message.sender, Topic.MAINTAINER, reply)
+            return None
+        run = _Run(Agent(message.changefeed_id, self.capture_id, executor), executor, message.sender, message.epoch)
+        self.runs[message.changefeed_id] = run
+        return run
 
-    def _send_error(self, req: AddSpanRequest, exc: CdcflowError) -> None:
-        report = SpanStatusReport(self.capture_id, req.changefeed_id, req.epoch, (), exc.to_dict())
-        self.center.send(req.sender, Topic.MAINTAINER, report)
-
-    async def on_remove(self, req: RemoveSpanRequest) -> None:
-        run = self.runs.get(req.changefeed_id)
-        if run is None or req.epoch < run.epoch:
-            return
-        await run.executor.remove_span(span_from_json(req.span))
-        if not run.executor.spans():
-            await self._close(req.changefeed_id)
+    def _send(self, changefeed_id: str, run: _Run, responses: Sequence[AgentMessage]) -> None:
+        for response in responses:
+            reply = SchedulingMessage(self.capture_id, changefeed_id, run.epoch, encode(response))
+            self.center.send(run.maintainer_capture, Topic.MAINTAINER, reply)
 
     async def remove_changefeed(self, changefeed_id: str, epoch: int) -> None:
-        """Stop every span of the changefeed's incarnations up to ``epoch``."""
+        """Stop the changefeed's spans here (its maintainer of ``epoch`` or older was removed)."""
         run = self.runs.get(changefeed_id)
         if run is not None and run.epoch <= epoch:
             await self._close(changefeed_id)
@@ -114,38 +133,27 @@ class SpanAgent:
             except Exception:
                 log.exception("closing the executor of changefeed %s failed", changefeed_id)
 
-    async def _report_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+    async def _tick_loop(self) -> None:
         while True:
-            await asyncio.sleep(REPORT_INTERVAL)
-            now = loop.time()
+            await asyncio.sleep(TICK)
             live = self.live_captures()
             for cf, run in list(self.runs.items()):
                 if live and run.maintainer_capture not in live:
-                    # the maintainer's capture is gone; its successor starts with a newer epoch
-                    await self._close(cf)
+                    await self._close(cf)  # no maintainer left to report to; a new one re-adds from the checkpoint
                     continue
-                reports = tuple(
-                    SpanReport(span_to_json(st.span), st.state.value, st.checkpoint_ts, st.resolved_ts)
-                    for st in (run.executor.status(span) for span in run.executor.spans())
-                    if st.state is not SpanState.ABSENT
-                )
                 failure = run.executor.error()
-                error = None
                 if failure is not None:
-                    error = (
-                        failure
-                        if isinstance(failure, CdcflowError)
-                        else MaintainerCrashError(f"changefeed {cf}: span executor failed: {failure!r}")
-                    ).to_dict()
-                if reports == run.last_report and error is None and now - run.last_sent < 1.0:
+                    if not run.error_sent:
+                        run.error_sent = True
+                        error = (
+                            failure
+                            if isinstance(failure, CdcflowError)
+                            else MaintainerCrashError(f"changefeed {cf}: span executor failed: {failure!r}")
+                        ).to_dict()
+                        reply = SchedulingMessage(self.capture_id, cf, run.epoch, error=error)
+                        self.center.send(run.maintainer_capture, Topic.MAINTAINER, reply)
                     continue
-                run.last_report, run.last_sent = reports, now
-                self.center.send(
-                    run.maintainer_capture,
-                    Topic.MAINTAINER,
-                    SpanStatusReport(self.capture_id, cf, run.epoch, reports, error),
-                )
+                self._send(cf, run, await run.agent.handle([]))
 
     async def close(self) -> None:
         self._task.cancel()

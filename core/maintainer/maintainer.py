@@ -1,11 +1,11 @@
 """The maintainer: one per changefeed, on one capture (seed 000, seed 002).
 
 It lists the changefeed's spans (through the source plugin and the table
-filter), asks the scheduler plugin where each runs (through
-:mod:`~cdcflow.core.maintainer.placement`), sends the span agents their
-spans, and computes the changefeed's checkpoint and resolved ts as the
-minimum over the spans' reports. Both only move forward, and neither moves
-while a span runs nowhere or has not reported yet.
+filter) and ticks the changefeed's scheduler plugin (through
+:mod:`~cdcflow.core.maintainer.placement`), which places the spans on the
+captures' agents and reports the watermark: the minimum checkpoint and
+resolved ts over spans, withheld while a span runs nowhere. The maintainer's
+checkpoint and resolved ts only move forward.
 
 Errors of the source, the scheduler or an executor are kept as the
 maintainer's error and reported in its status; the coordinator decides what
@@ -22,27 +22,18 @@ from typing import Any
 
 from cdcflow.core.coordinator.spec import connector_for
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError
-from cdcflow.core.events import Span
-from cdcflow.core.maintainer.placement import Placement, span_from_json, span_to_json
+from cdcflow.core.maintainer.placement import Placement
 from cdcflow.core.messaging.center import MessageCenter
-from cdcflow.core.messaging.messages import (
-    AddSpanRequest,
-    MaintainerStatus,
-    RemoveSpanRequest,
-    SpanStatusReport,
-    Topic,
-)
+from cdcflow.core.messaging.messages import MaintainerStatus, SchedulingMessage, Topic
 from cdcflow.core.model import ChangeFeedInfo
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.core.scheduling import Scheduler
+from cdcflow.core.scheduling import Scheduler, Watermark
 from cdcflow.core.source import Source
 
 __all__ = ["Maintainer"]
 
 log = logging.getLogger(__name__)
-TICK = 0.25
-#: Re-send a span's add request when its agent has not reported it for this long.
-RESEND_AFTER = 2.0
+TICK = 0.1
 
 
 class Maintainer:
@@ -65,8 +56,6 @@ class Maintainer:
         self.state = "working"
         self.error: dict[str, Any] | None = None
         self.placement: Placement | None = None
-        self._progress: dict[Span, tuple[str, int, int]] = {}
-        self._sent_at: dict[Span, float] = {}
         self._task: asyncio.Task[None] | None = None
         #: What blocks progress now (BlockStatus), "" when nothing does.
         self.block_reason = ""
@@ -83,23 +72,17 @@ class Maintainer:
         self._task = asyncio.create_task(self._run(), name=f"maintainer-{self.info.id}-{self.epoch}")
 
     def status(self) -> MaintainerStatus:
-        total = len(self.placement.where) if self.placement else 0
+        total = len(self.placement.spans) if self.placement else 0
+        replicating = self.placement.replicating() if self.placement else 0
         return MaintainerStatus(
-            self.info.id,
-            self.epoch,
-            self.state,
-            self.checkpoint_ts,
-            self.resolved_ts,
-            self.error,
-            total,
-            len(self._progress),
+            self.info.id, self.epoch, self.state, self.checkpoint_ts, self.resolved_ts, self.error, total, replicating
         )
 
     async def _run(self) -> None:
         try:
             self.placement = await self._list_spans()
             while True:
-                self._schedule()
+                self._tick()
                 await asyncio.sleep(TICK)
         except asyncio.CancelledError:
             raise
@@ -128,79 +111,47 @@ class Maintainer:
             ]
         finally:
             await source.close()
-        return Placement(scheduler, spans)
+        return Placement(scheduler, self.info.id, self.epoch, spans)
 
-    def _schedule(self) -> None:
+    def _tick(self, *, stopping: bool = False) -> None:
         assert self.placement is not None
-        live = self.live_captures()
-        self.placement.forget_captures(live)
-        for span in list(self._progress):
-            if self._progress[span][0] != self.placement.where.get(span):
-                del self._progress[span]
-        for move in self.placement.plan(live):
-            if move.source is not None:
-                self._send_remove(move.source, move.span)
-            self._progress.pop(move.span, None)
-            if move.target is not None:
-                self._send_add(move.target, move.span)
-        absent = sum(1 for capture in self.placement.where.values() if capture is None)
-        self.block_reason = f"{absent} span(s) run nowhere: no live capture to place them on" if absent else ""
-        loop = asyncio.get_running_loop()
-        for span, capture in self.placement.where.items():
-            if capture is not None and span not in self._progress and loop.time() - self._sent_at[span] > RESEND_AFTER:
-                self._send_add(capture, span)
+        requests, watermark = self.placement.tick(self.checkpoint_ts, self.live_captures(), stopping=stopping)
+        info = self.info.to_json()
+        for capture, payload in requests:
+            message = SchedulingMessage(self.capture_id, self.info.id, self.epoch, payload, info)
+            self.center.send(capture, Topic.MAINTAINER_MANAGER, message)
+        if watermark is not None and not stopping:
+            self._advance(watermark)
+        absent = self.placement.absent()
+        self.block_reason = f"{absent} span(s) not replicating: waiting for a capture to run them" if absent else ""
 
-    def _send_add(self, capture: str, span: Span) -> None:
-        self._sent_at[span] = asyncio.get_running_loop().time()
-        request = AddSpanRequest(
-            self.capture_id, self.info.id, self.epoch, self.info.to_json(), span_to_json(span), self.checkpoint_ts
-        )
-        self.center.send(capture, Topic.MAINTAINER_MANAGER, request)
+    def _advance(self, watermark: Watermark) -> None:
+        """The watermark moves progress forward, never back."""
+        self.checkpoint_ts = max(self.checkpoint_ts, watermark.checkpoint_ts)
+        self.resolved_ts = max(self.resolved_ts, watermark.resolved_ts, self.checkpoint_ts)
 
-    def _send_remove(self, capture: str, span: Span) -> None:
-        self.center.send(
-            capture,
-            Topic.MAINTAINER_MANAGER,
-            RemoveSpanRequest(self.capture_id, self.info.id, self.epoch, span_to_json(span)),
-        )
-
-    def on_report(self, report: SpanStatusReport) -> None:
-        """Progress of this changefeed's spans on one capture."""
-        if report.epoch != self.epoch or self.placement is None:
+    def on_scheduling(self, message: SchedulingMessage) -> None:
+        """An agent's response (or its executor's error) for this changefeed."""
+        if message.epoch != self.epoch or self.placement is None:
             return
-        if report.error is not None:
-            self._fail(report.error)
-            return
-        for item in report.spans:
-            span = span_from_json(item.span)
-            if self.placement.where.get(span) == report.sender:
-                self._progress[span] = (report.sender, item.checkpoint_ts, item.resolved_ts)
-        self._advance()
-
-    def _advance(self) -> None:
-        """Checkpoint and resolved ts: the minimum over spans, only when every span reported."""
-        assert self.placement is not None
-        if not self.placement.where or len(self._progress) < len(self.placement.where):
-            return
-        checkpoint = min(p[1] for p in self._progress.values())
-        resolved = min(p[2] for p in self._progress.values())
-        self.checkpoint_ts = max(self.checkpoint_ts, checkpoint)
-        self.resolved_ts = max(self.resolved_ts, resolved, self.checkpoint_ts)
+        if message.error is not None:
+            self._fail(message.error)
+        elif message.payload is not None:
+            self.placement.receive(message.payload)
 
     def on_checkpoint(self, checkpoint_ts: int) -> None:
-        """The coordinator persisted ``checkpoint_ts`` (CheckpointTsMessage); nothing below it
-        will be asked for again. Kept for executors that release buffered data."""
+        """The coordinator persisted ``checkpoint_ts`` (CheckpointTsMessage): nothing at
+        or below it will be asked for again."""
         self.checkpoint_ts = max(self.checkpoint_ts, min(checkpoint_ts, self.resolved_ts))
 
     async def close(self) -> MaintainerStatus:
-        """Stop the maintainer and every span it placed; the returned status is the CloseAck."""
+        """Stop the maintainer and ask the agents to remove its spans; the returned status is the CloseAck."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self.placement is not None:
-            for span, capture in self.placement.where.items():
-                if capture is not None:
-                    self._send_remove(capture, span)
+            with contextlib.suppress(CdcflowError):
+                self._tick(stopping=True)
         self.state = "stopped"
         return self.status()

@@ -24,7 +24,6 @@ from cdcflow.core.maintainer.maintainer import Maintainer
 from cdcflow.core.messaging.center import MessageCenter
 from cdcflow.core.messaging.messages import (
     AddMaintainerRequest,
-    AddSpanRequest,
     BlockStatusRequest,
     CheckpointTsMessage,
     CoordinatorBootstrapRequest,
@@ -33,8 +32,7 @@ from cdcflow.core.messaging.messages import (
     MaintainerStatus,
     Message,
     RemoveMaintainerRequest,
-    RemoveSpanRequest,
-    SpanStatusReport,
+    SchedulingMessage,
     Topic,
 )
 from cdcflow.core.model import ChangeFeedInfo
@@ -109,16 +107,14 @@ class MaintainerManager:
             maintainer = self.maintainers.get(message.changefeed_id)
             if maintainer is not None and maintainer.epoch == message.epoch:
                 maintainer.on_checkpoint(message.checkpoint_ts)
-        elif isinstance(message, AddSpanRequest):
-            await self.agent.on_add(message)
-        elif isinstance(message, RemoveSpanRequest):
-            await self.agent.on_remove(message)
+        elif isinstance(message, SchedulingMessage):
+            await self.agent.on_request(message)
 
     async def _on_maintainer_message(self, message: Message) -> None:
-        if isinstance(message, SpanStatusReport):
+        if isinstance(message, SchedulingMessage):
             maintainer = self.maintainers.get(message.changefeed_id)
             if maintainer is not None:
-                maintainer.on_report(message)
+                maintainer.on_scheduling(message)
 
     async def _add(self, req: AddMaintainerRequest) -> None:
         current = self.maintainers.get(req.changefeed_id)
@@ -148,6 +144,7 @@ class MaintainerManager:
         del self.maintainers[changefeed_id]
         self._last_sent.pop(changefeed_id, None)
         self._closed.append(await maintainer.close())  # the CloseAck, sent with the next heartbeat
+        await self.agent.remove_changefeed(changefeed_id, epoch)
 
     # -- heartbeats -----------------------------------------------------------------------------
 

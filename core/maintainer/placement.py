@@ -1,65 +1,81 @@
-"""Where the maintainer meets the scheduler plugin: the one place that knows
-:mod:`cdcflow.core.scheduling`'s interface.
+"""Where the maintainer meets the scheduler plugin: the one module that knows
+:mod:`cdcflow.core.scheduling`'s interface (seed 002).
 
-The maintainer keeps, per span, the capture it was placed on; each tick it
-hands the scheduler the placements and the live captures and gets back add /
-remove / move tasks, which it turns into span-agent requests. Keeping this in
-one module lets the scheduler's interface change (two-phase scheduling with
-ReplicationSets and agent responses) without touching the maintainer.
+The maintainer hands :class:`Placement` the agents' responses as they arrive
+and ticks it; each tick returns the requests to send (to the agent on each
+request's capture) and, when every span replicates, the watermark (the
+minimum checkpoint and resolved ts over spans). Messages cross captures as
+JSON (the protocol's ``encode_message`` / ``decode_message``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from cdcflow.core.events import Span
-from cdcflow.core.scheduling import Scheduler, ScheduleTask, SpanPlacement, TaskKind
+from cdcflow.core.scheduling import (
+    AgentMessage,
+    DispatchTableResponse,
+    HeartbeatResponse,
+    ReplicationState,
+    Scheduler,
+    SchedulerMessage,
+    Watermark,
+    decode_message,
+    encode_message,
+)
 
-__all__ = ["Move", "Placement", "span_from_json", "span_to_json"]
+__all__ = ["Placement", "decode", "encode"]
 
 
-def span_to_json(span: Span) -> dict[str, Any]:
-    return {"table_id": span.table_id, "start": span.start.hex(), "end": span.end.hex()}
+def encode(message: SchedulerMessage | AgentMessage) -> dict[str, Any]:
+    return encode_message(message)
 
 
-def span_from_json(data: dict[str, Any]) -> Span:
-    return Span(int(data["table_id"]), bytes.fromhex(data["start"]), bytes.fromhex(data["end"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """Run ``span`` on ``target`` (None: nowhere) and stop it on ``source`` (None: nowhere)."""
-
-    span: Span
-    source: str | None
-    target: str | None
+def decode(payload: dict[str, Any]) -> SchedulerMessage | AgentMessage:
+    """``decode_message``, keeping the sequence numbers the agent and the
+    scheduler use to drop duplicates and overtaken requests."""
+    message = decode_message(payload)
+    seq = int(payload.get("seq", message.seq))
+    if isinstance(message, HeartbeatResponse | DispatchTableResponse):
+        return dataclasses.replace(message, seq=seq, ack=int(payload.get("ack", message.ack)))
+    return dataclasses.replace(message, seq=seq)
 
 
 class Placement:
-    """Spans of one changefeed and the capture each runs on."""
+    """One maintainer incarnation's scheduler, with its inbox of agent responses."""
 
-    def __init__(self, scheduler: Scheduler[Any], spans: Sequence[Span]) -> None:
+    def __init__(self, scheduler: Scheduler[Any], changefeed_id: str, epoch: int, spans: Sequence[Span]) -> None:
         self.scheduler = scheduler
-        self.where: dict[Span, str | None] = {span: None for span in spans}
+        self.spans = list(spans)
+        scheduler.bind(changefeed_id, epoch)
+        self._inbox: list[AgentMessage] = []
 
-    def forget_captures(self, live: Sequence[str]) -> None:
-        """Spans on captures that left are absent again."""
-        for span, capture in self.where.items():
-            if capture is not None and capture not in live:
-                self.where[span] = None
+    def receive(self, payload: dict[str, Any]) -> None:
+        """An agent's response (as JSON); applied on the next tick. Others' are dropped."""
+        message = decode(payload)
+        if isinstance(message, HeartbeatResponse | DispatchTableResponse) and self.scheduler.accepts(message):
+            self._inbox.append(message)
 
-    def plan(self, live: Sequence[str]) -> list[Move]:
-        """Ask the scheduler; apply its tasks to the placement; return the moves to carry out."""
-        placements = [SpanPlacement(span, capture) for span, capture in self.where.items()]
-        moves: list[Move] = []
-        for task in self.scheduler.schedule(placements, list(live)):
-            moves.append(self._apply(task))
-        return moves
+    def tick(
+        self, checkpoint_ts: int, captures: Collection[str], *, stopping: bool = False
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Watermark | None]:
+        """Requests to send as (capture, JSON), and the watermark if it can advance.
 
-    def _apply(self, task: ScheduleTask) -> Move:
-        source = self.where.get(task.span)
-        target = None if task.kind is TaskKind.REMOVE else task.target
-        self.where[task.span] = target
-        return Move(task.span, source, target)
+        ``stopping``: the changefeed stops here; the scheduler is told it has no
+        spans any more, so that it removes them from their captures.
+        """
+        inbox, self._inbox = self._inbox, []
+        result = self.scheduler.tick(
+            checkpoint_ts=checkpoint_ts, spans=[] if stopping else self.spans, captures=captures, messages=inbox
+        )
+        return [(m.capture_id, encode(m)) for m in result.messages], result.watermark
+
+    def absent(self) -> int:
+        """How many spans run nowhere now."""
+        return sum(1 for r in self.scheduler.replication_status() if r.state is ReplicationState.ABSENT)
+
+    def replicating(self) -> int:
+        return sum(1 for r in self.scheduler.replication_status() if r.state is ReplicationState.REPLICATING)

@@ -1,6 +1,7 @@
 """The messages between coordinator, maintainer managers, maintainers and span agents.
 
-Names follow seed 000. Every command from the coordinator carries the
+Names follow seed 000; span scheduling (seed 002) travels inside
+:class:`SchedulingMessage`. Every command from the coordinator carries the
 coordinator's id and version (its owner term) and the changefeed's id and
 epoch, so that a manager can drop commands of a deposed coordinator and
 repeated or reordered commands do nothing.
@@ -19,7 +20,6 @@ from typing import Any
 
 __all__ = [
     "AddMaintainerRequest",
-    "AddSpanRequest",
     "BlockStatusRequest",
     "CheckpointTsMessage",
     "CoordinatorBootstrapRequest",
@@ -28,9 +28,7 @@ __all__ = [
     "MaintainerStatus",
     "Message",
     "RemoveMaintainerRequest",
-    "RemoveSpanRequest",
-    "SpanReport",
-    "SpanStatusReport",
+    "SchedulingMessage",
     "Topic",
     "decode",
     "encode",
@@ -136,39 +134,20 @@ class CheckpointTsMessage(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AddSpanRequest(Message):
-    """A maintainer asks a capture's span agent to run ``span`` from ``checkpoint_ts``."""
+class SchedulingMessage(Message):
+    """A scheduling-protocol message between a maintainer and a capture's agent
+    (:mod:`cdcflow.core.scheduling.protocol`, as JSON in ``payload``).
+
+    Requests go to the agent's capture on MaintainerManagerTopic and carry the
+    changefeed's ``info``, from which the capture builds the changefeed's span
+    executor; responses go to the maintainer's capture on MaintainerTopic. An
+    agent whose executor failed sends ``error`` instead of a payload.
+    """
 
     changefeed_id: str
     epoch: int
-    info: dict[str, Any]
-    span: dict[str, Any]
-    checkpoint_ts: int
-    prepare: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveSpanRequest(Message):
-    changefeed_id: str
-    epoch: int
-    span: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class SpanReport:
-    span: dict[str, Any]
-    state: str
-    checkpoint_ts: int
-    resolved_ts: int
-
-
-@dataclass(frozen=True, slots=True)
-class SpanStatusReport(Message):
-    """A span agent's statuses of one changefeed's spans on its capture."""
-
-    changefeed_id: str
-    epoch: int
-    spans: tuple[SpanReport, ...] = ()
+    payload: dict[str, Any] | None = None
+    info: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
 
 
@@ -182,12 +161,10 @@ _TYPES: dict[str, type[Any]] = {
         MaintainerHeartbeat,
         BlockStatusRequest,
         CheckpointTsMessage,
-        AddSpanRequest,
-        RemoveSpanRequest,
-        SpanStatusReport,
+        SchedulingMessage,
     )
 }
-_NESTED: dict[str, type[Any]] = {"statuses": MaintainerStatus, "spans": SpanReport}
+_NESTED: dict[str, type[Any]] = {"statuses": MaintainerStatus}
 
 
 def encode(message: Message) -> bytes:

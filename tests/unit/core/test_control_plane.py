@@ -17,13 +17,15 @@ from cdcflow.core.testing_executor import executor_factory
 from tests import ticker_source
 
 
-async def until(predicate, timeout=20.0):
+async def until(predicate, timeout=30.0, show=None):
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         value = await predicate()
         if value:
             return value
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        if asyncio.get_running_loop().time() >= deadline:
+            seen = await show() if show is not None else None
+            raise AssertionError(f"condition not reached in {timeout}s; last seen: {seen}")
         await asyncio.sleep(0.1)
 
 
@@ -54,7 +56,7 @@ def test_lifecycle_on_sqlite(tmp_path):
         created = await call("POST", "/api/v2/changefeeds", body)
         assert created["state"] == "normal"
         start = created["checkpoint_tso"]
-        await until(lambda: _advanced(get, "cf-1", start))
+        await until(lambda: _advanced(get, "cf-1", start), show=lambda: get("cf-1"))
         assert list((tmp_path / "out").rglob("*.jsonl"))  # rows reached the sink
 
         with pytest.raises(ApiError) as dup:
@@ -74,7 +76,7 @@ def test_lifecycle_on_sqlite(tmp_path):
         await call("POST", "/api/v2/changefeeds/cf-1/resume")
         resumed = await get("cf-1")
         assert resumed["state"] == "normal" and resumed["epoch"] > paused["epoch"]
-        await until(lambda: _advanced(get, "cf-1", paused["checkpoint_tso"]))
+        await until(lambda: _advanced(get, "cf-1", paused["checkpoint_tso"]), show=lambda: get("cf-1"))
 
         failing = {**body, "changefeed_id": "cf-fail", "source": {"type": "ticker", "fail": True}}
         await call("POST", "/api/v2/changefeeds", failing)

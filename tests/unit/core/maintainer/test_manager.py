@@ -10,7 +10,7 @@ from cdcflow.core.events import Span
 from cdcflow.core.maintainer.agent import SpanAgent
 from cdcflow.core.maintainer.maintainer import Maintainer
 from cdcflow.core.maintainer.manager import MaintainerManager
-from cdcflow.core.maintainer.placement import Placement, span_to_json
+from cdcflow.core.maintainer.placement import Placement
 from cdcflow.core.messaging.center import MessageCenter
 from cdcflow.core.messaging.messages import (
     AddMaintainerRequest,
@@ -18,12 +18,12 @@ from cdcflow.core.messaging.messages import (
     CoordinatorBootstrapResponse,
     MaintainerHeartbeat,
     RemoveMaintainerRequest,
-    SpanReport,
-    SpanStatusReport,
+    SchedulingMessage,
     Topic,
 )
 from cdcflow.core.model import ChangeFeedInfo
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.scheduling import Watermark
 from cdcflow.core.testing_executor import executor_factory
 from cdcflow.plugins.schedulers.round_robin import RoundRobinConfig, RoundRobinScheduler
 from tests import ticker_source
@@ -90,30 +90,31 @@ def test_commands_are_idempotent_and_version_checked(tmp_path):
     asyncio.run(main())
 
 
-def test_checkpoint_is_the_minimum_over_spans_and_never_goes_back(tmp_path):
+def test_progress_comes_from_the_watermark_never_goes_back_and_ignores_other_epochs(tmp_path):
     async def main():
         center = MessageCenter("c1")
         m = Maintainer("c1", center, info(2, tmp_path), 100, plugins(), lambda: ["c1", "c2"])
         spans = [Span(1, b"a", b"b"), Span(2, b"b", b"c")]
-        m.placement = Placement(RoundRobinScheduler(RoundRobinConfig()), spans)
-        m.placement.where.update({spans[0]: "c1", spans[1]: "c2"})
+        m.placement = Placement(RoundRobinScheduler(RoundRobinConfig()), "cf", 2, spans)
+        sent: list[SchedulingMessage] = []
 
-        def report(capture, span, ckpt, epoch=2):
-            return SpanStatusReport(capture, "cf", epoch, (SpanReport(span_to_json(span), "replicating", ckpt, ckpt),))
+        async def agent(message):
+            sent.append(message)
 
-        m.on_report(report("c1", spans[0], 150))
-        assert m.checkpoint_ts == 100  # the other span has not reported: no progress
-        m.on_report(report("c2", spans[1], 130))
-        assert m.checkpoint_ts == 130
-        m.on_report(report("c2", spans[1], 120))  # a late, lower report
-        assert m.checkpoint_ts == 130
-        m.on_report(report("c2", spans[1], 500, epoch=1))  # another incarnation's report
-        m.on_report(report("c1", spans[1], 500))  # from a capture the span is not on
-        assert m.checkpoint_ts == 130
-        m.placement.forget_captures(["c1"])  # c2 left: its span runs nowhere
-        m._progress.pop(spans[1])
-        m.on_report(report("c1", spans[0], 900))
-        assert m.checkpoint_ts == 130
+        center.register(Topic.MAINTAINER_MANAGER, agent)
+        m._tick()
+        await asyncio.sleep(0.05)
+        assert sent and all(s.info is not None and s.epoch == 2 for s in sent)  # requests carry the declaration
+        assert m.checkpoint_ts == 100 and m.block_reason  # nothing replicates yet: blocked, no progress
+
+        m._advance(Watermark(130, 140))
+        assert (m.checkpoint_ts, m.resolved_ts) == (130, 140)
+        m._advance(Watermark(120, 120))  # lower: ignored
+        assert (m.checkpoint_ts, m.resolved_ts) == (130, 140)
+        m.on_scheduling(SchedulingMessage("c2", "cf", 1, error={"code": 2001}))  # another incarnation
+        assert m.error is None
+        m.on_scheduling(SchedulingMessage("c2", "cf", 2, error={"code": 2001, "retryable": "RETRY"}))
+        assert m.status().state == "failed" and m.status().error["code"] == 2001
         await center.close()
 
     asyncio.run(main())

@@ -13,8 +13,7 @@ from cdcflow.core.messaging.messages import (
     CoordinatorBootstrapResponse,
     MaintainerHeartbeat,
     MaintainerStatus,
-    SpanReport,
-    SpanStatusReport,
+    SchedulingMessage,
     Topic,
     decode,
     encode,
@@ -24,10 +23,8 @@ from cdcflow.core.messaging.messages import (
 def test_roundtrip_with_nested_statuses():
     beat = MaintainerHeartbeat("c1", 7, (MaintainerStatus("cf", 3, "working", 10, 12, {"code": 2001}),))
     assert decode(encode(beat)) == beat
-    report = SpanStatusReport(
-        "c2", "cf", 3, (SpanReport({"table_id": 1, "start": "", "end": ""}, "replicating", 1, 2),)
-    )
-    assert decode(encode(report)) == report
+    request = SchedulingMessage("c2", "cf", 3, {"type": "heartbeat-request", "seq": 4}, {"id": "cf"})
+    assert decode(encode(request)) == request
     with pytest.raises(ValueError, match="unknown message type"):
         decode(b'{"type": "Nope", "body": {}}')
 
