@@ -48,6 +48,7 @@ class InProcessSpanExecutor(SpanExecutor):
         self.source: Source[Any] = context.connector.source.instantiate()  # type: ignore[assignment]
         self.sinks: list[Sink[Any]] = [s.instantiate() for s in context.connector.sinks]  # type: ignore[misc]
         self._spans: dict[Span, _SpanRun] = {}
+        self._removed: dict[Span, int] = {}
         self._opened = False
         self._error: BaseException | None = None
         self._batch_ids = itertools.count()
@@ -64,6 +65,7 @@ class InProcessSpanExecutor(SpanExecutor):
     async def add_span(self, span: Span, checkpoint_ts: int, *, prepare: bool) -> bool:
         if span in self._spans:
             return True
+        self._removed.pop(span, None)
         await self._open(checkpoint_ts)
         run = _SpanRun(checkpoint_ts, checkpoint_ts)
         self._spans[span] = run
@@ -103,11 +105,12 @@ class InProcessSpanExecutor(SpanExecutor):
     async def remove_span(self, span: Span) -> int | None:
         run = self._spans.pop(span, None)
         if run is None:
-            return None
+            return self._removed.get(span, 0)  # not loaded here: nothing to wait for
         if run.task is not None:
             run.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await run.task
+        self._removed[span] = run.checkpoint_ts
         return run.checkpoint_ts
 
     def status(self, span: Span) -> SpanStatus:

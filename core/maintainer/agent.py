@@ -70,6 +70,9 @@ class SpanAgent:
         self.live_captures = live_captures
         self.server = server
         self.runs: dict[str, _Run] = {}
+        #: The newest maintainer epoch removed per changefeed: later requests of it or
+        #: older ones (still in flight when it was removed) must not start spans again.
+        self._removed: dict[str, int] = {}
         self._task = asyncio.create_task(self._tick_loop(), name=f"span-agent-{capture_id}")
 
     async def on_request(self, message: SchedulingMessage) -> None:
@@ -78,6 +81,8 @@ class SpanAgent:
             return
         request = decode(message.payload)
         if not isinstance(request, HeartbeatRequest | DispatchTableRequest):
+            return
+        if message.epoch <= self._removed.get(message.changefeed_id, 0):
             return
         run = self.runs.get(message.changefeed_id)
         if run is not None and message.epoch > run.epoch and run.executor.error() is not None:
@@ -121,6 +126,7 @@ class SpanAgent:
 
     async def remove_changefeed(self, changefeed_id: str, epoch: int) -> None:
         """Stop the changefeed's spans here (its maintainer of ``epoch`` or older was removed)."""
+        self._removed[changefeed_id] = max(epoch, self._removed.get(changefeed_id, 0))
         run = self.runs.get(changefeed_id)
         if run is not None and run.epoch <= epoch:
             await self._close(changefeed_id)

@@ -82,8 +82,12 @@ def test_commands_are_idempotent_and_version_checked(tmp_path):
         acks = [s for m in received if isinstance(m, MaintainerHeartbeat) for s in m.statuses if s.state == "stopped"]
         assert acks and acks[0].epoch == 2  # CloseAck
         center.send("c1", Topic.MAINTAINER_MANAGER, add(5, 2))  # reordered after the remove
+        # a scheduling request of the removed incarnation, still in flight, starts nothing
+        late = {"type": "heartbeat-request", "changefeed_id": "cf", "capture_id": "c1", "epoch": 2, "seq": 99}
+        center.send("c1", Topic.MAINTAINER_MANAGER, SchedulingMessage("c1", "cf", 2, late, info(2, tmp_path).to_json()))
         await asyncio.sleep(0.3)
         assert "cf" not in manager.maintainers
+        assert "cf" not in manager.agent.runs
         await manager.close()
         await center.close()
 
