@@ -34,6 +34,10 @@ def changefeed_config(tmp, name):
     return str(path)
 
 
+def output_files(tmp, name):
+    return len(list((tmp / "out" / name).rglob("*.jsonl")))
+
+
 def checkpoints(server):
     return {i["id"]: (i["state"], i["checkpoint_tso"]) for i in server.get("/api/v2/changefeeds?state=all")["items"]}
 
@@ -91,6 +95,15 @@ def test_three_captures_on_etcd_survive_sigkill(tmp_path):
             assert created["state"] == "normal"
         start = checkpoints(first)
         wait_until(lambda: all_advanced(first, start), what="checkpoints advancing")
+
+        # a pause stops the changefeed's spans on every capture: its sink output stops growing
+        cli(servers[1], env, "changefeed", "pause", "-c", "cf-1")
+        time.sleep(1.5)
+        written = output_files(tmp_path, "cf-1")
+        time.sleep(2)
+        assert output_files(tmp_path, "cf-1") == written
+        cli(servers[2], env, "changefeed", "resume", "-c", "cf-1")
+        wait_until(lambda: output_files(tmp_path, "cf-1") > written, what="output after resume")
 
         # SIGKILL the owner: another capture takes over, nothing acknowledged is lost.
         acknowledged = checkpoints(first)
