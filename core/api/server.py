@@ -29,7 +29,7 @@ from cdcflow.core.events import tso_physical_ms
 from cdcflow.core.model import ChangeFeedInfo, ChangefeedNotFoundError, ChangeFeedStatus, InvalidTransitionError
 from cdcflow.core.version import __version__
 
-__all__ = ["ApiServer", "changefeed_json", "error_response"]
+__all__ = ["ApiServer", "changefeed_json", "error_response", "redact"]
 
 log = logging.getLogger(__name__)
 FORWARDED = "X-Cdcflow-Forwarded"
@@ -54,6 +54,26 @@ def error_response(exc: CdcflowError) -> web.Response:
     return web.json_response(body, status=status)
 
 
+_SECRET_WORDS = ("password", "secret", "token", "credential")
+
+
+def redact(value: Any) -> Any:
+    """``value`` with the values of secret-looking keys replaced (the API never shows them)."""
+    if isinstance(value, dict):
+        return {
+            k: "******" if any(w in str(k).lower() for w in _SECRET_WORDS) and v else redact(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, str) and "://" in value and "@" in value.split("://", 1)[1].split("/", 1)[0]:
+        scheme, rest = value.split("://", 1)
+        userinfo, _, host = rest.partition("@")
+        if ":" in userinfo:
+            return f"{scheme}://{userinfo.split(':', 1)[0]}:******@{host}"
+    return value
+
+
 def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str, Any]:
     return {
         "id": info.id,
@@ -68,8 +88,8 @@ def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str,
         "epoch": info.epoch,
         "version": info.version,
         "error": info.error,
-        "source": info.source,
-        "sinks": info.sinks,
+        "source": redact(info.source),
+        "sinks": redact(info.sinks),
         "filter": {"rules": info.filter_rules},
         "scheduler": info.scheduler,
         "description": info.description,
