@@ -55,6 +55,8 @@ def error_response(exc: CdcflowError) -> web.Response:
 
 
 _SECRET_WORDS = ("password", "secret", "token", "credential")
+#: ``cdcflow_owner_status`` values, as TiCDC's ``ticdc_owner_status`` encodes them.
+_STATE_CODES = {"normal": 0, "failed": 2, "paused": 3, "finished": 4, "removed": 5, "warning": 6}
 
 
 def redact(value: Any) -> Any:
@@ -123,6 +125,7 @@ class ApiServer:
         r.add_post("/api/v2/changefeeds/{id}/resume", self.resume)
         r.add_post("/api/v2/owner/resign", self.resign)
         r.add_post("/api/v2/verify_config", self.verify_config)
+        r.add_get("/metrics", self.metrics)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
@@ -189,6 +192,38 @@ class ApiServer:
         if record is None:
             raise ChangefeedNotFoundError(f"changefeed {cf} does not exist", detail={"changefeed_id": cf})
         return web.json_response(changefeed_json(*record))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text exposition of the gauges TiCDC users alert on (names prefixed ``cdcflow_``)."""
+        now = time.time()
+        lines = [
+            "# HELP cdcflow_owner_checkpoint_ts_lag Checkpoint lag of each changefeed, in seconds.",
+            "# TYPE cdcflow_owner_checkpoint_ts_lag gauge",
+        ]
+        records = await self.capture.store.list_changefeeds()
+        for info, status in records:
+            lag = max(0.0, now - tso_physical_ms(status.checkpoint_ts) / 1000)
+            lines.append(f'cdcflow_owner_checkpoint_ts_lag{{changefeed="{info.id}"}} {lag:.3f}')
+        lines += [
+            "# HELP cdcflow_owner_resolved_ts_lag Resolved ts lag of each changefeed, in seconds.",
+            "# TYPE cdcflow_owner_resolved_ts_lag gauge",
+        ]
+        for info, status in records:
+            lag = max(0.0, now - tso_physical_ms(status.resolved_ts) / 1000)
+            lines.append(f'cdcflow_owner_resolved_ts_lag{{changefeed="{info.id}"}} {lag:.3f}')
+        lines += [
+            "# HELP cdcflow_owner_status State of each changefeed: normal 0, failed 2, paused 3, finished 4, "
+            "removed 5, warning 6 (TiCDC's codes).",
+            "# TYPE cdcflow_owner_status gauge",
+        ]
+        for info, _ in records:
+            lines.append(f'cdcflow_owner_status{{changefeed="{info.id}"}} {_STATE_CODES[info.state.value]}')
+        lines += [
+            "# HELP cdcflow_capture_is_owner 1 when this capture is the owner.",
+            "# TYPE cdcflow_capture_is_owner gauge",
+            f"cdcflow_capture_is_owner {1 if self.capture.is_owner else 0}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def verify_config(self, request: web.Request) -> web.Response:
         body = await self._body(request)
