@@ -1,44 +1,67 @@
-from hypothesis import given
+from collections import Counter
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdcflow.core.events import Span
-from cdcflow.core.scheduling import SpanPlacement, TaskKind
+from cdcflow.core.scheduling import DispatchTableRequest, HeartbeatRequest, ReplicationState
+from cdcflow.core.scheduling.simulation import SimulatedCluster
 from cdcflow.plugins.schedulers.round_robin import RoundRobinConfig, RoundRobinScheduler
 
 SPANS = [Span(i, b"%d" % i, b"%d~" % i) for i in range(10)]
 
 
-def test_places_absent_spans_evenly():
-    s = RoundRobinScheduler(RoundRobinConfig())
-    tasks = s.schedule([SpanPlacement(span, None) for span in SPANS], ["c1", "c2", "c3"])
-    assert all(t.kind is TaskKind.ADD for t in tasks)
-    counts = {c: sum(t.target == c for t in tasks) for c in ["c1", "c2", "c3"]}
+def test_places_spans_evenly_once_every_capture_reported():
+    cluster = SimulatedCluster(RoundRobinScheduler(RoundRobinConfig()), ["c1", "c2", "c3"])
+    first = cluster.step(SPANS)
+    # Nothing is placed before every capture answered a heartbeat.
+    assert all(isinstance(m, HeartbeatRequest) for m in first.messages)
+    assert first.watermark is None
+    cluster.run_until_replicating(SPANS)
+    counts = Counter(c for cs in cluster.replicating().values() for c in cs)
     assert sorted(counts.values()) == [3, 3, 4]
 
 
-def test_reassigns_spans_of_dead_capture_and_skips_busy():
-    s = RoundRobinScheduler(RoundRobinConfig())
-    placements = [
-        SpanPlacement(SPANS[0], "dead"),
-        SpanPlacement(SPANS[1], "c1"),
-        SpanPlacement(SPANS[2], None, busy=True),
-    ]
-    tasks = s.schedule(placements, ["c1", "c2"])
-    assert [(t.span, t.target) for t in tasks] == [(SPANS[0], "c2")]
+def test_reassigns_spans_of_dead_capture_and_watermark_never_regresses():
+    cluster = SimulatedCluster(RoundRobinScheduler(RoundRobinConfig()), ["c1", "c2"])
+    cluster.run_until_replicating(SPANS)
+    cluster.advance(100)
+    cluster.step(SPANS)
+    wm = cluster.step(SPANS).watermark
+    assert wm is not None and wm.checkpoint_ts == 100
+    cluster.kill("c1")
+    assert cluster.step(SPANS).watermark is None  # spans of c1 are absent now
+    cluster.run_until_replicating(SPANS)
+    assert set(cluster.replicating()) == set(SPANS)
+    assert all(cs == ["c2"] for cs in cluster.replicating().values())
+    wm = cluster.step(SPANS).watermark
+    assert wm is not None and wm.checkpoint_ts == 100
+
+
+def test_removes_spans_no_longer_wanted():
+    cluster = SimulatedCluster(RoundRobinScheduler(RoundRobinConfig()), ["c1"])
+    cluster.run_until_replicating(SPANS)
+    for _ in range(3):
+        cluster.step(SPANS[:4])
+    assert set(cluster.replicating()) == set(SPANS[:4])
+    states = {r.span: r.state for r in cluster.scheduler.replication_status()}
+    assert states == dict.fromkeys(SPANS[:4], ReplicationState.REPLICATING)
 
 
 def test_limit_per_tick_and_no_captures():
-    s = RoundRobinScheduler(RoundRobinConfig(max_tasks_per_tick=2))
-    assert len(s.schedule([SpanPlacement(span, None) for span in SPANS], ["c1"])) == 2
-    assert s.schedule([SpanPlacement(SPANS[0], None)], []) == []
+    cluster = SimulatedCluster(RoundRobinScheduler(RoundRobinConfig(max_tasks_per_tick=2)), ["c1"])
+    cluster.step(SPANS)
+    adds = [m for m in cluster.step(SPANS).messages if isinstance(m, DispatchTableRequest)]
+    assert len(adds) == 2
+    empty = SimulatedCluster(RoundRobinScheduler(RoundRobinConfig()), [])
+    assert empty.step(SPANS).messages == []
 
 
-@given(st.lists(st.sampled_from(["c1", "c2", "c3", None, "gone"]), min_size=1, max_size=10))
-def test_every_unplaced_span_gets_a_live_capture(assignment):
-    s = RoundRobinScheduler(RoundRobinConfig())
-    placements = [SpanPlacement(SPANS[i], c) for i, c in enumerate(assignment)]
-    tasks = s.schedule(placements, ["c1", "c2", "c3"])
-    placed = {t.span for t in tasks}
-    for p in placements:
-        assert (p.span in placed) == (p.capture not in {"c1", "c2", "c3"})
-    assert all(t.target in {"c1", "c2", "c3"} for t in tasks)
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, max_size=3, unique=True))
+def test_every_span_replicates_on_exactly_one_live_capture(captures):
+    cluster = SimulatedCluster(RoundRobinScheduler(RoundRobinConfig()), captures)
+    cluster.run_until_replicating(SPANS)
+    for _ in range(3):
+        cluster.step(SPANS)
+    assert all(len(cs) == 1 for cs in cluster.replicating().values())
