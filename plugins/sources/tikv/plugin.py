@@ -58,6 +58,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._catalog: TiDBCatalog | None = None
         self._tracker: DDLTracker | None = None
         self._tracker_lock = asyncio.Lock()
+        self._pd_endpoints = list(config.pd)
         if config.kv_api != "tidb":
             self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
         else:
@@ -66,9 +67,24 @@ class TiKVSource(Source[TiKVSourceConfig]):
     async def open(self) -> None:
         cfg = self.config
         tls = self._tls()
-        self._pd = PDClient(cfg.pd, tls=tls)
+        await self._attach_playground()
+        self._pd = PDClient(self._pd_endpoints, tls=tls)
         await self._pd.connect()
         self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
+
+    async def _attach_playground(self) -> None:
+        """With ``playground`` set: start or attach to the process's playground and read it."""
+        options = self.config.embedded_playground()
+        if options is None:
+            return
+        # Imported here: the playground is only needed by sources configured to embed it.
+        from cdcflow.plugins.sources.playground.embedded import embedded_playground
+
+        pg = await asyncio.to_thread(embedded_playground, stores=options.stores, rate=options.rate, seed=options.seed)
+        self._pd_endpoints = [pg.pd_address]
+        if self._catalog is not None:
+            await self._catalog.close()
+            self._catalog = TiDBCatalog(pg.status_address)
 
     async def close(self) -> None:
         feeds, self._feeds = self._feeds, None  # first: feeds waiting on the tracker then end
@@ -105,7 +121,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
         """
         if self._pd is not None:
             return GCSafepointKeeper(self._pd)
-        return GCSafepointKeeper(PDClient(self.config.pd, tls=self._tls()), owns_client=True)
+        return GCSafepointKeeper(PDClient(self._pd_endpoints, tls=self._tls()), owns_client=True)
 
     def _tls(self) -> TLSFiles | None:
         cfg = self.config

@@ -293,3 +293,50 @@ def test_the_ddl_span_feed_yields_the_ddl_no_table_feed_carries() -> None:
                 await source.close()
 
     asyncio.run(asyncio.wait_for(body(), 120))
+
+
+def test_playground_option_embeds_the_upstream() -> None:
+    from cdcflow.plugins.sources.playground.embedded import embedded_playground, stop_embedded_playground
+
+    async def body() -> None:
+        config = TiKVSourceConfig.model_validate(
+            {"pd": ["127.0.0.1:1"], "tidb-status": "127.0.0.1:1", "playground": {"stores": 1, "rate": 0, "seed": 4}}
+        )
+        source = TiKVSource(config)
+        await source.open()
+        try:
+            pg = embedded_playground()  # the one the source started
+            assert source.pd.cluster_id == pg.cluster_id
+            tables = [t for t in await source.list_tables() if t.schema == "shop"]
+            assert {t.table for t in tables} == {"customers", "products", "orders"}
+            orders = next(t for t in tables if t.table == "orders")
+            (span,) = await source.spans_for(orders)
+            start = await source.current_ts()
+            stats = await asyncio.to_thread(pg.run_workload, 10)
+            events: list[RawKVEvent] = []
+            resolved: dict[Span, int] = {}
+            task = asyncio.create_task(_collect(source, span, start, events, resolved, []))
+            try:
+                await _wait_resolved(resolved, [span], stats.last_commit_ts)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            mounter = source.mounter()
+            assert mounter is not None
+            expected = await asyncio.to_thread(pg.snapshot, "orders", stats.last_commit_ts)
+            state: dict[Any, dict[str, Any]] = {}
+            unique = {(ev.key, ev.commit_ts): ev for ev in events if ev.commit_ts <= stats.last_commit_ts}
+            for ev in sorted(unique.values(), key=lambda e: e.sort_key()):
+                change = await mounter.mount(ev)
+                assert change is not None
+                if change.after is None:
+                    assert change.before is not None
+                    state.pop(change.before["id"], None)
+                else:
+                    state[change.after["id"]] = dict(change.after)
+            assert events and sorted(state) == sorted(row["id"] for row in expected)
+        finally:
+            await source.close()
+            await asyncio.to_thread(stop_embedded_playground)
+
+    asyncio.run(asyncio.wait_for(body(), 120))
