@@ -8,6 +8,7 @@ from what the current code generates, so the docs cannot drift (STYLE §16).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic_core import PydanticUndefined
@@ -36,7 +37,9 @@ def _type(info: Any) -> str:
     text = str(info.annotation).replace("typing.", "")
     for noise in ("<class '", "'>"):
         text = text.replace(noise, "")
-    return "`" + text + "`"
+    # Nested option models by class name; a union's "|" must not end the table cell.
+    text = re.sub(r"\b(?:[a-z_][a-z0-9_]*\.)+([A-Z]\w*)", r"\1", text)
+    return "`" + text.replace("|", "\\|") + "`"
 
 
 def plugin_page(entry: PluginEntry[Any]) -> str:

@@ -256,6 +256,16 @@ class Playground:
         servers = self._require_servers()
         self._require_loop().call(lambda: servers.start_store(store_id))
 
+    def stop_pd(self) -> None:
+        """Take PD down (calls fail UNAVAILABLE) until :meth:`start_pd`; stores keep streaming."""
+        servers = self._require_servers()
+        self._require_loop().call(servers.stop_pd)
+
+    def start_pd(self) -> None:
+        """Serve PD again on the same port, with the same state (TSO, regions, safepoints)."""
+        servers = self._require_servers()
+        self._require_loop().call(servers.start_pd)
+
     def server_busy(self, store_id: int, count: int = 1, *, congested: bool = False) -> None:
         """Answer the next ``count`` region registrations on a store with ServerIsBusy (or Congested)."""
         self._require_store(store_id)

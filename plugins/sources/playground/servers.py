@@ -98,14 +98,27 @@ class StoreServers:
 
     async def start(self) -> None:
         self.pd = PDService(self.cluster)
+        await self.start_pd()
+        for store_id in self.cluster.store_ids():
+            await self.start_store(store_id)
+        self._ticker = asyncio.create_task(self._tick())
+
+    async def start_pd(self) -> None:
+        """Serve PD (again, on the same port after :meth:`stop_pd`; its state is kept)."""
         pd = self.pd
+        assert pd is not None
+        if self._pd_server is not None:
+            return
         self._pd_server, self.pd_port = await _start_server(
             lambda s: pdpb_pb2_grpc.add_PDServicer_to_server(pd, s), self.host, self.pd_port
         )
         pd.address = self.pd_address
-        for store_id in self.cluster.store_ids():
-            await self.start_store(store_id)
-        self._ticker = asyncio.create_task(self._tick())
+
+    async def stop_pd(self) -> None:
+        """Stop PD's server: calls fail UNAVAILABLE; stores keep serving their streams."""
+        server, self._pd_server = self._pd_server, None
+        if server is not None:
+            await server.stop(0)
 
     async def start_store(self, store_id: int) -> None:
         service = ChangeDataService(self.hub, store_id, v2_enabled=self.eventfeed_v2)
@@ -138,8 +151,7 @@ class StoreServers:
                 await self._ticker
         for store_id in list(self._stores):
             await self.stop_store(store_id)
-        if self._pd_server is not None:
-            await self._pd_server.stop(0)
+        await self.stop_pd()
 
     async def _tick(self) -> None:
         while True:

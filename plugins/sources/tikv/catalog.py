@@ -5,17 +5,19 @@ first timestamp the source is asked about (a feed's start ts, or now); later
 DDL reaches it through the DDL job table writes the mounter decodes, so rows
 are always decoded with the schema valid at their ``commit_ts − 1``.
 
-Not guaranteed: a feed that starts *below* the ts the store was loaded at
-decodes its first rows with the schema of that later ts when a DDL happened
-in between (load the store from the smallest start ts by opening that feed
-first).
+A feed that starts *below* the ts the store was loaded at gets the DDL in
+between (the source's DDL tracker re-reads the DDL job spans from its start
+ts and applies those jobs at their commit ts). Not guaranteed: its rows
+*before* such a DDL decode with the base schema the store was loaded with
+(by column id: missing columns take their default), so load the store from
+the smallest start ts by opening that feed first when that matters.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from cdcflow.core.events import Span, TableName, TableSchema
+from cdcflow.core.events import DDLEvent, Span, TableName, TableSchema
 from cdcflow.plugins.sources.tikv.tidb import ddl_job
 from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
@@ -65,6 +67,14 @@ class TiDBCatalog:
             found = version.table.physical_ids() if version is not None and version.table is not None else ()
             ids = found or (table.table_id,)
         return [Span(pid, *table_record_span(pid)) for pid in ids]
+
+    def ddl_concerns(self, ddl: DDLEvent, span: Span) -> bool:
+        """Whether ``ddl`` changes the table whose rows ``span`` holds."""
+        if ddl.table is None:
+            return False
+        if ddl.table.table_id == span.table_id:
+            return True
+        return any(s.table_id == span.table_id for s in self.spans(ddl.table, ddl.commit_ts))
 
     @staticmethod
     def ddl_spans() -> list[Span]:

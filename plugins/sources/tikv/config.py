@@ -8,7 +8,15 @@ from pydantic import Field
 
 from cdcflow.core.plugin import PluginConfig
 
-__all__ = ["TiKVSourceConfig"]
+__all__ = ["EmbeddedPlaygroundConfig", "TiKVSourceConfig"]
+
+
+class EmbeddedPlaygroundConfig(PluginConfig):
+    """The in-process playground upstream the source starts (or attaches to) when it opens."""
+
+    stores: int = Field(3, ge=1, le=16, description="Number of TiKV stores of the playground.")
+    rate: float = Field(100.0, ge=0, description="Transactions per second of the shop workload (0: none).")
+    seed: int = Field(0, ge=0, description="Workload seed (and cluster id).")
 
 
 class TiKVSourceConfig(PluginConfig):
@@ -33,3 +41,19 @@ class TiKVSourceConfig(PluginConfig):
     ca: str = Field("", description="CA certificate file for TLS to PD and TiKV; empty for plaintext.")
     cert: str = Field("", description="Client certificate file for TLS.")
     key: str = Field("", description="Client private key file for TLS.")
+    playground: bool | EmbeddedPlaygroundConfig = Field(
+        False,
+        description=(
+            "true or {stores, rate, seed}: start (or attach to) this process's playground upstream when the "
+            "source opens and read it instead of `pd` / `tidb-status`; one playground per process, the first "
+            "opener's options win. false: a real cluster."
+        ),
+    )
+
+    def embedded_playground(self) -> EmbeddedPlaygroundConfig | None:
+        """The playground options, or None when the source reads a real cluster."""
+        if self.playground is True:
+            return EmbeddedPlaygroundConfig()
+        if isinstance(self.playground, EmbeddedPlaygroundConfig):
+            return self.playground
+        return None

@@ -12,9 +12,14 @@ and yields first the DDL of that table committed in between. So a sink sees
 a table's DDL before the resolved ts passes it, and every row at or below a
 resolved ts is decoded with a schema store that has every DDL below that ts.
 
-Not guaranteed: DDL that names no table with a feed (CREATE DATABASE, CREATE
-TABLE of a table not yet replicated) reaches no feed; the schema store still
-applies it.
+DDL that no table feed carries — schema-level DDL (CREATE/DROP DATABASE, …,
+no table) and the creation of a table (CREATE TABLE/VIEW/SEQUENCE: no feed of
+it can exist yet) — is yielded by the source's feed of the first DDL job span
+(:meth:`DDLTracker.is_unowned`), with that span's resolved ts.
+
+Each time both spans are resolved further the schema store is settled to
+that ts (:meth:`SchemaStore.settle`), so a job the status API reported as
+finished after the load ts but whose write was at or below it is pinned.
 """
 
 from __future__ import annotations
@@ -28,9 +33,17 @@ from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
 
-__all__ = ["DDLTracker"]
+__all__ = ["CREATE_ACTIONS", "DDLTracker", "TrackerSuperseded"]
 
 log = logging.getLogger(__name__)
+
+#: ActionTypes that create a table-like object: CREATE TABLE, VIEW, SEQUENCE, TABLES.
+CREATE_ACTIONS = frozenset({3, 21, 34, 60})
+
+
+class TrackerSuperseded(Exception):
+    """The tracker was closed (replaced by one from a lower ts, or the source closed)."""
+
 
 _Item = RawKVEvent | ResolvedEvent | BaseException
 
@@ -64,8 +77,13 @@ class DDLTracker:
         return self._error is not None
 
     async def close(self) -> None:
+        """Stop following; feeds waiting on this tracker get :class:`TrackerSuperseded`."""
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        async with self._changed:
+            if self._error is None:
+                self._error = TrackerSuperseded()
+            self._changed.notify_all()
 
     async def wait_resolved(self, ts: int) -> None:
         """Return once every DDL committed at or below ``ts`` is applied; raise the tracker's error."""
@@ -76,15 +94,16 @@ class DDLTracker:
 
     def between(self, lo: int, hi: int) -> list[DDLEvent]:
         """DDL events with ``lo < commit_ts <= hi``, in commit-ts order."""
-        return [d for d in self.ddl if lo < d.commit_ts <= hi]
+        return sorted((d for d in self.ddl if lo < d.commit_ts <= hi), key=lambda d: d.commit_ts)
+
+    @staticmethod
+    def is_unowned(ddl: DDLEvent) -> bool:
+        """Whether no table feed carries ``ddl``: schema-level DDL, or the creation of a table."""
+        return ddl.table is None or ddl.action_type in CREATE_ACTIONS
 
     def concerns(self, ddl: DDLEvent, span: Span) -> bool:
         """Whether ``ddl`` changes the table whose rows ``span`` holds."""
-        if ddl.table is None:
-            return False
-        if ddl.table.table_id == span.table_id:
-            return True
-        return any(s.table_id == span.table_id for s in self._catalog.spans(ddl.table, ddl.commit_ts))
+        return self._catalog.ddl_concerns(ddl, span)
 
     async def _run(self) -> None:
         spans = self._catalog.ddl_spans()
@@ -135,6 +154,7 @@ class DDLTracker:
                 ddl = await self._mounter.mount_event(raw)
                 if isinstance(ddl, DDLEvent):
                     self.ddl.append(ddl)
+            self._catalog.schemas.settle(upto)
             async with self._changed:
                 self.resolved = upto
                 self._changed.notify_all()

@@ -400,15 +400,33 @@ class EventFeedClient:
                 # A region subscribed successfully: progress, even while a long transaction's
                 # lock holds the span's resolved ts (and so its frontier) still.
                 state.sub.failures, state.sub.failing_since = 0, None
-                await self._emit_all(state, matcher.initialized())
+                state.hold(matcher.initialized())
+                await self._emit_all(state, state.release())
             elif kind == cdcpb_pb2.Event.COMMITTED:
-                await self._emit(state, matcher.committed(row))
+                await self._deliver(state, matcher.committed(row))
             elif kind == cdcpb_pb2.Event.PREWRITE:
-                await self._emit_all(state, matcher.prewrite(row, state.initialized))
+                for change in matcher.prewrite(row, state.initialized):
+                    await self._deliver(state, change)
             elif kind == cdcpb_pb2.Event.COMMIT:
-                await self._emit(state, matcher.commit(row, state.initialized))
+                await self._deliver(state, matcher.commit(row, state.initialized))
             elif kind == cdcpb_pb2.Event.ROLLBACK:
                 matcher.rollback(row)
+
+    async def _deliver(self, state: RegionState, change: Committed | None) -> None:
+        """Emit ``change`` now once the region is INITIALIZED; before that, hold it.
+
+        The incremental scan and the live stream run concurrently, so a live
+        commit of a key may arrive before the scan's older commits of the same
+        key (and TiKV scans a key's versions newest first). Until the scan is
+        complete every change of the region is held, then released in
+        commit-ts order (:meth:`RegionState.release`).
+        """
+        if change is None:
+            return
+        if state.initialized:
+            await self._emit(state, change)
+        else:
+            state.hold([change])
 
     async def _emit_all(self, state: RegionState, changes: list[Committed]) -> None:
         for change in changes:

@@ -23,13 +23,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import ResolvedEvent, SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.events import DDLEvent, ResolvedEvent, SourceEvent, Span, TableName, TableSchema
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.core.source import Mounter, Source
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig
-from cdcflow.plugins.sources.tikv.ddl import DDLTracker
+from cdcflow.plugins.sources.tikv.ddl import DDLTracker, TrackerSuperseded
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
 from cdcflow.plugins.sources.tikv.pd import PDClient
@@ -58,6 +58,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._catalog: TiDBCatalog | None = None
         self._tracker: DDLTracker | None = None
         self._tracker_lock = asyncio.Lock()
+        self._pd_endpoints = list(config.pd)
         if config.kv_api != "tidb":
             self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
         else:
@@ -66,21 +67,38 @@ class TiKVSource(Source[TiKVSourceConfig]):
     async def open(self) -> None:
         cfg = self.config
         tls = self._tls()
-        self._pd = PDClient(cfg.pd, tls=tls)
+        await self._attach_playground()
+        self._pd = PDClient(self._pd_endpoints, tls=tls)
         await self._pd.connect()
         self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
 
-    async def close(self) -> None:
-        if self._tracker is not None:
-            await self._tracker.close()
-            self._tracker = None
+    async def _attach_playground(self) -> None:
+        """With ``playground`` set: start or attach to the process's playground and read it."""
+        options = self.config.embedded_playground()
+        if options is None:
+            return
+        # Imported here: the playground is only needed by sources configured to embed it.
+        from cdcflow.plugins.sources.playground.embedded import embedded_playground
+
+        pg = await asyncio.to_thread(embedded_playground, stores=options.stores, rate=options.rate, seed=options.seed)
+        self._pd_endpoints = [pg.pd_address]
         if self._catalog is not None:
             await self._catalog.close()
-        if self._feeds is not None:
-            await self._feeds.close()
+            self._catalog = TiDBCatalog(pg.status_address)
+
+    async def close(self) -> None:
+        feeds, self._feeds = self._feeds, None  # first: feeds waiting on the tracker then end
+        async with self._tracker_lock:
+            if self._tracker is not None:
+                await self._tracker.close()
+                self._tracker = None
+        if self._catalog is not None:
+            await self._catalog.close()
+        if feeds is not None:
+            await feeds.close()
         if self._pd is not None:
             await self._pd.close()
-        self._feeds = self._pd = None
+        self._pd = None
 
     @property
     def pd(self) -> PDClient:
@@ -103,7 +121,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
         """
         if self._pd is not None:
             return GCSafepointKeeper(self._pd)
-        return GCSafepointKeeper(PDClient(self.config.pd, tls=self._tls()), owns_client=True)
+        return GCSafepointKeeper(PDClient(self._pd_endpoints, tls=self._tls()), owns_client=True)
 
     def _tls(self) -> TLSFiles | None:
         cfg = self.config
@@ -134,7 +152,9 @@ class TiKVSource(Source[TiKVSourceConfig]):
         """The spans of TiDB's DDL job tables (tidb mode; none in raw modes).
 
         The source follows them itself (:class:`DDLTracker`) and yields each
-        table's DDL in that table's feeds; callers need not feed them.
+        table's DDL in that table's feeds. Feeding the first of them yields
+        the DDL no table feed carries (schema-level DDL, table creation) and
+        the DDL resolved ts; the others yield only the resolved ts.
         """
         return TiDBCatalog.ddl_spans() if self._keyspace is None else []
 
@@ -154,30 +174,77 @@ class TiKVSource(Source[TiKVSourceConfig]):
                 yield event
             return
         await self._catalog.ensure_loaded(start_ts)
-        tracker = await self._ddl_tracker()
+        if span in TiDBCatalog.ddl_spans():
+            async for event in self._ddl_feed(span, start_ts):
+                yield event
+            return
         last = start_ts
         async for event in self.feeds.feed(span, start_ts):
             if isinstance(event, ResolvedEvent):
                 # The DDL barrier: the table's DDL up to the resolved ts goes first, and rows
                 # at or below it are mounted with every DDL below it applied.
-                await tracker.wait_resolved(event.ts)
-                for ddl in tracker.between(last, event.ts):
-                    if tracker.concerns(ddl, span):
+                ddls = await self._ddl_until(start_ts, last, event.ts)
+                if ddls is None:
+                    return  # the source is closing
+                for ddl in ddls:
+                    if self.catalog.ddl_concerns(ddl, span):
                         yield ddl
                 last = event.ts
             yield event
 
-    async def _ddl_tracker(self) -> DDLTracker:
+    async def _ddl_until(self, start_ts: int, last: int, ts: int) -> list[DDLEvent] | None:
+        """The DDL with ``last < commit_ts <= ts`` once every DDL up to ``ts`` is applied (None: closing)."""
+        while True:
+            tracker = await self._ddl_tracker(start_ts)
+            if tracker is None:
+                return None
+            try:
+                await tracker.wait_resolved(ts)
+            except TrackerSuperseded:
+                continue  # replaced by a tracker from a lower ts: wait on that one
+            return tracker.between(last, ts)
+
+    async def _ddl_feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
+        """A DDL job span's feed: DDL no table feed carries (first span only), and the DDL resolved ts."""
+        carries = span == TiDBCatalog.ddl_spans()[0]
+        last = start_ts
+        while True:
+            tracker = await self._ddl_tracker(start_ts)
+            if tracker is None:
+                return
+            try:
+                await tracker.wait_resolved(max(last, tracker.resolved) + 1)
+            except TrackerSuperseded:
+                continue
+            ts = tracker.resolved
+            if carries:
+                for ddl in tracker.between(last, ts):
+                    if tracker.is_unowned(ddl):
+                        yield ddl
+            last = ts
+            yield ResolvedEvent(span, ts)
+
+    async def _ddl_tracker(self, start_ts: int) -> DDLTracker | None:
+        """The source's DDL tracker, following the DDL job spans from at or below ``start_ts``.
+
+        A feed that starts below the current tracker's start replaces it with
+        one from ``start_ts`` (keeping the DDL already seen), so the DDL
+        between the two reaches that feed too.
+        """
         async with self._tracker_lock:
+            if self._feeds is None:
+                return None  # closed
             catalog = self.catalog
-            if self._tracker is None:
-                start = catalog.loaded_at if catalog.loaded_at is not None else await self.current_ts()
+            current = self._tracker
+            if current is None:
+                start = min(start_ts, catalog.loaded_at if catalog.loaded_at is not None else start_ts)
                 self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), start)
-            elif self._tracker.failed:
-                # Feeds restarted after the tracker's error: continue where it stopped.
-                failed = self._tracker
-                await failed.close()
-                self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), failed.resolved, history=failed.ddl)
+            elif current.failed or start_ts < current.start_ts:
+                # Feeds restarted after the tracker's error continue where it stopped; a
+                # lower start re-reads the DDL job spans from there.
+                await current.close()
+                start = min(start_ts, current.resolved)
+                self._tracker = DDLTracker(self.feeds, catalog, catalog.mounter(), start, history=current.ddl)
             return self._tracker
 
     def mounter(self) -> Mounter | None:

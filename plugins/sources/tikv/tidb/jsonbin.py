@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import json
+import json.encoder
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from cdcflow.plugins.sources.tikv.tidb import timecodec
@@ -154,14 +156,23 @@ def _decode_container(tp: int, buf: memoryview, base: int) -> Any:
     return out
 
 
+#: JSON string literal of a str, exactly as ``json.dumps(s, ensure_ascii=False)`` spells it.
+_quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 def _to_text(value: Any) -> str:
     if isinstance(value, _Raw):
         return value.text
     if isinstance(value, dict):
-        return "{" + ", ".join(json.dumps(k, ensure_ascii=False) + ": " + _to_text(v) for k, v in value.items()) + "}"
+        return "{" + ", ".join(_quote(k) + ": " + _to_text(v) for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_to_text(v) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=False)
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    return json.dumps(value, ensure_ascii=False)  # floats (non-finite spelled as json does), literals
 
 
 def json_size(data: bytes, offset: int = 0) -> int:

@@ -33,12 +33,14 @@ from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity
 from cdcflow.core.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
 from cdcflow.core.source import Mounter
 from cdcflow.plugins.sources.tikv.tidb import ddl_job, keydatum, keys, rowcodec, values
+from cdcflow.plugins.sources.tikv.tidb.keydatum import Datum
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable
 from cdcflow.plugins.sources.tikv.tidb.schema_store import DROP_ACTIONS, SchemaStore, TableVersion
 
 __all__ = ["RowDecodeError", "TiDBMounter", "UnsupportedColumnTypeError"]
 
 _DECODE_ERRORS = (ValueError, json.JSONDecodeError, keys.KeyFormatError)
+_MISSING = object()
 
 
 class RowDecodeError(CdcflowError):
@@ -59,6 +61,16 @@ class UnsupportedColumnTypeError(RowDecodeError):
 
 
 @dataclass(frozen=True, slots=True)
+class _Column:
+    """One column of a plan: its id, name and a value decoder bound to its type."""
+
+    id: int
+    name: str
+    decode: Callable[[bytes], Any]
+    column: TiDBColumn
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     """What decoding rows of one physical table at one schema version needs, computed once."""
 
@@ -66,7 +78,10 @@ class _Plan:
     schema: TableSchema
     replicated: bool
     #: The public, non-virtual columns in offset order.
-    columns: tuple[TiDBColumn, ...]
+    columns: tuple[_Column, ...]
+    #: The PK-is-handle column (its value is the int handle of the key), if any.
+    pk_handle: TiDBColumn | None
+    pk_unsigned: bool
 
 
 class TiDBMounter(Mounter):
@@ -86,8 +101,11 @@ class TiDBMounter(Mounter):
         assert table is not None
         schema = table.table_schema(version.db_name, physical_id, version.schema_version)
         replicated = self._replicate is None or self._replicate(schema.table)
-        columns = tuple(c for c in table.public_columns() if not c.is_virtual)
-        plan = _Plan(table, schema, replicated, columns)
+        columns = tuple(
+            _Column(c.id, c.name, values.value_decoder(c.type), c) for c in table.public_columns() if not c.is_virtual
+        )
+        pk = table.pk_handle_column()
+        plan = _Plan(table, schema, replicated, columns, pk, pk is not None and pk.type.unsigned)
         if len(self._plans) > 4096:
             self._plans.clear()  # versions come and go with DDL; keep the cache bounded
         self._plans[key] = (version, plan)
@@ -134,36 +152,45 @@ class TiDBMounter(Mounter):
             row = rowcodec.decode_row(value)
         except rowcodec.RowFormatError as e:
             raise self._error(RowDecodeError, "malformed row value", event, version, e) from e
-        from_key = self._handle_values(event, version, record)
+        from_key: dict[str, Any] | None = None  # only built when a column is not in the value
         image: dict[str, Any] = {}
-        for col in plan.columns:
-            try:
-                if col.id in row:
-                    image[col.name] = rowcodec.decode_column(col.type, row[col.id])
-                elif col.name in from_key:
-                    image[col.name] = from_key[col.name]
+        col = None
+        try:
+            for col in plan.columns:
+                raw = row.get(col.id, _MISSING)
+                if raw is None:
+                    image[col.name] = None
+                elif raw is _MISSING:
+                    if from_key is None:
+                        from_key = self._handle_values(event, version, plan, record)
+                    name = col.name
+                    image[name] = from_key[name] if name in from_key else col.column.origin_default_value()
+                elif isinstance(raw, Datum):
+                    image[col.name] = rowcodec.value_from_datum(col.column.type, raw)
                 else:
-                    image[col.name] = col.origin_default_value()
-            except values.UnsupportedColumnType as e:
-                raise self._error(UnsupportedColumnTypeError, f"column {col.name!r}", event, version, e) from e
-            except _DECODE_ERRORS as e:
-                raise self._error(RowDecodeError, f"column {col.name!r}", event, version, e) from e
+                    image[col.name] = col.decode(raw)
+        except values.UnsupportedColumnType as e:
+            assert col is not None
+            raise self._error(UnsupportedColumnTypeError, f"column {col.name!r}", event, version, e) from e
+        except _DECODE_ERRORS as e:
+            assert col is not None
+            raise self._error(RowDecodeError, f"column {col.name!r}", event, version, e) from e
         return image
 
     def _handle_image(self, event: RawKVEvent, version: TableVersion, record: keys.RecordKey) -> dict[str, Any]:
-        return dict(self._handle_values(event, version, record))
+        return dict(self._handle_values(event, version, self._plan(version, record.table_id), record))
 
-    def _handle_values(self, event: RawKVEvent, version: TableVersion, record: keys.RecordKey) -> dict[str, Any]:
+    def _handle_values(
+        self, event: RawKVEvent, version: TableVersion, plan: _Plan, record: keys.RecordKey
+    ) -> dict[str, Any]:
         """Column values the key carries: the PK-is-handle column, or common-handle columns."""
-        table = version.table
-        assert table is not None
         if isinstance(record.handle, int):
-            pk = table.pk_handle_column()
+            pk = plan.pk_handle
             if pk is None:
                 return {}
-            handle = record.handle & 0xFFFFFFFFFFFFFFFF if pk.type.unsigned else record.handle
+            handle = record.handle & 0xFFFFFFFFFFFFFFFF if plan.pk_unsigned else record.handle
             return {pk.name: handle}
-        return self._common_handle_values(event, version, table, record.handle)
+        return self._common_handle_values(event, version, plan.table, record.handle)
 
     def _common_handle_values(
         self, event: RawKVEvent, version: TableVersion, table: TiDBTable, handle: bytes

@@ -14,6 +14,7 @@ scale byte (:func:`encode_row_decimal` / :func:`decode_row_decimal`).
 from __future__ import annotations
 
 import decimal
+import functools
 
 __all__ = [
     "DecimalFormatError",
@@ -92,9 +93,15 @@ def encode_bin(value: decimal.Decimal, precision: int, frac: int) -> bytes:
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=256)
+def _layout(precision: int, frac: int) -> tuple[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Byte size and word digit counts (integer side, fraction side) of DECIMAL(precision, frac)."""
+    return bin_size(precision, frac), (tuple(_sizes(precision - frac, True)), tuple(_sizes(frac, False)))
+
+
 def decode_bin(data: bytes, precision: int, frac: int, offset: int = 0) -> tuple[decimal.Decimal, int]:
     """Decode the binary form at ``data[offset:]``; returns (value, end offset)."""
-    size = bin_size(precision, frac)
+    size, sides = _layout(precision, frac)
     raw = bytearray(data[offset : offset + size])
     if len(raw) != size:
         raise DecimalFormatError(f"DECIMAL({precision},{frac}) needs {size} bytes, have {len(raw)}")
@@ -104,7 +111,7 @@ def decode_bin(data: bytes, precision: int, frac: int, offset: int = 0) -> tuple
         raw = bytearray(b ^ 0xFF for b in raw)
     pos = 0
     parts: list[str] = []
-    for side, words in (("int", _sizes(precision - frac, True)), ("frac", _sizes(frac, False))):
+    for side, words in zip(("int", "frac"), sides, strict=True):
         text = ""
         for n in words:
             nbytes = _DIG2BYTES[n]

@@ -52,6 +52,7 @@ __all__ = [
     "encode_int",
     "encode_uint",
     "encode_value",
+    "value_decoder",
 ]
 
 _SIGN = 1 << 63
@@ -134,6 +135,52 @@ def decode_value(ft: FieldType, data: bytes) -> Any:
     if decoder is None:
         raise UnsupportedColumnType(f"column type {_type_name(tp)} is not supported")
     return decoder(data)
+
+
+def value_decoder(ft: FieldType) -> Callable[[bytes], Any]:
+    """:func:`decode_value` for one column type, with the type dispatch done once.
+
+    The returned function gives the same values and raises the same errors as
+    ``decode_value(ft, data)``; an unsupported type raises only when a value
+    is decoded (as :func:`decode_value` does), not when the decoder is built.
+    """
+    tp = ft.tp
+    if tp in INT_TYPES or tp in UINT_TYPES:
+        formats = _UINT_FORMATS if (ft.unsigned if tp in INT_TYPES else True) else _INT_FORMATS
+        unpackers = {size: struct.Struct(fmt).unpack for size, fmt in formats.items()}
+
+        def decode_int(data: bytes) -> int:
+            unpack = unpackers.get(len(data))
+            if unpack is None:
+                raise ValueFormatError(f"an integer value must be 1, 2, 4 or 8 bytes, got {len(data)}")
+            value: int = unpack(data)[0]
+            return value
+
+        return decode_int
+    if tp in STRING_TYPES:
+        return bytes if ft.is_binary else _decode_utf8
+    if tp in TIME_TYPES:
+        date_only = tp in (TypeCode.DATE, TypeCode.NEWDATE)
+        utc = tp == TypeCode.TIMESTAMP
+        return lambda data: _decode_time_as(data, date_only, utc)
+    decoder = _DECODERS.get(tp)
+    if decoder is not None:
+        return decoder
+    return lambda data: decode_value(ft, data)  # raises UnsupportedColumnType, as decode_value does
+
+
+def _decode_utf8(data: bytes) -> str:
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueFormatError(f"string value is not valid UTF-8 ({e})") from None
+
+
+def _decode_time_as(data: bytes, date_only: bool, utc: bool) -> dt.date | dt.datetime | str:
+    try:
+        return timecodec.unpack_time(_decode_int(data, True), date_only=date_only, utc=utc)
+    except timecodec.TimeFormatError as e:
+        raise ValueFormatError(str(e)) from None
 
 
 def _decode_string(ft: FieldType, data: bytes) -> str | bytes:

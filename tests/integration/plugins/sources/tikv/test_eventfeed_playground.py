@@ -115,8 +115,24 @@ class Env:
         return await asyncio.to_thread(action)
 
 
+#: Incremental-scan delay of the current test's playground (parametrized by the autouse fixture below).
+_SCAN_DELAY: list[float] = [0.0]
+
+
+@pytest.fixture(autouse=True, params=[0.0, 0.2], ids=["scan-first", "scan-late"])
+def scan_delay(request: pytest.FixtureRequest) -> float:
+    """Every test runs with the scan first and with live rows overtaking a late incremental scan.
+
+    TiKV runs a region's incremental scan and its live stream concurrently, so
+    live PREWRITE/COMMIT rows may arrive before the scan's rows of older commits.
+    """
+    _SCAN_DELAY[0] = request.param
+    return float(request.param)
+
+
 @asynccontextmanager
 async def env(**options: Any) -> AsyncIterator[Env]:
+    options.setdefault("scan_delay", _SCAN_DELAY[0])
     options.setdefault("stores", 3)
     options.setdefault("split_keys", 0)
     options.setdefault("resolved_ts_interval", 0.05)

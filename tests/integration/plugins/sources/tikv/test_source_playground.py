@@ -17,8 +17,14 @@ from cdcflow.core.errors import CheckpointStaleError
 from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
 
 pytestmark = pytest.mark.integration
+
+VARCHAR = FieldType(tp=int(TypeCode.VARCHAR), flen=32, charset="utf8mb4", collate="utf8mb4_bin")
+BIGINT_PK = FieldType(
+    tp=int(TypeCode.LONGLONG), flag=int(Flag.NOT_NULL | Flag.PRI_KEY), flen=20, charset="binary", collate="binary"
+)
 
 
 async def _collect(
@@ -225,5 +231,112 @@ def test_txnkv_mode_key_span_as_key_value_rows() -> None:
                 ]
             finally:
                 await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
+def test_a_feed_below_the_schema_load_ts_gets_the_ddl_in_between() -> None:
+    async def body() -> None:
+        async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            try:
+                start = await source.current_ts()
+                await asyncio.to_thread(pg.ddl.add_column, "shop", "orders", "note", VARCHAR, None)
+                # Listing tables loads the schema store now, above the ADD COLUMN.
+                orders = next(t for t in await source.list_tables() if t.table == "orders")
+                (span,) = await source.spans_for(orders)
+                resolved: dict[Span, int] = {}
+                ddl: list[DDLEvent] = []
+                task = asyncio.create_task(_collect(source, span, start, [], resolved, ddl))
+                try:
+                    await _wait_resolved(resolved, [span], await source.current_ts())
+                finally:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                assert [d.query for d in ddl] == ["ALTER TABLE `shop`.`orders` ADD COLUMN `note` varchar(32)"]
+            finally:
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
+def test_the_ddl_span_feed_yields_the_ddl_no_table_feed_carries() -> None:
+    async def body() -> None:
+        async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            try:
+                start = await source.current_ts()
+                first, second = source.ddl_spans()
+                resolved: dict[Span, int] = {}
+                ddl: list[DDLEvent] = []
+                other: list[DDLEvent] = []
+                tasks = [
+                    asyncio.create_task(_collect(source, first, start, [], resolved, ddl)),
+                    asyncio.create_task(_collect(source, second, start, [], resolved, other)),
+                ]
+                try:
+                    await asyncio.to_thread(pg.ddl.create_table, "newdb", "fresh", [("id", BIGINT_PK)])
+                    await asyncio.to_thread(pg.ddl.add_column, "shop", "orders", "note", VARCHAR, None)
+                    await _wait_resolved(resolved, [first, second], await source.current_ts())
+                finally:
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                # CREATE TABLE names a table no feed can have yet; ALTER goes to the table's feeds.
+                assert [(d.query, d.table and d.table.table) for d in ddl] == [
+                    ("CREATE TABLE `newdb`.`fresh` (...)", "fresh")
+                ]
+                assert other == []
+            finally:
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
+def test_playground_option_embeds_the_upstream() -> None:
+    from cdcflow.plugins.sources.playground.embedded import embedded_playground, stop_embedded_playground
+
+    async def body() -> None:
+        config = TiKVSourceConfig.model_validate(
+            {"pd": ["127.0.0.1:1"], "tidb-status": "127.0.0.1:1", "playground": {"stores": 1, "rate": 0, "seed": 4}}
+        )
+        source = TiKVSource(config)
+        await source.open()
+        try:
+            pg = embedded_playground()  # the one the source started
+            assert source.pd.cluster_id == pg.cluster_id
+            tables = [t for t in await source.list_tables() if t.schema == "shop"]
+            assert {t.table for t in tables} == {"customers", "products", "orders"}
+            orders = next(t for t in tables if t.table == "orders")
+            (span,) = await source.spans_for(orders)
+            start = await source.current_ts()
+            stats = await asyncio.to_thread(pg.run_workload, 10)
+            events: list[RawKVEvent] = []
+            resolved: dict[Span, int] = {}
+            task = asyncio.create_task(_collect(source, span, start, events, resolved, []))
+            try:
+                await _wait_resolved(resolved, [span], stats.last_commit_ts)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            mounter = source.mounter()
+            assert mounter is not None
+            expected = await asyncio.to_thread(pg.snapshot, "orders", stats.last_commit_ts)
+            state: dict[Any, dict[str, Any]] = {}
+            unique = {(ev.key, ev.commit_ts): ev for ev in events if ev.commit_ts <= stats.last_commit_ts}
+            for ev in sorted(unique.values(), key=lambda e: e.sort_key()):
+                change = await mounter.mount(ev)
+                assert change is not None
+                if change.after is None:
+                    assert change.before is not None
+                    state.pop(change.before["id"], None)
+                else:
+                    state[change.after["id"]] = dict(change.after)
+            assert events and sorted(state) == sorted(row["id"] for row in expected)
+        finally:
+            await source.close()
+            await asyncio.to_thread(stop_embedded_playground)
 
     asyncio.run(asyncio.wait_for(body(), 120))

@@ -98,3 +98,30 @@ def test_an_error_reaches_waiting_feeds_and_a_successor_keeps_the_history() -> N
             await successor.close()
 
     asyncio.run(asyncio.wait_for(body(), 30))
+
+
+def test_the_schema_store_is_settled_at_the_ddl_resolved_ts() -> None:
+    from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
+
+    async def body() -> None:
+        feeds, mounter = Feeds(), Mounter()
+        catalog = TiDBCatalog("127.0.0.1:1")
+        # A drop the status API reported as finished at 120, its job write never seen.
+        drop = DDLJob(id=7, type=4, schema_id=1, table_id=42, state=6, finished_ts=120)
+        catalog.schemas.apply_job(drop, 120, exact=False)
+        tracker = DDLTracker(feeds, catalog, mounter, 100)  # type: ignore[arg-type]
+        try:
+            feeds.queues[JOBS].put_nowait(ResolvedEvent(JOBS, 110))
+            feeds.queues[HISTORY].put_nowait(ResolvedEvent(HISTORY, 110))
+            await asyncio.wait_for(tracker.wait_resolved(110), 5)
+            assert catalog.schemas.table_at(42, 120) is not None and not catalog.schemas.table_at(42, 120).exact
+            feeds.queues[JOBS].put_nowait(ResolvedEvent(JOBS, 130))
+            feeds.queues[HISTORY].put_nowait(ResolvedEvent(HISTORY, 130))
+            await asyncio.wait_for(tracker.wait_resolved(130), 5)
+            # Resolved past FinishedTS without the write: the write was at or below the load ts.
+            settled = catalog.schemas.table_at(42, 0)
+            assert settled is not None and settled.exact and settled.table is None
+        finally:
+            await tracker.close()
+
+    asyncio.run(asyncio.wait_for(body(), 30))

@@ -198,8 +198,9 @@ def test_matcher_interleavings() -> None:
                     entry(Event.INITIALIZED, b""),
                 )
             )
-            assert kv(await c.next()) == (b"k1", b"v1", 101, 110, False)
+            # Held until INITIALIZED, then released in commit-ts order.
             assert kv(await c.next()) == (b"k5", b"v5", 95, 105, False)
+            assert kv(await c.next()) == (b"k1", b"v1", 101, 110, False)
             conn.send(
                 entries(
                     10,
@@ -216,6 +217,47 @@ def test_matcher_interleavings() -> None:
             )
             assert kv(await c.next()) == (b"k2", b"v2", 102, 111, False)
             assert kv(await c.next()) == (b"k3", b"gen2", 103, 112, False)
+            await c.expect_quiet()
+
+    run(body)
+
+
+def test_live_rows_overtaking_a_late_scan_come_out_in_commit_ts_order() -> None:
+    async def body() -> None:
+        store = ScriptedStore()
+        async with cluster([(region(10, b"", b""), 1)], {1: store}) as c:
+            run_feed(c, SPAN, 100)
+            conn = await store.next_conn()
+            rid = (await _registered(conn)).request_id
+            conn.send(
+                entries(
+                    10,
+                    rid,
+                    # Live traffic first: k1 committed at 120.
+                    entry(Event.PREWRITE, b"k1", start=115, value=b"live"),
+                    entry(Event.COMMIT, b"k1", start=115, commit=120),
+                )
+            )
+            await c.expect_quiet()  # held until the scan is complete
+            conn.send(
+                entries(
+                    10,
+                    rid,
+                    # The scan, late, newest version of a key first (as TiKV's write CF);
+                    # one commit also reported live; one at the checkpoint (stale).
+                    entry(Event.COMMITTED, b"k1", start=108, commit=110, value=b"scan-110"),
+                    entry(Event.COMMITTED, b"k1", start=103, commit=105, value=b"scan-105"),
+                    entry(Event.COMMITTED, b"k1", start=115, commit=120, value=b"live"),
+                    entry(Event.COMMITTED, b"k2", start=90, commit=100, value=b"stale"),
+                    entry(Event.INITIALIZED, b""),
+                )
+            )
+            got = [kv(await c.next()) for _ in range(3)]
+            assert got == [
+                (b"k1", b"scan-105", 103, 105, False),
+                (b"k1", b"scan-110", 108, 110, False),
+                (b"k1", b"live", 115, 120, False),
+            ]
             await c.expect_quiet()
 
     run(body)
@@ -467,10 +509,17 @@ def test_abandoned_feed_does_not_block_the_shared_stream_and_close_ends_feeds() 
             live_feed = run_feed(c, SPAN, 100)
             live = await _registered(conn)
             rows = [entry(Event.COMMITTED, b"m%d" % i, start=101, commit=102 + i, value=b"v") for i in range(5)]
-            conn.send(entries(10, abandoned.request_id, *rows))
+            conn.send(entries(10, abandoned.request_id, *rows, entry(Event.INITIALIZED, b"")))
             await first  # one event taken; the rest fill the queue and block the stream's reader
             await stuck.aclose()  # the consumer goes away
-            conn.send(entries(10, live.request_id, entry(Event.COMMITTED, b"k1", start=101, commit=102, value=b"x")))
+            conn.send(
+                entries(
+                    10,
+                    live.request_id,
+                    entry(Event.COMMITTED, b"k1", start=101, commit=102, value=b"x"),
+                    entry(Event.INITIALIZED, b""),
+                )
+            )
             assert kv(await c.next())[0] == b"k1"
             await c.client.close()
             # The feed of SPAN ends: its pump task finishes without an error.

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from cdcflow.core.errors import CheckpointStaleError, ConfigInvalidError
 from cdcflow.core.events import OpType, RawKVEvent, ResolvedEvent, Span, TableName
@@ -92,3 +93,16 @@ def test_bad_key_spans_are_config_errors() -> None:
     with pytest.raises(ConfigInvalidError) as info:
         TiKVSource(TiKVSourceConfig(kv_api="txnkv", key_spans=[["zz", "01"], ["02", "01"]]))
     assert [i.path for i in info.value.issues] == ["source.key_spans[0]", "source.key_spans[1]"]
+
+
+def test_playground_option_is_off_by_default_and_takes_true_or_a_mapping() -> None:
+    from cdcflow.plugins.sources.tikv.config import EmbeddedPlaygroundConfig
+
+    assert TiKVSourceConfig().embedded_playground() is None
+    assert TiKVSourceConfig.model_validate({"playground": True}).embedded_playground() == EmbeddedPlaygroundConfig()
+    opts = TiKVSourceConfig.model_validate({"playground": {"stores": 2, "rate": 5, "seed": 9}}).embedded_playground()
+    assert opts == EmbeddedPlaygroundConfig(stores=2, rate=5.0, seed=9)
+    with pytest.raises(ValidationError):
+        TiKVSourceConfig.model_validate({"playground": {"stores": 0}})
+    with pytest.raises(ValidationError):
+        TiKVSourceConfig.model_validate({"playground": {"nodes": 2}})
