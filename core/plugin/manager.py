@@ -52,6 +52,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.sinks.file",
     "cdcflow.plugins.schedulers.round_robin",
+    "cdcflow.plugins.schedulers.two_phase",
 )
 
 T = TypeVar("T")
