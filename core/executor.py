@@ -79,5 +79,11 @@ class SpanExecutor(abc.ABC):
         """Do not write changes with commit ts above ``ts`` downstream until the
         barrier moves (the DDL barrier, set by the maintainer)."""
 
+    def error(self) -> BaseException | None:
+        """The error that stopped this executor's spans, if any (a
+        :class:`~cdcflow.core.errors.CdcflowError` for known failures). The span
+        agent reports it to the maintainer, which reports it to the coordinator."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Stop every span and release resources."""

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar
 
 from cdcflow.core.events import RawKVEvent, RowChange, SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.gc import GCSafepointKeeper
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
 __all__ = ["Mounter", "Source"]
@@ -76,6 +77,15 @@ class Source(Plugin[ConfigT], abc.ABC):
 
     def mounter(self) -> Mounter | None:
         """The mounter for raw key-value events, or None if feeds yield rows."""
+        return None
+
+    def gc_safepoint_keeper(self) -> GCSafepointKeeper | None:
+        """The keeper of this upstream's service GC safepoint (see :mod:`cdcflow.core.gc`),
+        or None when the upstream does not garbage-collect history.
+
+        Called on the coordinator before :meth:`open`; the keeper manages its
+        own connection.
+        """
         return None
 
     async def current_ts(self) -> int:

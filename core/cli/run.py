@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
 
-from cdcflow.core.cli._common import unavailable
+from cdcflow.core.cli._common import EXIT_OK
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -13,17 +21,83 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="run a connectors.yaml on one embedded capture",
         description=(
             "Validate FILE, start a single embedded capture on the file's metastore, create the file's "
-            "connectors and replicate until --duration elapses or Ctrl-C, with a live progress line and "
-            "a summary on exit."
+            "connectors (those not yet created) and replicate until --duration elapses or Ctrl-C, with a "
+            "live progress line and a summary on exit."
         ),
     )
     parser.add_argument("file", help="connectors.yaml to run")
     parser.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this many seconds")
+    parser.add_argument("--executor", help="span executor factory as module:attribute (default: see docs)")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    return unavailable(
-        "run",
-        "start one embedded capture, create the file's connectors and replicate with a progress line.",
+async def run_file(path: str, duration: float | None, executor: str | None = None) -> dict[str, Any]:
+    """Run the file's connectors on one embedded capture; return the final changefeed states."""
+    from cdcflow.core.api.server import ApiServer
+    from cdcflow.core.capture import Capture, CaptureOptions
+    from cdcflow.core.config import load_deployment
+    from cdcflow.core.config.yamlsrc import load_located
+    from cdcflow.core.coordinator.spec import info_from_connector
+    from cdcflow.core.errors import DuplicateChangefeedIDError
+    from cdcflow.core.executor_factory import load_executor_factory
+    from cdcflow.core.metastore import open_metastore
+    from cdcflow.core.plugin.manager import get_plugin_manager
+
+    plugins = get_plugin_manager()
+    deployment = load_deployment(path, plugins)
+    raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
+    server = deployment.server
+    store = open_metastore(server.metastore)
+    options = CaptureOptions(
+        api_addr=server.api_addr, data_dir=server.data_dir, gc_ttl=float(server.gc_ttl), server=server
     )
+    capture = Capture(store, plugins, load_executor_factory(executor), options)
+    host, _, port = server.api_addr.rpartition(":")
+    api = ApiServer(capture, host, int(port))
+    capture.options = dataclasses.replace(options, api_addr=f"{host}:{await api.start()}")
+    serving = asyncio.create_task(capture.serve())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        while capture.coordinator is None or not capture.coordinator._tasks:
+            if serving.done():
+                await serving
+            await asyncio.sleep(0.05)
+        for connector, section in zip(deployment.connectors, raw, strict=True):
+            with contextlib.suppress(DuplicateChangefeedIDError):
+                await capture.coordinator.create(info_from_connector(connector, section))
+        deadline = None if duration is None else time.monotonic() + duration
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            await _progress(store)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+    finally:
+        sys.stderr.write("\n")
+        await capture.drain()
+        await serving
+        await api.stop()
+        summary = {info.id: (info.state.value, status.checkpoint_ts) for info, status in await store.list_changefeeds()}
+        await store.close()
+    for cf, (state, checkpoint) in summary.items():
+        sys.stdout.write(f"{cf}: {state}, checkpoint {checkpoint}\n")
+    return summary
+
+
+async def _progress(store: Any) -> None:
+    from cdcflow.core.events import tso_physical_ms
+
+    parts = []
+    for info, status in await store.list_changefeeds():
+        lag = max(0.0, time.time() - tso_physical_ms(status.checkpoint_ts) / 1000)
+        error = f" ({info.error.get('code_name')}: {str(info.error.get('message', ''))[:80]})" if info.error else ""
+        parts.append(f"{info.id} {info.state.value}{error} checkpoint lag {lag:.1f}s")
+    sys.stderr.write("\r" + ("; ".join(parts) or "no connectors") + "\033[K")
+    sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    asyncio.run(run_file(args.file, args.duration, args.executor))
+    return EXIT_OK

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import sys
 
-from cdcflow.core.cli._common import unavailable
+from cdcflow.core.cli._common import EXIT_OK
+
+__all__ = ["add_parser", "run", "serve"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -13,17 +20,68 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="run a capture (cluster node)",
         description=(
             "Run one capture: register with the metastore under a session, campaign for owner, host a "
-            "maintainer manager and serve the REST API."
+            "maintainer manager and serve the REST API. SIGTERM or Ctrl-C drains it gracefully."
         ),
     )
     parser.add_argument("--config", metavar="FILE", help="connectors.yaml whose server section to use")
     parser.add_argument("--metastore", help="metastore URL (sqlite:///path or etcd://host:port[,...])")
-    parser.add_argument("--addr", help="host:port of the REST API and inter-capture messages")
+    parser.add_argument("--addr", help="host:port of the REST API (port 0: any free port)")
+    parser.add_argument("--message-addr", default="127.0.0.1:0", help="host:port of the inter-capture gRPC server")
+    parser.add_argument("--data-dir", help="directory for local state")
+    parser.add_argument("--session-ttl", type=float, default=10.0, help="seconds a capture survives without keepalive")
+    parser.add_argument("--gc-tick", type=float, default=60.0, help="seconds between GC safepoint updates")
+    parser.add_argument("--executor", help="span executor factory as module:attribute (default: see docs)")
+    parser.add_argument("--tls-ca", help="CA certificate (PEM) for inter-capture TLS")
+    parser.add_argument("--tls-cert", help="this capture's certificate (PEM)")
+    parser.add_argument("--tls-key", help="this capture's private key (PEM)")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    return unavailable(
-        "server",
-        "register a capture in the metastore, campaign for owner and run the changefeeds placed on it.",
+async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
+    """Start the capture and its API; return after a graceful drain."""
+    from cdcflow.core.api.server import ApiServer
+    from cdcflow.core.capture import Capture, CaptureOptions
+    from cdcflow.core.config import ServerSettings, load_deployment
+    from cdcflow.core.executor_factory import load_executor_factory
+    from cdcflow.core.messaging.grpc import TLSConfig
+    from cdcflow.core.metastore import open_metastore
+    from cdcflow.core.plugin.manager import get_plugin_manager
+
+    settings = load_deployment(args.config).server if args.config else ServerSettings()
+    metastore = args.metastore or settings.metastore
+    addr = args.addr or settings.api_addr
+    host, _, port = addr.rpartition(":")
+    tls = TLSConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
+    plugins = get_plugin_manager()
+    factory = load_executor_factory(args.executor)
+    store = open_metastore(metastore)
+    options = CaptureOptions(
+        api_addr=addr,
+        message_addr=args.message_addr,
+        data_dir=args.data_dir or settings.data_dir,
+        session_ttl=args.session_ttl,
+        gc_ttl=float(settings.gc_ttl),
+        gc_tick=args.gc_tick,
+        tls=tls,
+        server=settings,
     )
+    capture = Capture(store, plugins, factory, options)
+    api = ApiServer(capture, host, int(port))
+    real_port = await api.start()
+    capture.options = dataclasses.replace(options, api_addr=f"{host}:{real_port}")
+    sys.stderr.write(f"cdcflow server: API on http://{host}:{real_port}, metastore {metastore}\n")
+    sys.stderr.flush()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(capture.drain()))
+    try:
+        await capture.serve()
+    finally:
+        await api.stop()
+        await store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    asyncio.run(serve(args))
+    return EXIT_OK

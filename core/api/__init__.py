@@ -1,0 +1,1 @@
+"""The REST API (TiCDC OpenAPI v2 shape) and its client."""

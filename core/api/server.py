@@ -1,0 +1,286 @@
+"""The REST API of a capture, in TiCDC's OpenAPI v2 shape (``/api/v2/...``).
+
+Every capture serves it. Reads come from the metastore; changes are carried
+out by the coordinator: the owner handles them itself, any other capture
+forwards the request to the owner's API. Errors are JSON
+``{"error_code": "ErrConfigInvalid", "error_msg": "...", "code": 1001}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from cdcflow.core.capture import Capture
+from cdcflow.core.coordinator.spec import info_from_connector, section_from_request, validate_section
+from cdcflow.core.errors import (
+    CdcflowError,
+    ConfigInvalidError,
+    DuplicateChangefeedIDError,
+    MetaStoreIOError,
+    NotAvailableError,
+)
+from cdcflow.core.events import tso_physical_ms
+from cdcflow.core.model import ChangeFeedInfo, ChangefeedNotFoundError, ChangeFeedStatus, InvalidTransitionError
+from cdcflow.core.version import __version__
+
+__all__ = ["ApiServer", "changefeed_json", "error_response"]
+
+log = logging.getLogger(__name__)
+FORWARDED = "X-Cdcflow-Forwarded"
+
+
+def error_response(exc: CdcflowError) -> web.Response:
+    status = 500
+    if isinstance(exc, ConfigInvalidError | InvalidTransitionError):
+        status = 400
+    elif isinstance(exc, DuplicateChangefeedIDError):
+        status = 409
+    elif isinstance(exc, ChangefeedNotFoundError):
+        status = 404
+    elif isinstance(exc, MetaStoreIOError | NotAvailableError):
+        status = 503
+    body: dict[str, Any] = {"error_code": exc.code_name, "error_msg": str(exc).split("\n")[0]}
+    if exc.code is not None:
+        body["code"] = int(exc.code)
+    issues = exc.detail.get("issues")
+    if issues:
+        body["issues"] = issues
+    return web.json_response(body, status=status)
+
+
+def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "state": info.state.value,
+        "checkpoint_tso": status.checkpoint_ts,
+        "checkpoint_time": time.strftime(
+            "%Y-%m-%d %H:%M:%S", time.gmtime(tso_physical_ms(status.checkpoint_ts) / 1000)
+        ),
+        "resolved_ts": status.resolved_ts,
+        "start_ts": info.start_ts,
+        "target_ts": info.target_ts,
+        "epoch": info.epoch,
+        "version": info.version,
+        "error": info.error,
+        "source": info.source,
+        "sinks": info.sinks,
+        "filter": {"rules": info.filter_rules},
+        "scheduler": info.scheduler,
+        "description": info.description,
+    }
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except CdcflowError as exc:
+        return error_response(exc)
+
+
+class ApiServer:
+    def __init__(self, capture: Capture, host: str, port: int) -> None:
+        self.capture = capture
+        self.host, self.port = host, port
+        self.app = web.Application(middlewares=[_errors])
+        r = self.app.router
+        r.add_get("/api/v2/health", self.health)
+        r.add_get("/api/v2/status", self.status)
+        r.add_get("/api/v2/captures", self.captures)
+        r.add_get("/api/v2/changefeeds", self.list_changefeeds)
+        r.add_post("/api/v2/changefeeds", self.create)
+        r.add_get("/api/v2/changefeeds/{id}", self.get_changefeed)
+        r.add_put("/api/v2/changefeeds/{id}", self.update)
+        r.add_delete("/api/v2/changefeeds/{id}", self.remove)
+        r.add_post("/api/v2/changefeeds/{id}/pause", self.pause)
+        r.add_post("/api/v2/changefeeds/{id}/resume", self.resume)
+        r.add_post("/api/v2/owner/resign", self.resign)
+        r.add_post("/api/v2/verify_config", self.verify_config)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server: Any = site._server
+        sockets = server.sockets if server is not None else []
+        self.port = int(sockets[0].getsockname()[1]) if sockets else self.port
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        if not self.capture.joined.is_set():
+            raise NotAvailableError("the capture has no live session (joining the cluster)")
+        return web.json_response({"status": "ok"})
+
+    async def status(self, request: web.Request) -> web.Response:
+        info = self.capture.info
+        return web.json_response(
+            {
+                "version": __version__,
+                "id": info.id if info else "",
+                "pid": os.getpid(),
+                "is_owner": self.capture.is_owner,
+                "liveness": 0 if self.capture.joined.is_set() else 1,
+                "metastore": self.capture.store.url,
+            }
+        )
+
+    async def captures(self, request: web.Request) -> web.Response:
+        owner = await self.capture.store.get_owner()
+        items = [
+            {
+                "id": c.id,
+                "is_owner": owner is not None and owner.capture_id == c.id,
+                "address": c.api_addr,
+                "message_address": c.advertise_addr,
+                "version": c.version,
+                "pid": c.pid,
+            }
+            for c in await self.capture.store.list_captures()
+        ]
+        return web.json_response({"total": len(items), "items": items})
+
+    async def list_changefeeds(self, request: web.Request) -> web.Response:
+        wanted = request.query.get("state", "")
+        items = [
+            changefeed_json(info, status)
+            for info, status in await self.capture.store.list_changefeeds()
+            if wanted in ("", "all") or info.state.value == wanted
+        ]
+        return web.json_response({"total": len(items), "items": items})
+
+    async def get_changefeed(self, request: web.Request) -> web.Response:
+        cf = request.match_info["id"]
+        record = await self.capture.store.get_changefeed(cf)
+        if record is None:
+            raise ChangefeedNotFoundError(f"changefeed {cf} does not exist", detail={"changefeed_id": cf})
+        return web.json_response(changefeed_json(*record))
+
+    async def verify_config(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        body.setdefault("changefeed_id", "verify")
+        validate_section(section_from_request(body), self.capture.plugins)
+        return web.json_response({"valid": True})
+
+    # -- changes: carried out by the owner ----------------------------------------------------
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        if not request.can_read_body:
+            return {}
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise ConfigInvalidError(f"the request body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ConfigInvalidError("the request body must be a JSON object")
+        return body
+
+    async def _forward(self, request: web.Request) -> web.Response | None:
+        """None when this capture is the owner; else the owner's answer."""
+        if self.capture.is_owner:
+            return None
+        if request.headers.get(FORWARDED):
+            raise NotAvailableError("this capture is no longer the owner; retry the request")
+        owner = await self.capture.store.get_owner()
+        captures = {c.id: c for c in await self.capture.store.list_captures()}
+        if owner is None or owner.capture_id not in captures:
+            raise NotAvailableError("the cluster has no owner right now; retry in a few seconds")
+        url = f"http://{captures[owner.capture_id].api_addr}{request.path_qs}"
+        data = await request.read()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method, url, data=data, headers={FORWARDED: "1", "Content-Type": "application/json"}
+            ) as resp,
+        ):
+            return web.Response(body=await resp.read(), status=resp.status, content_type="application/json")
+
+    def _coordinator(self) -> Any:
+        coordinator = self.capture.coordinator
+        if coordinator is None:
+            raise NotAvailableError("this capture stopped being the owner; retry the request")
+        return coordinator
+
+    async def create(self, request: web.Request) -> web.Response:
+        forwarded = await self._forward(request)
+        if forwarded is not None:
+            return forwarded
+        body = await self._body(request)
+        section = section_from_request(body)
+        connector = validate_section(section, self.capture.plugins)
+        info = await self._coordinator().create(info_from_connector(connector, section))
+        record = await self.capture.store.get_changefeed(info.id)
+        assert record is not None
+        return web.json_response(changefeed_json(*record), status=201)
+
+    async def update(self, request: web.Request) -> web.Response:
+        forwarded = await self._forward(request)
+        if forwarded is not None:
+            return forwarded
+        cf = request.match_info["id"]
+        record = await self.capture.store.get_changefeed(cf)
+        if record is None:
+            raise ChangefeedNotFoundError(f"changefeed {cf} does not exist", detail={"changefeed_id": cf})
+        old = record[0]
+        body = await self._body(request)
+        merged = {
+            "changefeed_id": cf,
+            "source": old.source,
+            "sinks": old.sinks,
+            "scheduler": old.scheduler,
+            "filter": {"rules": old.filter_rules},
+            "start_ts": old.start_ts,
+            "target_ts": old.target_ts,
+            **body,
+        }
+        section = section_from_request(merged)
+        connector = validate_section(section, self.capture.plugins)
+        new = info_from_connector(connector, section).with_changes(created_at=old.created_at, start_ts=old.start_ts)
+        await self._coordinator().update(new)
+        record = await self.capture.store.get_changefeed(cf)
+        assert record is not None
+        return web.json_response(changefeed_json(*record))
+
+    async def remove(self, request: web.Request) -> web.Response:
+        forwarded = await self._forward(request)
+        if forwarded is not None:
+            return forwarded
+        await self._coordinator().remove(request.match_info["id"])
+        return web.json_response({})
+
+    async def pause(self, request: web.Request) -> web.Response:
+        forwarded = await self._forward(request)
+        if forwarded is not None:
+            return forwarded
+        await self._coordinator().pause(request.match_info["id"])
+        return web.json_response({})
+
+    async def resume(self, request: web.Request) -> web.Response:
+        forwarded = await self._forward(request)
+        if forwarded is not None:
+            return forwarded
+        body = await self._body(request)
+        overwrite = body.get("overwrite_checkpoint_ts")
+        await self._coordinator().resume(request.match_info["id"], int(overwrite) if overwrite else None)
+        return web.json_response({})
+
+    async def resign(self, request: web.Request) -> web.Response:
+        forwarded = await self._forward(request)
+        if forwarded is not None:
+            return forwarded
+        await self.capture.resign()
+        return web.json_response({})

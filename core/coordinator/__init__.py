@@ -1,0 +1,1 @@
+"""Coordinator, controller, GC safepoint machinery and changefeed declarations."""

@@ -1,0 +1,108 @@
+"""How a capture gets the :class:`~cdcflow.core.executor.SpanExecutor` that runs a
+changefeed's spans placed on it: an :data:`ExecutorFactory`, one executor per
+changefeed incarnation (epoch) per capture.
+
+The product's data plane plugs in here. ``load_executor_factory`` picks, in
+order: an explicit ``module:attribute`` (``--executor`` or ``CDCFLOW_EXECUTOR``),
+then the Spark pipeline when this build has it (``create_span_executor`` in
+``cdcflow.core.pipeline.executor``, adapted by :func:`spark_executor_factory`),
+then the in-process executor of the test kit (:mod:`cdcflow.core.testing_executor`), which logs a warning saying so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+from cdcflow.core.config.loader import Connector
+from cdcflow.core.config.model import ServerSettings
+from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
+from cdcflow.core.executor import SpanExecutor
+from cdcflow.core.model import ChangeFeedInfo
+from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = [
+    "EXECUTOR_ENV",
+    "SPARK_EXECUTOR_FACTORY",
+    "TEST_KIT_EXECUTOR_FACTORY",
+    "ExecutorContext",
+    "ExecutorFactory",
+    "load_executor_factory",
+]
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_ENV = "CDCFLOW_EXECUTOR"
+#: The Spark pipeline's factory, when the build has the pipeline.
+PIPELINE_MODULE = "cdcflow.core.pipeline.executor"
+SPARK_EXECUTOR_FACTORY = "cdcflow.core.executor_factory:spark_executor_factory"
+TEST_KIT_EXECUTOR_FACTORY = "cdcflow.core.testing_executor:executor_factory"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorContext:
+    """What an executor needs to know about its changefeed and capture."""
+
+    info: ChangeFeedInfo
+    connector: Connector
+    capture_id: str
+    plugins: PluginManager
+    data_dir: str = "./data"
+    #: The checkpoint the executor's first span starts from.
+    start_ts: int = 0
+    #: The capture's server settings (data directory, Spark).
+    server: ServerSettings | None = None
+
+    @property
+    def changefeed_id(self) -> str:
+        return self.info.id
+
+    @property
+    def epoch(self) -> int:
+        return self.info.epoch
+
+
+ExecutorFactory = Callable[[ExecutorContext], SpanExecutor]
+
+
+def spark_executor_factory(context: ExecutorContext) -> SpanExecutor:
+    """The Spark pipeline's executor for ``context`` (ImportError when the build lacks it)."""
+    pipeline = importlib.import_module(PIPELINE_MODULE)
+    server = context.server or ServerSettings(data_dir=context.data_dir)
+    created: SpanExecutor = pipeline.create_span_executor(
+        context.connector, server, start_ts=context.start_ts, plugins=context.plugins
+    )
+    return created
+
+
+def _spark_available() -> bool:
+    try:
+        pipeline = importlib.import_module(PIPELINE_MODULE)
+    except ImportError:
+        return False
+    return hasattr(pipeline, "create_span_executor")
+
+
+def _resolve(spec: str) -> ExecutorFactory:
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    return cast(ExecutorFactory, getattr(module, attr or "executor_factory"))
+
+
+def load_executor_factory(spec: str | None = None) -> ExecutorFactory:
+    """The executor factory to use (see the module docstring)."""
+    spec = spec or os.environ.get(EXECUTOR_ENV)
+    if spec:
+        try:
+            return _resolve(spec)
+        except (ImportError, AttributeError) as exc:
+            message = f"executor factory {spec!r} cannot be loaded: {exc}"
+            raise ConfigInvalidError(message, [ConfigIssue(message, path="executor")]) from exc
+    if _spark_available():
+        return spark_executor_factory
+    log.warning("the Spark pipeline is not part of this build; spans run on the in-process executor of the test kit")
+    return _resolve(TEST_KIT_EXECUTOR_FACTORY)

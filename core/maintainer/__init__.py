@@ -1,0 +1,1 @@
+"""Maintainer manager, maintainers, span agent and the scheduler placement."""

@@ -1,0 +1,1 @@
+"""Messages between captures: message types, the message center, the gRPC transport."""

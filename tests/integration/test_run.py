@@ -1,0 +1,65 @@
+"""``cdcflow run connectors.yaml``: one embedded capture on SQLite runs the file's connectors."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from tests.integration.cluster import CDCFLOW, env_with_plugin
+
+pytestmark = pytest.mark.integration
+
+
+def write_file(tmp):
+    path = tmp / "connectors.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"metastore": f"sqlite:///{tmp}/meta.db", "api-addr": "127.0.0.1:0", "data-dir": str(tmp)},
+                "connectors": [
+                    {
+                        "name": "ticks",
+                        "source": {"type": "ticker"},
+                        "sinks": [{"uri": f"file://{tmp}/out?protocol=json"}],
+                    }
+                ],
+            }
+        )
+    )
+    return str(path)
+
+
+def summary_checkpoint(stdout: str) -> int:
+    line = next(line for line in stdout.splitlines() if line.startswith("ticks:"))
+    assert "normal" in line, line
+    return int(line.rsplit(" ", 1)[-1])
+
+
+def test_run_with_duration_then_again_from_the_checkpoint(tmp_path):
+    env = env_with_plugin(tmp_path / "plugins")
+    path = write_file(tmp_path)
+    first = subprocess.run([CDCFLOW, "run", path, "--duration", "3"], capture_output=True, text=True, env=env,
+                           timeout=120, check=False)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert "checkpoint lag" in first.stderr  # the progress line
+    checkpoint = summary_checkpoint(first.stdout)
+    assert list((tmp_path / "out").rglob("*.jsonl"))
+    second = subprocess.run([CDCFLOW, "run", path, "--duration", "3"], capture_output=True, text=True, env=env,
+                            timeout=120, check=False)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert summary_checkpoint(second.stdout) > checkpoint  # the stored connector resumed, not recreated
+
+
+def test_ctrl_c_stops_cleanly(tmp_path):
+    env = env_with_plugin(tmp_path / "plugins")
+    proc = subprocess.Popen([CDCFLOW, "run", write_file(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)  # fmt: skip
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert summary_checkpoint(out) > 0

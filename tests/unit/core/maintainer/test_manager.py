@@ -1,0 +1,124 @@
+"""Maintainer manager and maintainer: idempotent commands, coordinator version
+checks, deduplicated heartbeats, and the changefeed checkpoint as the minimum over spans."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from cdcflow.core.events import Span
+from cdcflow.core.maintainer.agent import SpanAgent
+from cdcflow.core.maintainer.maintainer import Maintainer
+from cdcflow.core.maintainer.manager import MaintainerManager
+from cdcflow.core.maintainer.placement import Placement
+from cdcflow.core.messaging.center import MessageCenter
+from cdcflow.core.messaging.messages import (
+    AddMaintainerRequest,
+    CoordinatorBootstrapRequest,
+    CoordinatorBootstrapResponse,
+    MaintainerHeartbeat,
+    RemoveMaintainerRequest,
+    SchedulingMessage,
+    Topic,
+)
+from cdcflow.core.model import ChangeFeedInfo
+from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.scheduling import Watermark
+from cdcflow.core.testing_executor import executor_factory
+from cdcflow.plugins.schedulers.round_robin import RoundRobinConfig, RoundRobinScheduler
+from tests import ticker_source
+
+
+def plugins() -> PluginManager:
+    pm = PluginManager.default(autoload=False)
+    pm.register(sys.modules[ticker_source.__name__])
+    return pm
+
+
+def info(epoch: int, tmp) -> ChangeFeedInfo:
+    return ChangeFeedInfo(
+        "cf",
+        {"type": "ticker", "interval": 100.0},  # no progress: statuses stay the same
+        [{"type": "file", "path": str(tmp), "protocol": "json"}],
+        epoch=epoch,
+    )
+
+
+def test_commands_are_idempotent_and_version_checked(tmp_path):
+    async def main():
+        pm = plugins()
+        center = MessageCenter("c1")
+        received: list = []
+
+        async def coordinator(message):
+            received.append(message)
+
+        center.register(Topic.COORDINATOR, coordinator)
+        agent = SpanAgent("c1", center, executor_factory, pm, str(tmp_path), lambda: ["c1"])
+        manager = MaintainerManager("c1", center, agent, pm, lambda: ["c1"])
+
+        def add(version, epoch):
+            return AddMaintainerRequest("c1", "c1", version, "cf", epoch, info(epoch, tmp_path).to_json(), 100)
+
+        center.send("c1", Topic.MAINTAINER_MANAGER, CoordinatorBootstrapRequest("c1", "c1", 5))
+        center.send("c1", Topic.MAINTAINER_MANAGER, add(5, 2))
+        await asyncio.sleep(0.3)
+        first = manager.maintainers["cf"]
+        assert isinstance(received[0], CoordinatorBootstrapResponse) and received[0].statuses == ()
+        center.send("c1", Topic.MAINTAINER_MANAGER, add(5, 2))  # a repeat
+        center.send("c1", Topic.MAINTAINER_MANAGER, add(4, 3))  # a deposed coordinator
+        center.send("c1", Topic.MAINTAINER_MANAGER, RemoveMaintainerRequest("c1", "c1", 5, "cf", 1))  # older epoch
+        await asyncio.sleep(0.3)
+        assert manager.maintainers["cf"] is first and first.epoch == 2
+
+        received.clear()
+        await asyncio.sleep(3.1)
+        beats = [m for m in received if isinstance(m, MaintainerHeartbeat)]
+        assert 2 <= len(beats) <= 4  # unchanged statuses: about once a second, not every poll
+
+        center.send("c1", Topic.MAINTAINER_MANAGER, RemoveMaintainerRequest("c1", "c1", 5, "cf", 2))
+        await asyncio.sleep(0.5)
+        assert "cf" not in manager.maintainers
+        acks = [s for m in received if isinstance(m, MaintainerHeartbeat) for s in m.statuses if s.state == "stopped"]
+        assert acks and acks[0].epoch == 2  # CloseAck
+        center.send("c1", Topic.MAINTAINER_MANAGER, add(5, 2))  # reordered after the remove
+        # a scheduling request of the removed incarnation, still in flight, starts nothing
+        late = {"type": "heartbeat-request", "changefeed_id": "cf", "capture_id": "c1", "epoch": 2, "seq": 99}
+        center.send("c1", Topic.MAINTAINER_MANAGER, SchedulingMessage("c1", "cf", 2, late, info(2, tmp_path).to_json()))
+        await asyncio.sleep(0.3)
+        assert "cf" not in manager.maintainers
+        assert "cf" not in manager.agent.runs
+        await manager.close()
+        await center.close()
+
+    asyncio.run(main())
+
+
+def test_progress_comes_from_the_watermark_never_goes_back_and_ignores_other_epochs(tmp_path):
+    async def main():
+        center = MessageCenter("c1")
+        m = Maintainer("c1", center, info(2, tmp_path), 100, plugins(), lambda: ["c1", "c2"])
+        spans = [Span(1, b"a", b"b"), Span(2, b"b", b"c")]
+        m.placement = Placement(RoundRobinScheduler(RoundRobinConfig()), "cf", 2, spans)
+        sent: list[SchedulingMessage] = []
+
+        async def agent(message):
+            sent.append(message)
+
+        center.register(Topic.MAINTAINER_MANAGER, agent)
+        m._tick()
+        await asyncio.sleep(0.05)
+        assert sent and all(s.info is not None and s.epoch == 2 for s in sent)  # requests carry the declaration
+        assert m.checkpoint_ts == 100 and m.block_reason  # nothing replicates yet: blocked, no progress
+
+        m._advance(Watermark(130, 140))
+        assert (m.checkpoint_ts, m.resolved_ts) == (130, 140)
+        m._advance(Watermark(120, 120))  # lower: ignored
+        assert (m.checkpoint_ts, m.resolved_ts) == (130, 140)
+        m.on_scheduling(SchedulingMessage("c2", "cf", 1, error={"code": 2001}))  # another incarnation
+        assert m.error is None
+        m.on_scheduling(SchedulingMessage("c2", "cf", 2, error={"code": 2001, "retryable": "RETRY"}))
+        assert m.status().state == "failed" and m.status().error["code"] == 2001
+        await center.close()
+
+    asyncio.run(main())
