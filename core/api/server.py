@@ -30,7 +30,7 @@ from cdcflow.core.events import tso_physical_ms
 from cdcflow.core.model import ChangeFeedInfo, ChangefeedNotFoundError, ChangeFeedStatus, InvalidTransitionError
 from cdcflow.core.version import __version__
 
-__all__ = ["ApiServer", "changefeed_json", "error_response"]
+__all__ = ["ApiServer", "changefeed_json", "error_response", "redact"]
 
 log = logging.getLogger(__name__)
 FORWARDED = "X-Cdcflow-Forwarded"
@@ -55,6 +55,28 @@ def error_response(exc: CdcflowError) -> web.Response:
     return web.json_response(body, status=status)
 
 
+_SECRET_WORDS = ("password", "secret", "token", "credential")
+#: ``cdcflow_owner_status`` values, as TiCDC's ``ticdc_owner_status`` encodes them.
+_STATE_CODES = {"normal": 0, "failed": 2, "paused": 3, "finished": 4, "removed": 5, "warning": 6}
+
+
+def redact(value: Any) -> Any:
+    """``value`` with the values of secret-looking keys replaced (the API never shows them)."""
+    if isinstance(value, dict):
+        return {
+            k: "******" if any(w in str(k).lower() for w in _SECRET_WORDS) and v else redact(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, str) and "://" in value and "@" in value.split("://", 1)[1].split("/", 1)[0]:
+        scheme, rest = value.split("://", 1)
+        userinfo, _, host = rest.partition("@")
+        if ":" in userinfo:
+            return f"{scheme}://{userinfo.split(':', 1)[0]}:******@{host}"
+    return value
+
+
 def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str, Any]:
     return {
         "id": info.id,
@@ -69,8 +91,8 @@ def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str,
         "epoch": info.epoch,
         "version": info.version,
         "error": info.error,
-        "source": info.source,
-        "sinks": info.sinks,
+        "source": redact(info.source),
+        "sinks": redact(info.sinks),
         "filter": {"rules": info.filter_rules},
         "scheduler": info.scheduler,
         "description": info.description,
@@ -104,6 +126,7 @@ class ApiServer:
         r.add_post("/api/v2/changefeeds/{id}/resume", self.resume)
         r.add_post("/api/v2/owner/resign", self.resign)
         r.add_post("/api/v2/verify_config", self.verify_config)
+        r.add_get("/metrics", self.metrics)
         add_table_routes(self)
         self._runner: web.AppRunner | None = None
 
@@ -171,6 +194,38 @@ class ApiServer:
         if record is None:
             raise ChangefeedNotFoundError(f"changefeed {cf} does not exist", detail={"changefeed_id": cf})
         return web.json_response(changefeed_json(*record))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text exposition of the gauges TiCDC users alert on (names prefixed ``cdcflow_``)."""
+        now = time.time()
+        lines = [
+            "# HELP cdcflow_owner_checkpoint_ts_lag Checkpoint lag of each changefeed, in seconds.",
+            "# TYPE cdcflow_owner_checkpoint_ts_lag gauge",
+        ]
+        records = await self.capture.store.list_changefeeds()
+        for info, status in records:
+            lag = max(0.0, now - tso_physical_ms(status.checkpoint_ts) / 1000)
+            lines.append(f'cdcflow_owner_checkpoint_ts_lag{{changefeed="{info.id}"}} {lag:.3f}')
+        lines += [
+            "# HELP cdcflow_owner_resolved_ts_lag Resolved ts lag of each changefeed, in seconds.",
+            "# TYPE cdcflow_owner_resolved_ts_lag gauge",
+        ]
+        for info, status in records:
+            lag = max(0.0, now - tso_physical_ms(status.resolved_ts) / 1000)
+            lines.append(f'cdcflow_owner_resolved_ts_lag{{changefeed="{info.id}"}} {lag:.3f}')
+        lines += [
+            "# HELP cdcflow_owner_status State of each changefeed: normal 0, failed 2, paused 3, finished 4, "
+            "removed 5, warning 6 (TiCDC's codes).",
+            "# TYPE cdcflow_owner_status gauge",
+        ]
+        for info, _ in records:
+            lines.append(f'cdcflow_owner_status{{changefeed="{info.id}"}} {_STATE_CODES[info.state.value]}')
+        lines += [
+            "# HELP cdcflow_capture_is_owner 1 when this capture is the owner.",
+            "# TYPE cdcflow_capture_is_owner gauge",
+            f"cdcflow_capture_is_owner {1 if self.capture.is_owner else 0}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def verify_config(self, request: web.Request) -> web.Response:
         body = await self._body(request)

@@ -89,6 +89,11 @@ def test_lifecycle_on_sqlite(tmp_path):
             await call("POST", "/api/v2/changefeeds/cf-fail/resume")
         assert refused.value.status == 400 and "failed" in refused.value.message
 
+        metrics = await asyncio.to_thread(_text, f"http://127.0.0.1:{port}/metrics")
+        assert 'cdcflow_owner_status{changefeed="cf-fail"} 2' in metrics
+        assert 'cdcflow_owner_checkpoint_ts_lag{changefeed="cf-1"}' in metrics
+        assert "cdcflow_capture_is_owner 1" in metrics
+
         captures = await call("GET", "/api/v2/captures")
         assert captures["total"] == 1 and captures["items"][0]["is_owner"]
         await call("DELETE", "/api/v2/changefeeds/cf-1")
@@ -106,3 +111,21 @@ def test_lifecycle_on_sqlite(tmp_path):
 
 async def _advanced(get, cf, than):
     return (await get(cf))["checkpoint_tso"] > than
+
+
+def test_the_api_never_shows_secrets():
+    from cdcflow.core.api.server import redact
+
+    shown = redact(
+        [{"uri": "mysql://root:hunter2@db:3306/?x=1", "password": "hunter2", "sasl-password": "p", "user": "u"}]
+    )
+    assert shown == [
+        {"uri": "mysql://root:******@db:3306/?x=1", "password": "******", "sasl-password": "******", "user": "u"}
+    ]
+
+
+def _text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode()
