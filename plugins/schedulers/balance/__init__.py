@@ -72,6 +72,8 @@ class BalancePolicy:
     max_adds: int = 0
     max_concurrent_moves: int = 1
     balance: bool = True
+    #: Move spans off captures that are shutting down.
+    drain: bool = True
 
     def plan(
         self,
@@ -95,7 +97,7 @@ class BalancePolicy:
         tasks: list[AddTask | MoveTask] = list(self._adds(sets, targets, load))
         in_flight = sum(1 for p in sets if p.primary is not None and p.secondary is not None)
         budget = self.max_concurrent_moves - in_flight if self.max_concurrent_moves else len(sets)
-        drained = list(self._drain(sets, targets, load, set(draining), budget))
+        drained = list(self._drain(sets, targets, load, set(draining), budget)) if self.drain else []
         tasks += drained
         budget -= len(drained)
         nothing_absent = not any(p.state is ReplicationState.ABSENT for p in sets)
