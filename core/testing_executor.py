@@ -12,6 +12,11 @@ written to every sink as one micro-batch; the span's checkpoint is that
 resolved ts once every sink returned. Batch ids increase per executor, so a
 restarted changefeed may write a range again under new ids (sinks see an
 at-least-once replay, which their contract makes idempotent).
+
+Two-phase scheduling: a span added with ``prepare=True`` runs its feed and
+buffers rows but writes nothing (state ``PREPARED``); added again with
+``prepare=False`` it drops what is at or below the given checkpoint (the
+previous capture wrote it) and writes the rest.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class _SpanRun:
     task: asyncio.Task[None] | None = None
     rows: list[RowChange] = field(default_factory=list)
     ddl: list[DDLEvent] = field(default_factory=list)
+    #: Phase one of two-phase scheduling: feed and buffer, write nothing.
+    prepared_only: bool = False
 
 
 class InProcessSpanExecutor(SpanExecutor):
@@ -63,11 +70,14 @@ class InProcessSpanExecutor(SpanExecutor):
         self._opened = True
 
     async def add_span(self, span: Span, checkpoint_ts: int, *, prepare: bool) -> bool:
-        if span in self._spans:
+        current = self._spans.get(span)
+        if current is not None:
+            if current.prepared_only and not prepare:
+                self._promote(current, checkpoint_ts)
             return True
         self._removed.pop(span, None)
         await self._open(checkpoint_ts)
-        run = _SpanRun(checkpoint_ts, checkpoint_ts)
+        run = _SpanRun(checkpoint_ts, checkpoint_ts, prepared_only=prepare)
         self._spans[span] = run
         run.task = asyncio.create_task(self._pump(span, run), name=f"span-{self.context.changefeed_id}-{span}")
         return True
@@ -89,7 +99,18 @@ class InProcessSpanExecutor(SpanExecutor):
         except Exception as exc:  # noqa: BLE001 - reported through error(), not lost
             self._error = exc
 
+    def _promote(self, run: _SpanRun, checkpoint_ts: int) -> None:
+        """Phase two: write from ``checkpoint_ts`` on; what is at or below it was written elsewhere."""
+        run.checkpoint_ts = max(run.checkpoint_ts, checkpoint_ts)
+        run.resolved_ts = max(run.resolved_ts, run.checkpoint_ts)
+        run.rows = [r for r in run.rows if r.commit_ts > run.checkpoint_ts]
+        run.ddl = [d for d in run.ddl if d.commit_ts > run.checkpoint_ts]
+        run.prepared_only = False
+        self._flush(run)
+
     def _flush(self, run: _SpanRun) -> None:
+        if run.prepared_only:
+            return
         end = run.resolved_ts if self.barrier_ts is None else min(run.resolved_ts, self.barrier_ts)
         if end <= run.checkpoint_ts:
             return
@@ -117,7 +138,8 @@ class InProcessSpanExecutor(SpanExecutor):
         run = self._spans.get(span)
         if run is None:
             return SpanStatus(span, SpanState.ABSENT, 0, 0)
-        return SpanStatus(span, SpanState.REPLICATING, run.checkpoint_ts, run.resolved_ts)
+        state = SpanState.PREPARED if run.prepared_only else SpanState.REPLICATING
+        return SpanStatus(span, state, run.checkpoint_ts, run.resolved_ts)
 
     def spans(self) -> list[Span]:
         return list(self._spans)

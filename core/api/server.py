@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from cdcflow.core.api.tables import add_table_routes
 from cdcflow.core.capture import Capture
 from cdcflow.core.coordinator.spec import info_from_connector, section_from_request, validate_section
 from cdcflow.core.errors import (
@@ -126,6 +127,7 @@ class ApiServer:
         r.add_post("/api/v2/owner/resign", self.resign)
         r.add_post("/api/v2/verify_config", self.verify_config)
         r.add_get("/metrics", self.metrics)
+        add_table_routes(self)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:

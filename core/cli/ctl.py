@@ -18,6 +18,8 @@ _CHANGEFEED_VERBS = {
     "update": "update a paused changefeed's sink URI, config or target ts (-c ID)",
     "list": "list changefeeds (--all to include finished and failed ones)",
     "query": "show one changefeed's state, checkpoint and error (-c ID)",
+    "move-table": "move a table's spans to another capture, without a gap (-c ID --table-id T --target-capture C)",
+    "list-tables": "show where each span of a changefeed runs and its scheduling state (-c ID)",
 }
 
 
@@ -48,6 +50,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             sub.add_argument("--overwrite-checkpoint-ts", type=int, help="resume from this TSO instead")
         if verb == "list":
             sub.add_argument("-a", "--all", action="store_true", help="include finished and failed changefeeds")
+        if verb == "move-table":
+            sub.add_argument("--table-id", type=int, required=True, help="id of the table to move")
+            sub.add_argument("--target-capture", required=True, help="id of the capture to move it to")
         sub.set_defaults(func=run)
 
     capture = groups.add_parser("capture", help="inspect captures", description="Inspect captures.")
@@ -98,6 +103,14 @@ def run(args: argparse.Namespace) -> int:
         return _show(
             args, result, f"Create changefeed successfully!\nID: {result['id']}\n" + _changefeed_detail(result)
         )
+    if verb == "move-table":
+        body = {"table_id": args.table_id, "target_capture_id": args.target_capture}
+        result = client.call("POST", f"/api/v2/changefeeds/{cf}/move_table", body)
+        n = len(result["spans"])
+        return _show(args, result, f"Moving {n} span(s) of table {args.table_id} to {args.target_capture}\n")
+    if verb == "list-tables":
+        result = client.call("GET", f"/api/v2/changefeeds/{cf}/tables")
+        return _show(args, result, _span_table(result["items"]))
     if verb == "update":
         result = client.call("PUT", f"/api/v2/changefeeds/{cf}", _body(args))
         return _show(args, result, f"Update changefeed config successfully!\nID: {cf}\n")
@@ -132,6 +145,14 @@ def _changefeed_table(items: list[dict[str, Any]]) -> str:
     lines = [f"{'ID':<24} {'STATE':<9} {'CHECKPOINT':<20} CHECKPOINT TIME"]
     for i in items:
         lines.append(f"{i['id']:<24} {i['state']:<9} {i['checkpoint_tso']:<20} {i['checkpoint_time']}")
+    return "\n".join(lines) + "\n"
+
+
+def _span_table(items: list[dict[str, Any]]) -> str:
+    lines = [f"{'TABLE':<10} {'STATE':<12} {'PRIMARY':<14} {'SECONDARY':<14} CHECKPOINT"]
+    for i in items:
+        primary, secondary = i["primary"] or "-", i["secondary"] or "-"
+        lines.append(f"{i['table_id']:<10} {i['state']:<12} {primary:<14} {secondary:<14} {i['checkpoint_ts']}")
     return "\n".join(lines) + "\n"
 
 

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: The scheduler used when a connector does not name one.
-DEFAULT_SCHEDULER = "round-robin"
+DEFAULT_SCHEDULER = "two-phase"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 from cdcflow.core.coordinator.spec import connector_for
-from cdcflow.core.errors import CdcflowError, MaintainerCrashError
+from cdcflow.core.errors import CdcflowError, MaintainerCrashError, NotAvailableError
+from cdcflow.core.events import Span
 from cdcflow.core.maintainer.placement import Placement
 from cdcflow.core.messaging.center import MessageCenter
 from cdcflow.core.messaging.messages import MaintainerStatus, SchedulingMessage, Topic
 from cdcflow.core.model import ChangeFeedInfo
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.core.scheduling import Scheduler, Watermark
+from cdcflow.core.scheduling import Scheduler, SpanReplication, Watermark
 from cdcflow.core.source import Source
 
 __all__ = ["Maintainer"]
@@ -138,6 +139,22 @@ class Maintainer:
             self._fail(message.error)
         elif message.payload is not None:
             self.placement.receive(message.payload)
+
+    def move_table(self, table_id: int, target_capture: str) -> list[Span]:
+        """Queue a move of the table's spans (``Scheduler.move_table``); the next ticks carry it out."""
+        return self._scheduler().move_table(table_id, target_capture)
+
+    def replication_status(self) -> list[SpanReplication]:
+        """Every span's scheduling status (``Scheduler.replication_status``)."""
+        return self._scheduler().replication_status()
+
+    def _scheduler(self) -> Scheduler[Any]:
+        if self.placement is None:
+            raise NotAvailableError(
+                f"changefeed {self.info.id} is still listing its spans; retry in a moment",
+                detail={"changefeed_id": self.info.id},
+            )
+        return self.placement.scheduler
 
     def on_checkpoint(self, checkpoint_ts: int) -> None:
         """The coordinator persisted ``checkpoint_ts`` (CheckpointTsMessage): nothing at

@@ -56,6 +56,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.sinks.file",
     "cdcflow.plugins.sinks.kafka",
     "cdcflow.plugins.schedulers.round_robin",
+    "cdcflow.plugins.schedulers.two_phase",
 )
 
 T = TypeVar("T")

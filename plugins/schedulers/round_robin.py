@@ -1,38 +1,29 @@
 """The ``round-robin`` scheduler: the simplest placement that is still correct.
 
 Spans that run nowhere (new spans, or spans of a capture that is gone) are
-added in one phase (``is_secondary=False``) to the live capture with the
-fewest spans, ties broken by capture id. It never moves a running span and
-has no move-table; use ``two-phase`` for that.
+added to the live capture with the fewest spans, ties broken by capture id.
+It never moves a running span: no balancing, no draining of captures that
+shut down, no move-table (use ``two-phase`` for those).
+
+Adds go through the same ReplicationSets and protocol handling as
+``two-phase`` (prepare, then replicate; duplicates, reordering and lost
+messages tolerated), so round-robin differs only in what it decides.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from pydantic import Field
 
 from cdcflow.core.events import Span
-from cdcflow.core.executor import SpanState, SpanStatus
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.core.scheduling import (
-    AddSpan,
-    AgentMessage,
-    DispatchTableResponse,
-    RemoveSpan,
-    ReplicationState,
-    Scheduler,
-    SchedulerMessage,
-    SpanReplication,
-    TickResult,
-    Watermark,
-)
+from cdcflow.core.scheduling import AgentMessage, Scheduler, SpanReplication, TickResult
+from cdcflow.plugins.schedulers.balance import BalancePolicy
+from cdcflow.plugins.schedulers.two_phase import TwoPhaseConfig, TwoPhaseScheduler
 
 __all__ = ["RoundRobinConfig", "RoundRobinScheduler"]
-
-_LOADED = {SpanState.PREPARING, SpanState.PREPARED, SpanState.REPLICATING, SpanState.STOPPING}
 
 
 class RoundRobinConfig(PluginConfig):
@@ -51,12 +42,15 @@ class RoundRobinScheduler(Scheduler[RoundRobinConfig]):
 
     def __init__(self, config: RoundRobinConfig) -> None:
         super().__init__(config)
-        self._ticks = 0
-        self._heard: set[str] = set()
-        # Where each span is loaded, as the agents last reported, and its status there.
-        self._where: dict[Span, tuple[str, SpanStatus]] = {}
-        self._spans: list[Span] = []
-        self._watermark: Watermark | None = None
+        engine_config = TwoPhaseConfig(
+            heartbeat_ticks=config.heartbeat_ticks, max_adds_per_tick=config.max_tasks_per_tick, balance=False
+        )
+        self._engine = TwoPhaseScheduler(engine_config)
+        self._engine.policy = BalancePolicy(max_adds=config.max_tasks_per_tick, balance=False, drain=False)
+
+    def bind(self, changefeed_id: str, epoch: int) -> None:
+        super().bind(changefeed_id, epoch)
+        self._engine.bind(changefeed_id, epoch)
 
     def tick(
         self,
@@ -66,83 +60,10 @@ class RoundRobinScheduler(Scheduler[RoundRobinConfig]):
         captures: Collection[str],
         messages: Sequence[AgentMessage],
     ) -> TickResult:
-        self._ticks += 1
-        self._spans = sorted(set(spans))
-        live = set(captures)
-        for msg in messages:
-            if self.accepts(msg) and msg.capture_id in live:
-                self._receive(msg)
-        self._heard &= live
-        self._where = {s: (c, st) for s, (c, st) in self._where.items() if c in live}
-        out: list[SchedulerMessage] = []
-        if self._ticks % self.config.heartbeat_ticks == 1 % self.config.heartbeat_ticks:
-            out += [self.heartbeat_request(c) for c in sorted(live)]
-        if live and live <= self._heard:
-            out += self._dispatch(checkpoint_ts, spans, sorted(live))
-        return TickResult(out, self._advance(checkpoint_ts, spans))
-
-    def _receive(self, msg: AgentMessage) -> None:
-        if isinstance(msg, DispatchTableResponse):
-            self._record(msg.capture_id, msg.status)
-            return
-        self._heard.add(msg.capture_id)
-        reported = {s.span for s in msg.spans}
-        for span, (capture, _) in list(self._where.items()):
-            if capture == msg.capture_id and span not in reported:
-                del self._where[span]
-        for status in msg.spans:
-            self._record(msg.capture_id, status)
-
-    def _record(self, capture: str, status: SpanStatus) -> None:
-        if status.state in _LOADED:
-            self._where[status.span] = (capture, status)
-        elif self._where.get(status.span, ("", None))[0] == capture:
-            del self._where[status.span]
-
-    def _dispatch(self, checkpoint_ts: int, spans: Sequence[Span], live: list[str]) -> list[SchedulerMessage]:
-        wanted = set(spans)
-        out: list[SchedulerMessage] = []
-        for span, (capture, status) in sorted(self._where.items()):
-            if span not in wanted and status.state is not SpanState.STOPPING:
-                out.append(self.dispatch_request(capture, RemoveSpan(span)))
-        load: Counter[str] = Counter({c: 0 for c in live})
-        load.update(c for c, _ in self._where.values())
-        limit = self.config.max_tasks_per_tick or len(wanted)
-        added = 0
-        for span in sorted(wanted):
-            if span in self._where or added >= limit:
-                continue
-            target = min(live, key=lambda c: (load[c], c))
-            load[target] += 1
-            added += 1
-            out.append(self.dispatch_request(target, AddSpan(span, checkpoint_ts, is_secondary=False)))
-        return out
-
-    def _advance(self, checkpoint_ts: int, spans: Sequence[Span]) -> Watermark | None:
-        statuses = [self._where.get(s) for s in spans]
-        running = [st for cs in statuses if cs is not None and (st := cs[1]).state is SpanState.REPLICATING]
-        if not spans or len(running) < len(spans):
-            return None  # a span is absent or not replicating yet: cannot advance
-        floor = max(checkpoint_ts, self._watermark.checkpoint_ts if self._watermark else 0)
-        resolved_floor = max(floor, self._watermark.resolved_ts if self._watermark else 0)
-        checkpoint = max(floor, min(st.checkpoint_ts for st in running))
-        resolved = max(resolved_floor, checkpoint, min(st.resolved_ts for st in running))
-        self._watermark = Watermark(checkpoint, resolved)
-        return self._watermark
+        return self._engine.tick(checkpoint_ts=checkpoint_ts, spans=spans, captures=captures, messages=messages)
 
     def replication_status(self) -> list[SpanReplication]:
-        out = []
-        for span in self._spans:
-            if span not in self._where:
-                out.append(SpanReplication(span, ReplicationState.ABSENT, None, None, 0, 0))
-                continue
-            capture, st = self._where[span]
-            state = {
-                SpanState.REPLICATING: ReplicationState.REPLICATING,
-                SpanState.STOPPING: ReplicationState.REMOVING,
-            }.get(st.state, ReplicationState.PREPARE)
-            out.append(SpanReplication(span, state, capture, None, st.checkpoint_ts, st.resolved_ts))
-        return out
+        return self._engine.replication_status()
 
 
 @hookimpl

@@ -49,7 +49,7 @@ def test_valid_file_gives_typed_plugin_configs(pm):
     assert [s.type_name for s in cf.sinks] == ["file", "file"]
     assert cf.sinks[0].config.fsync is False
     assert cf.sinks[0].config.uri.startswith("file:///tmp/out")
-    assert cf.scheduler.type_name == "round-robin"
+    assert cf.scheduler.type_name == "two-phase"
     assert cf.settings.memory_quota == 1024**3
     assert cf.settings.error_stuck_duration == 1800
 
