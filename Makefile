@@ -14,7 +14,7 @@ TYPECHECK_ROOT := build/typecheck
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: run test setup java lint typecheck unit integration bench clean
+.PHONY: run test setup java mariadb lint typecheck unit integration bench clean
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,15 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
-setup: $(STAMP) java
+setup: $(STAMP) java mariadb
 
 # Spark needs Java 17 or newer; install Debian's headless JRE when it is missing.
 java:
 	@bash scripts/ensure-java.sh
+
+# The MySQL sink's integration tests start a private MariaDB; install Debian's when missing.
+mariadb:
+	@bash scripts/ensure-mariadb.sh
 
 run: setup
 	$(BIN)/cdcflow validate connectors.yaml

@@ -16,18 +16,27 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
-from cdcflow.core.codec import Codec
+# The plugin kinds import cdcflow.core.plugin (their base class), which imports
+# this module: import them as modules so that `from cdcflow.core.sink import Sink`
+# works as a program's first import, and read the classes when a manager is built.
+import cdcflow.core.codec as _codec
+import cdcflow.core.scheduling as _scheduling
+import cdcflow.core.sink as _sink
+import cdcflow.core.source as _source
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry, Registrar
-from cdcflow.core.scheduling import Scheduler
-from cdcflow.core.sink import Sink
-from cdcflow.core.source import Source
+
+if TYPE_CHECKING:
+    from cdcflow.core.codec import Codec
+    from cdcflow.core.scheduling import Scheduler
+    from cdcflow.core.sink import Sink
+    from cdcflow.core.source import Source
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -49,6 +58,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.sources.tikv",
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.sinks.file",
+    "cdcflow.plugins.sinks.mysql",
     "cdcflow.plugins.schedulers.round_robin",
 )
 
@@ -75,10 +85,10 @@ class PluginManager:
         self._pm = pluggy.PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspec)
         self._origins: dict[int, PluginOrigin] = {}
-        self.sources: PluginRegistry[Source[Any]] = PluginRegistry("sources", Source)
-        self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", Sink)
-        self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", Scheduler)
-        self.codecs: PluginRegistry[Codec[Any]] = PluginRegistry("codecs", Codec)
+        self.sources: PluginRegistry[Source[Any]] = PluginRegistry("sources", _source.Source)
+        self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", _sink.Sink)
+        self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", _scheduling.Scheduler)
+        self.codecs: PluginRegistry[Codec[Any]] = PluginRegistry("codecs", _codec.Codec)
         if _truthy(os.environ.get(TRACE_ENV)):
             self._pm.trace.root.setwriter(sys.stderr.write)
             self._pm.enable_tracing()

@@ -1,0 +1,3 @@
+from tests.fixtures.mariadb import mariadb, mysql_database, private_mariadb
+
+__all__ = ["mariadb", "mysql_database", "private_mariadb"]
