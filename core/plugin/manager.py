@@ -59,6 +59,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.sinks.file",
     "cdcflow.plugins.sinks.mysql",
+    "cdcflow.plugins.sinks.spark",
     "cdcflow.plugins.schedulers.round_robin",
 )
 
