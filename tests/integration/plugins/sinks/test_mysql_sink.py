@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode
@@ -16,6 +21,7 @@ from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert, upda
 from cdcflow.plugins.sinks.mysql import ConstraintViolationError, MySQLSink, MySQLSinkConfig
 from tests.fixtures.mariadb import MariaDB, new_database
 from tests.fixtures.workload import Workload, make_workload
+from tests.integration.plugins.sinks import mysql_capture
 
 pytestmark = pytest.mark.integration
 
@@ -106,6 +112,49 @@ def test_crash_mid_batch_then_resume_from_checkpoint(
             changefeed_id=cid,
             start_ts=start_ts,
             first_batch_id=first_id,
+        )
+    )
+    assert resumed.checkpoint_ts == w.last_ts
+    assert_replicated(mariadb, w)
+
+
+def progress(server: MariaDB, query: str) -> int:
+    """The flushed batch id, -1 before the capture created its checkpoint row."""
+    try:
+        rows = fetch(server, query)
+    except pymysql.err.ProgrammingError:
+        return -1
+    return int(rows[0][0]) if rows else -1
+
+
+def test_sigkill_of_the_capture_then_resume(mariadb: MariaDB, mysql_database: str) -> None:
+    """A capture process is killed with SIGKILL mid-run; a new one resumes from the checkpoint table."""
+    cid = f"kill-{mysql_database}"
+    query = f"SELECT flushed_batch_id, flushed_ts FROM cdcflow.checkpoint WHERE changefeed_id = '{cid}'"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.plugins.sinks.mysql_capture", mariadb.uri, mysql_database, cid],
+        cwd=Path(__file__).resolve().parents[4],
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while progress(mariadb, query) < 6:
+            assert proc.poll() is None, "the capture ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    ((flushed_batch, flushed_ts),) = fetch(mariadb, query)
+    w = make_workload(mysql_database, txns=mysql_capture.TXNS)
+    assert flushed_ts < w.last_ts
+    resumed = asyncio.run(
+        drive(
+            ListSource.of(w.events),
+            [sink_for(mariadb, **{"worker-count": 4})],
+            changefeed_id=cid,
+            start_ts=flushed_ts,
+            first_batch_id=flushed_batch + 1,
         )
     )
     assert resumed.checkpoint_ts == w.last_ts
