@@ -9,8 +9,8 @@ worker in upstream order, so rows of one key keep their commit-ts order
 downstream. A table without a unique key has one conflict key, the table
 itself, so its units are applied serially.
 
-Lanes are spread over the workers greedily (largest first onto the least
-loaded worker), deterministically for a given batch.
+Lanes are spread over the workers in contiguous runs of about equal size,
+deterministically for a given batch.
 """
 
 from __future__ import annotations
@@ -110,14 +110,23 @@ def lanes_of(units: Sequence[Unit], meta_of: Callable[[TableName], TableMeta]) -
 
 
 def assign_lanes(lanes: Sequence[list[Unit]], workers: int) -> list[list[Unit]]:
-    """Each worker's units: whole lanes, interleaved back into upstream order."""
-    load = [0] * workers
-    assigned: list[list[list[Unit]]] = [[] for _ in range(workers)]
-    for lane in sorted(lanes, key=lambda lane: (-sum(len(u.rows) for u in lane), lane[0].seq)):
-        worker = min(range(workers), key=lambda w: (load[w], w))
-        assigned[worker].append(lane)
-        load[worker] += sum(len(u.rows) for u in lane)
-    return [sorted((u for lane in mine for u in lane), key=lambda u: u.seq) for mine in assigned]
+    """Each worker's units: whole lanes, interleaved back into upstream order.
+
+    Lanes are taken in upstream order and handed out in contiguous runs of
+    about equal row counts, so that a worker's rows stay close together in
+    the key space (neighbouring keys in one worker, not on every worker).
+    """
+    total = sum(len(u.rows) for lane in lanes for u in lane)
+    share = max(1, -(-total // workers))
+    assigned: list[list[Unit]] = [[] for _ in range(workers)]
+    worker, load = 0, 0
+    for lane in sorted(lanes, key=lambda lane: lane[0].seq):
+        size = sum(len(u.rows) for u in lane)
+        if load and load + size > share and worker < workers - 1:
+            worker, load = worker + 1, 0
+        assigned[worker].extend(lane)
+        load += size
+    return [sorted(mine, key=lambda u: u.seq) for mine in assigned]
 
 
 def group_for_transactions(units: Sequence[Unit], max_rows: int) -> list[list[Unit]]:

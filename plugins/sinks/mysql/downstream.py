@@ -92,6 +92,8 @@ class Downstream:
             ssl_cert=cfg.ssl_cert or None,
             ssl_key=cfg.ssl_key or None,
             ssl_verify_cert=bool(cfg.ssl_ca) if self.target.tls else None,
+            # mysql:// means plain TCP: no opportunistic TLS (and no CA-store load per connection).
+            ssl_disabled=not self.target.tls,
         )
         with conn.cursor() as cur:
             cur.execute("SET time_zone = %s", (session_zone_sql(cfg.time_zone, self.zone),))

@@ -7,7 +7,8 @@ How a batch is applied:
 2. The batch is recorded as *applying* in the checkpoint table.
 3. Its rows are split into units — one upstream transaction on one table —
    and units that share a primary/unique key value (old or new image) are
-   chained into lanes; lanes run in parallel on ``worker-count`` connections,
+   chained into lanes; lanes run in parallel on up to ``worker-count``
+   connections (no more than one per ``max-txn-row`` rows of the batch),
    each lane in upstream order (see :mod:`.causality`). A worker packs
    consecutive units of a table into downstream transactions of up to
    ``max-txn-row`` rows, never splitting a unit.
@@ -107,6 +108,8 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             return checkpoint.read(conn)
 
         self._state = self._downstream.run(0, "reading the checkpoint table", recover)
+        for worker in range(1, self.config.worker_count):  # fail fast, and keep set-up out of the first batch
+            self._downstream.run(worker, "connecting", lambda _c, _r: None)
         # Rows up to the restart point, or up to a batch begun before a crash, may be downstream already.
         self._safe_until = max(context.restart_ts, self._state.applying_ts)
         if self.config.worker_count > 1:
@@ -157,7 +160,10 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         units = split_units(rows)
         for table in {u.table for u in units}:
             self._meta(table)
-        workers = assign_lanes(lanes_of(units, self._metas.__getitem__), self.config.worker_count)
+        # A worker only pays off with at least a full downstream transaction to do: small
+        # batches run on fewer workers (thread hand-offs and commits cost more than they save).
+        useful = max(1, min(self.config.worker_count, len(rows) // self.config.max_txn_row))
+        workers = assign_lanes(lanes_of(units, self._metas.__getitem__), useful)
         jobs = [(w, mine) for w, mine in enumerate(workers) if mine]
         downstream.abort.clear()
         if len(jobs) == 1 or self._pool is None:
