@@ -38,8 +38,8 @@ run: setup
 	$(BIN)/cdcflow run connectors.yaml $(RUN_ARGS) || test $$? -eq 69
 
 lint: $(STAMP)
-	$(BIN)/ruff check core plugins tests
-	$(BIN)/ruff format --check core plugins tests
+	$(BIN)/ruff check core plugins tests benchmarks
+	$(BIN)/ruff format --check core plugins tests benchmarks
 
 # mypy sees core/ and plugins/ under their import names through a symlink tree.
 typecheck: $(STAMP)
@@ -56,6 +56,10 @@ unit: setup
 
 integration: setup
 	$(BIN)/python -m pytest -m integration $(PYTEST_ARGS)
+
+# Each benchmark prints rates next to a baseline measured in the same run.
+bench: setup
+	@for f in benchmarks/bench_*.py; do $(BIN)/python -m benchmarks.$$(basename $$f .py) || exit 1; done
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache data

@@ -34,6 +34,7 @@ def spark_session(master: str, warehouse_dir: str, conf: Mapping[str, str] | Non
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
