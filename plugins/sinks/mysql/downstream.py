@@ -21,7 +21,7 @@ import pymysql
 import pymysql.cursors
 from tenacity import Retrying, retry_if_exception, stop_after_delay, stop_when_event_set, wait_exponential
 
-from cdcflow.core.errors import DownstreamUnavailableError
+from cdcflow.core.errors import DownstreamUnavailableError, Retryable
 from cdcflow.plugins.sinks.mysql.config import MySQLSinkConfig, session_zone, session_zone_sql, target_of
 
 __all__ = ["Downstream", "error_code", "is_transient"]
@@ -54,7 +54,9 @@ def error_code(exc: BaseException) -> int:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth retrying on a new connection."""
+    """Whether ``exc`` is worth retrying on a new connection (a refused certificate is not)."""
+    if "[SSL" in str(exc):
+        return False
     if isinstance(exc, pymysql.err.InterfaceError | ConnectionError | TimeoutError):
         return True
     return isinstance(exc, pymysql.err.OperationalError) and error_code(exc) in TRANSIENT_CODES
@@ -71,13 +73,26 @@ class Downstream:
         #: Set when a batch fails: other workers stop retrying and give up.
         self.abort = threading.Event()
 
+    def _tls_options(self) -> dict[str, Any]:
+        """PyMySQL's TLS arguments: verified with ssl-ca, encrypted-only without, none for mysql://."""
+        cfg = self.config
+        if not self.target.tls:
+            # Plain TCP: no opportunistic TLS (and no CA-store load per connection).
+            return {"ssl_disabled": True}
+        if cfg.ssl_ca:
+            return {
+                "ssl_ca": cfg.ssl_ca,
+                "ssl_cert": cfg.ssl_cert or None,
+                "ssl_key": cfg.ssl_key or None,
+                "ssl_verify_cert": True,
+            }
+        ssl: dict[str, Any] = {"check_hostname": False}
+        if cfg.ssl_cert:
+            ssl.update(cert=cfg.ssl_cert, key=cfg.ssl_key)
+        return {"ssl": ssl}
+
     def _connect(self) -> pymysql.connections.Connection[Any]:
         cfg = self.config
-        ssl: dict[str, Any] | None = None
-        if self.target.tls:
-            ssl = {"check_hostname": False}
-            if cfg.ssl_ca:
-                ssl = {"ca": cfg.ssl_ca}
         conn = pymysql.connect(
             host=self.target.host,
             port=self.target.port,
@@ -88,12 +103,7 @@ class Downstream:
             connect_timeout=int(max(1, cfg.timeout)),
             read_timeout=int(max(1, cfg.read_timeout)),
             write_timeout=int(max(1, cfg.write_timeout)),
-            ssl=ssl,
-            ssl_cert=cfg.ssl_cert or None,
-            ssl_key=cfg.ssl_key or None,
-            ssl_verify_cert=bool(cfg.ssl_ca) if self.target.tls else None,
-            # mysql:// means plain TCP: no opportunistic TLS (and no CA-store load per connection).
-            ssl_disabled=not self.target.tls,
+            **self._tls_options(),
         )
         with conn.cursor() as cur:
             cur.execute("SET time_zone = %s", (session_zone_sql(cfg.time_zone, self.zone),))
@@ -131,14 +141,15 @@ class Downstream:
                 with attempt:
                     retried = attempt.retry_state.attempt_number > 1
                     return work(self.connection(worker, fresh=retried), retried)
-        except Exception as exc:
-            if is_transient(exc):
-                self._discard(worker)
-                raise DownstreamUnavailableError(
-                    f"MySQL sink: {self.target.host}:{self.target.port} unreachable while {what}: {exc}",
-                    detail={"host": self.target.host, "port": self.target.port, "error_code": error_code(exc)},
-                ) from exc
-            raise
+        except pymysql.err.MySQLError as exc:
+            self._discard(worker)
+            # Transient errors were retried until retry-timeout; the others (TLS refused,
+            # access denied) need an operator, so they are not retried at all.
+            raise DownstreamUnavailableError(
+                f"MySQL sink: {self.target.host}:{self.target.port} unreachable while {what}: {exc}",
+                detail={"host": self.target.host, "port": self.target.port, "error_code": error_code(exc)},
+                retryable=Retryable.RETRY if is_transient(exc) else Retryable.LATER,
+            ) from exc
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     def _before_retry(self, worker: int, what: str, outcome: Any) -> None:

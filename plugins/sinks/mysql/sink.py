@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -191,15 +191,21 @@ class MySQLSink(Sink[MySQLSinkConfig]):
                 rows = [row for unit in group for row in unit.rows]
                 safe = [self.config.safe_mode or row.commit_ts <= self._safe_until for row in rows]
                 downstream.run(
-                    worker,
-                    f"applying {len(rows)} rows to {meta.qualified}",
-                    lambda conn, retried, meta=meta, rows=rows, safe=safe: self._apply_transaction(
-                        conn, meta, rows, [s or retried for s in safe]
-                    ),
+                    worker, f"applying {len(rows)} rows to {meta.qualified}", self._transaction(meta, rows, safe)
                 )
         except BaseException:
             downstream.abort.set()
             raise
+
+    def _transaction(
+        self, meta: TableMeta, rows: list[RowChange], safe: list[bool]
+    ) -> Callable[[pymysql.connections.Connection[Any], bool], None]:
+        """The work of one downstream transaction; a retried one upserts every row."""
+
+        def work(conn: pymysql.connections.Connection[Any], retried: bool) -> None:
+            self._apply_transaction(conn, meta, rows, [s or retried for s in safe])
+
+        return work
 
     def _apply_transaction(
         self, conn: pymysql.connections.Connection[Any], meta: TableMeta, rows: list[RowChange], safe: list[bool]
