@@ -35,6 +35,11 @@ class SparkSinkConfig(PluginConfig):
         "a table with neither is keyed on all its columns.",
     )
     keep_versions: int = Field(3, ge=1, description="Snapshot versions kept per table (readers may be on an old one).")
+    table_format: Literal["auto", "versioned", "merge"] = Field(
+        "auto",
+        description="Snapshot writes: versioned Parquet directories, MERGE INTO a catalog table (Delta/Iceberg), "
+        "or auto: MERGE when the catalog table exists with a delta/iceberg provider, else versioned.",
+    )
     catalog_database: str = Field(
         "", description="Also register the tables in this Spark catalog database (catalog.db or db); empty: do not."
     )
@@ -74,6 +79,8 @@ def describe_issues(config: SparkSinkConfig) -> list[tuple[str, str]]:
         path_of(config)
     except ConfigInvalidError as exc:
         issues.append(("uri", exc.message))
+    if config.table_format == "merge" and not config.catalog_database:
+        issues.append(("table-format", "merge needs catalog-database: MERGE INTO writes to catalog tables"))
     for name, cols in config.key_columns.items():
         if name.count(".") != 1 or not cols:
             issues.append(("key-columns", f"{name!r}: write 'schema.table': [column, ...]"))

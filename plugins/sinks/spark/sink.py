@@ -18,10 +18,14 @@ registered in that Spark catalog database (``{schema}__{table}`` and
 ``{schema}__{table}__changelog``), the snapshot table's location switched to
 each new version.
 
-Not guaranteed: row-level MERGE INTO (needs Delta Lake or Iceberg, whose
-jars a plain Spark does not have); DDL other than TRUNCATE and DROP TABLE
-is not interpreted — new columns appear when rows carry them, and dropped
-columns stay in the snapshot's old rows.
+``table-format``: with a catalog whose tables support ``MERGE INTO`` (Delta
+Lake, Iceberg) the snapshot is merged into the catalog table instead of
+written as versions (see :mod:`.merge`); ``auto`` detects it from the
+existing table's provider. Plain Parquet never supports it.
+
+Not guaranteed: DDL other than TRUNCATE and DROP TABLE is not interpreted —
+new columns appear when rows carry them, and dropped columns stay in the
+snapshot's old rows.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from cdcflow.core.errors import DownstreamUnavailableError
+from cdcflow.core.errors import DownstreamUnavailableError, Retryable
 from cdcflow.core.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.plugins.sinks.spark.config import SparkSinkConfig, describe_issues, path_of
 from cdcflow.plugins.sinks.spark.frames import change_records, changelog_records, delta_records, image_columns
+from cdcflow.plugins.sinks.spark.merge import MERGE_PROVIDERS, merge_sql, provider_of
 from cdcflow.plugins.sinks.spark.session import spark_session
 from cdcflow.plugins.sinks.spark.snapshot import latest_per_key, next_state, next_state_keyless, write_snapshot_version
 from cdcflow.plugins.sinks.spark.storage import Storage
@@ -140,7 +145,9 @@ class SparkSink(Sink[SparkSinkConfig]):
         base = table_dir(storage, table)
         if self.config.mode in ("changelog", "both"):
             self._write_changelog(base, table, rows, types, batch.batch_id)
-        if self.config.mode in ("snapshot", "both") and not emptied:
+        if self.config.mode in ("snapshot", "both") and not emptied and self._merges(table, rows):
+            self._merge_snapshot(table, rows, types)
+        elif self.config.mode in ("snapshot", "both") and not emptied:
             version = write_snapshot_version(
                 self.spark,
                 storage,
@@ -152,6 +159,58 @@ class SparkSink(Sink[SparkSinkConfig]):
             )
             if version and self.config.catalog_database:
                 self._register_snapshot(table, f"{base}/snapshot/{version}")
+
+    def _snapshot_table_name(self, table: TableName) -> str:
+        return f"{self.config.catalog_database}.{_q(f'{table.schema}__{table.table}')}"
+
+    def _merges(self, table: TableName, rows: list[RowChange]) -> bool:
+        """Whether this table's snapshot is written with MERGE INTO (see :mod:`.merge`)."""
+        fmt = self.config.table_format
+        if fmt == "versioned" or not self.config.catalog_database:
+            return False
+        if not self.keys_of(table, rows):
+            if fmt == "merge":
+                raise DownstreamUnavailableError(
+                    f"Spark sink: {table} has no key, and MERGE INTO needs one; set key-columns for it",
+                    detail={"table": str(table)},
+                    retryable=Retryable.LATER,
+                )
+            return False
+        provider = provider_of(self.spark, self._snapshot_table_name(table))
+        if fmt == "merge":
+            if provider is not None and provider not in MERGE_PROVIDERS:
+                raise DownstreamUnavailableError(
+                    f"Spark sink: catalog table {self._snapshot_table_name(table)} is {provider}, which does not "
+                    "support MERGE INTO; create it as a Delta or Iceberg table, or set table-format: versioned",
+                    detail={"table": str(table), "provider": provider},
+                    retryable=Retryable.LATER,
+                )
+            return True
+        return provider in MERGE_PROVIDERS
+
+    def _merge_snapshot(self, table: TableName, rows: list[RowChange], types: dict[str, str]) -> None:
+        keys = self.keys_of(table, rows)
+        columns = list(types)
+        fields = ", ".join(f"{_q(c)} {t}" for c, t in types.items())
+        changes = self.spark.createDataFrame(
+            change_records(rows, columns, keys),
+            schema=f"{fields}, _deleted boolean, _commit_ts bigint, _seq bigint",
+            verifySchema=False,
+        )
+        latest = latest_per_key(changes, keys)
+        target = self._snapshot_table_name(table)
+        if provider_of(self.spark, target) is None:
+            # First batch: the table takes the session's default provider for CREATE TABLE.
+            latest.filter("NOT _deleted").drop("_deleted", "_commit_ts", "_seq").writeTo(
+                target.replace("`", "")
+            ).create()
+            return
+        view = f"cdcflow_changes_{abs(hash(target))}"
+        latest.createOrReplaceTempView(view)
+        try:
+            self.spark.sql(merge_sql(target, view, keys, columns))
+        finally:
+            self.spark.catalog.dropTempView(view)
 
     def _state_function(self, table: TableName, rows: list[RowChange], types: dict[str, str]) -> Any:
         columns = list(types)
@@ -206,6 +265,11 @@ class SparkSink(Sink[SparkSinkConfig]):
     # -- DDL ---------------------------------------------------------------------
 
     def _empty_snapshot(self, storage: Storage, table: TableName, batch: MicroBatch) -> None:
+        if self.config.catalog_database and self.config.table_format != "versioned":
+            target = self._snapshot_table_name(table)
+            if provider_of(self.spark, target) in MERGE_PROVIDERS:
+                self.spark.sql(f"DELETE FROM {target}")
+                return
         write_snapshot_version(
             self.spark,
             storage,

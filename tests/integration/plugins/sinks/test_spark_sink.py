@@ -129,3 +129,14 @@ def test_tables_registered_in_a_catalog_database(spark: Any, tmp_path: Path) -> 
     changes = spark.sql("SELECT count(*) FROM cdc_catalog_test.shop__orders__changelog").collect()[0][0]
     assert changes == sum(1 for r in w.row_changes() if r.table == w.table("orders"))
     spark.sql("DROP DATABASE cdc_catalog_test CASCADE")
+
+
+def test_merge_into_a_parquet_catalog_table_is_refused_clearly(spark: Any, tmp_path: Path) -> None:
+    """Plain Parquet cannot MERGE: 'auto' writes versions, 'merge' says what to do instead."""
+    w = make_workload("shop", txns=20, resolve_every=20, alter=False)
+    spark.sql("CREATE DATABASE IF NOT EXISTS cdc_merge_test")
+    spark.sql("CREATE TABLE cdc_merge_test.shop__orders (id BIGINT, name STRING, qty BIGINT) USING parquet")
+    sink = spark_sink(tmp_path, w, catalog_database="cdc_merge_test", table_format="merge", mode="snapshot")
+    with pytest.raises(DownstreamUnavailableError, match="does not support MERGE INTO"):
+        asyncio.run(drive(ListSource.of(w.events), [sink]))
+    spark.sql("DROP DATABASE cdc_merge_test CASCADE")

@@ -62,3 +62,17 @@ def test_change_records_split_a_key_move_into_delete_then_upsert() -> None:
     rows = [update("s", "t", {"id": 1, "v": "a"}, {"id": 2, "v": "a"}, commit_ts=9)]
     assert change_records(rows, ["id", "v"], ["id"]) == [(1, "a", True, 9, 0), (2, "a", False, 9, 1)]
     assert delta_records(rows, ["id", "v"]) == [(1, "a", -1), (2, "a", 1)]
+
+
+def test_merge_statement_deletes_updates_and_inserts_by_null_safe_key() -> None:
+    from cdcflow.plugins.sinks.spark.merge import merge_sql
+
+    sql = merge_sql("cdc.`shop__orders`", "v", ["id"], ["id", "na`me"])
+    assert sql == (
+        "MERGE INTO cdc.`shop__orders` AS t USING `v` AS s ON t.`id` <=> s.`id` "
+        "WHEN MATCHED AND s._deleted THEN DELETE "
+        "WHEN MATCHED THEN UPDATE SET t.`id` = s.`id`, t.`na``me` = s.`na``me` "
+        "WHEN NOT MATCHED AND NOT s._deleted THEN INSERT (`id`, `na``me`) VALUES (s.`id`, s.`na``me`)"
+    )
+    issues = dict(describe_issues(SparkSinkConfig(table_format="merge")))
+    assert "table-format" in issues
