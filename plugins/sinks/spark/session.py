@@ -22,11 +22,16 @@ def spark_session(master: str, warehouse_dir: str, conf: Mapping[str, str] | Non
     # Workers must run this interpreter (the virtualenv), not whatever python3 is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if SparkContext._active_spark_context is not None:
+        # The runtime's session, seen from another thread (foreachBatch): take it as it is;
+        # passing settings would only make Spark warn that static ones cannot change.
+        return SparkSession.builder.getOrCreate()
     builder = (
         SparkSession.builder.appName("cdcflow")
         .master(master or "local[*]")
