@@ -19,6 +19,11 @@ from cdcflow.core.events import OpType, RowChange
 __all__ = ["Statement", "TableMeta", "plan_statements", "quote"]
 
 
+#: Rows in one multi-row statement: keeps a huge upstream transaction's DELETE … IN (…)
+#: well below max_allowed_packet (the driver splits long INSERTs by itself).
+MAX_ROWS_PER_STATEMENT = 512
+
+
 def quote(identifier: str) -> str:
     """A back-quoted MySQL identifier: ``a`b`` → ```a``b```."""
     return "`" + identifier.replace("`", "``") + "`"
@@ -103,7 +108,8 @@ def _runs(meta: TableMeta, rows: Sequence[RowChange], safe: Sequence[bool]) -> I
         for kind, image in _steps(meta, row, upsert):
             columns = meta.handle if kind == "delete" and meta.handle else _writable_columns(meta, image)
             batchable = kind != "update" and (kind != "delete" or bool(meta.handle))
-            if current and batchable and current.kind == kind and current.columns == columns:
+            fits = current is not None and len(current.rows) < MAX_ROWS_PER_STATEMENT
+            if current and fits and batchable and current.kind == kind and current.columns == columns:
                 current.rows.append(row)
                 continue
             if current:

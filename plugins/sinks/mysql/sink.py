@@ -134,6 +134,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
 
     def write_batch(self, batch: MicroBatch) -> None:
         downstream, checkpoint = self._require_open()
+        downstream.abort.clear()  # a new attempt: an earlier batch's failure must not cut retries short
         if 0 < batch.end_ts <= self._state.flushed_ts:
             log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
             return
@@ -156,7 +157,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         return self._downstream, self._checkpoint
 
     def _apply_rows(self, rows: Sequence[RowChange]) -> None:
-        downstream, _ = self._require_open()
+        self._require_open()
         units = split_units(rows)
         for table in {u.table for u in units}:
             self._meta(table)
@@ -165,7 +166,6 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         useful = max(1, min(self.config.worker_count, len(rows) // self.config.max_txn_row))
         workers = assign_lanes(lanes_of(units, self._metas.__getitem__), useful)
         jobs = [(w, mine) for w, mine in enumerate(workers) if mine]
-        downstream.abort.clear()
         if len(jobs) == 1 or self._pool is None:
             for worker, mine in jobs:
                 self._apply_units(worker, mine)

@@ -60,3 +60,13 @@ def test_aware_datetimes_are_shown_in_the_session_zone() -> None:
     zone = dt.timezone(dt.timedelta(hours=8))
     [stmt] = plan_statements(meta, [insert("s", "t", {"id": 1, "at": at}, commit_ts=5)], [False], zone)
     assert stmt.many == [(1, dt.datetime(2026, 1, 1, 20, 0))]
+
+
+def test_a_huge_run_is_cut_into_bounded_statements() -> None:
+    from cdcflow.plugins.sinks.mysql.dml import MAX_ROWS_PER_STATEMENT
+
+    n = MAX_ROWS_PER_STATEMENT * 2 + 1
+    rows = [delete("shop", "orders", {"id": i, "name": str(i), "qty": 0}, commit_ts=5) for i in range(n)]
+    stmts = plan_statements(META, rows, [False] * n, UTC)
+    assert [len(s.rows) for s in stmts] == [MAX_ROWS_PER_STATEMENT, MAX_ROWS_PER_STATEMENT, 1]
+    assert sum(len(s.args) for s in stmts) == n
