@@ -50,6 +50,9 @@ class SparkSettings(_Settings):
     app_name: str = Field("cdcflow", description="Spark application name.")
     warehouse_dir: str = Field("./data/lake", description="spark.sql.warehouse.dir for Spark table sinks.")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark properties; applied last.")
+    trigger_interval: Duration = Field(
+        0.5, gt=0, description="How often each changefeed's streaming query looks for new resolved data (e.g. 500ms)."
+    )
 
     @field_validator("conf", mode="before")
     @classmethod
@@ -130,6 +133,10 @@ class ConnectorSettings(_Settings):
     target_ts: int = Field(0, ge=0, description="Stop (state finished) at this TSO; 0 means never.")
     filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
     memory_quota: ByteSize = Field(1024**3, description="Event-store memory per changefeed before spilling.")
+    spill_disk_quota: ByteSize = Field(
+        0,
+        description="Event-store disk (spill runs, resolved chunks) per changefeed; feeds pause at it; 0: no limit.",
+    )
     error_stuck_duration: Duration = Field(
         1800.0, gt=0, description="How long a changefeed may stay Warning before it becomes Failed."
     )

@@ -124,8 +124,13 @@ class EventStore:
         shutil.rmtree(self._spill_dir, ignore_errors=True)
         self._spill_dir.mkdir()
         self.schemas = SchemaRegistry(self.directory / _SCHEMAS_FILE)
-        self._manifest = read_manifest(self.directory) or Manifest(changefeed_id, published_ts=start_ts)
+        self._manifest = read_manifest(self.directory) or Manifest(
+            changefeed_id, published_ts=start_ts, released_ts=start_ts, checkpoint_ts=start_ts
+        )
+        # A checkpoint beyond what this store published means another capture
+        # flushed that far: nothing at or below it is needed here.
         self._manifest.published_ts = max(self._manifest.published_ts, start_ts)
+        self._manifest.checkpoint_ts = max(self._manifest.checkpoint_ts, start_ts)
         self._ddl: list[DDLEvent] = self._load_ddl()
         self._span_ids: dict[Span, int] = {}
         self._span_by_id: dict[int, Span] = {}
@@ -330,6 +335,12 @@ class EventStore:
             return [d for d in self._ddl if start_ts < d.commit_ts <= end_ts]
 
     # -- progress -------------------------------------------------------------------
+
+    @property
+    def checkpoint_ts(self) -> int:
+        """The last checkpoint recorded by :meth:`checkpoint` (or the start ts)."""
+        with self._lock:
+            return self._manifest.checkpoint_ts
 
     def checkpoint(self, ts: int) -> None:
         """Every sink flushed everything at or below ``ts`` (recorded, not yet released:
