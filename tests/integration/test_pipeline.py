@@ -6,6 +6,7 @@ import time
 import pytest
 
 from cdcflow.core.config.model import SparkSettings
+from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.events import DDLEvent, MicroBatch
 from cdcflow.core.executor import SpanState
 from cdcflow.core.filter import TableFilter
@@ -133,21 +134,39 @@ def test_pipeline_delivers_what_the_reference_driver_delivers(tmp_path, spark):
     assert recorder.calls[-1][2] == 900
 
 
-def test_prepared_span_rows_follow_once_replicating(tmp_path, spark):
+class FlakySink(ListSink):
+    """Cannot reach its downstream for the first two attempts."""
+
+    def __init__(self):
+        super().__init__()
+        self.failures = 0
+
+    def write_batch(self, batch):
+        if self.failures < 2:
+            self.failures += 1
+            raise DownstreamUnavailableError("downstream refused the connection")
+        super().write_batch(batch)
+
+
+def test_prepared_span_rows_follow_once_replicating_and_sink_errors_are_retried(tmp_path, spark):
     source = ListSource.of(
         [insert("shop", "items", {"id": i}, commit_ts=100 + i) for i in range(20)] + [ListSource.resolved(200)]
     )
-    sink = ListSink()
+    sink = FlakySink()
 
     async def run():
         executor = PipelineSpanExecutor("cf2", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark)
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         await executor.add_span(span, 50, prepare=True)
         await executor.add_span(span, 110, prepare=False)
+        await wait_until(lambda: executor.error() is not None)
+        assert isinstance(executor.error(), DownstreamUnavailableError)  # the changefeed would go Warning
         await wait_until(lambda: executor.status(span).checkpoint_ts == 200)
+        assert executor.error() is None
         assert await executor.remove_span(span) == 200
         assert executor.status(span).state is SpanState.STOPPED
         await executor.close()
 
     asyncio.run(run())
     assert [r.after["id"] for r in sink.rows] == list(range(11, 20))
+    assert sink.failures == 2 and list(sink.deliveries) == [0]
