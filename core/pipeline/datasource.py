@@ -7,8 +7,10 @@ Registered with ``spark.dataSource.register(CdcflowDataSource)`` and read with
   (the span frontier, capped at DDL and maintainer barriers);
 * ``latestOffset(start)`` never passes the first DDL barrier above ``start``,
   so a DDL always ends a micro-batch;
-* ``partitions(start, end)`` = one partition per resolved chunk published in
-  ``(start, end]``; ``read`` yields the chunk's Arrow record batches.
+* ``partitions(start, end)`` = the resolved chunks published in ``(start, end]``,
+  packed into partitions of about ``partitionRows`` rows (option; default
+  131072) because every Spark task costs a Python worker round trip; ``read``
+  yields the chunks' Arrow record batches.
 
 Spark runs these methods in Python processes of its own (the streaming source
 runner and the Python workers), not in the capture's process; they reach the
@@ -30,7 +32,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.records import SPARK_SCHEMA_DDL, read_record_batches
 
-__all__ = ["OFFSET_KEY", "CdcflowDataSource", "CdcflowStreamReader", "ChunkPartition", "offset_ts"]
+__all__ = [
+    "DEFAULT_PARTITION_ROWS",
+    "OFFSET_KEY",
+    "CdcflowDataSource",
+    "CdcflowStreamReader",
+    "ChunkPartition",
+    "offset_ts",
+]
 
 OFFSET_KEY = "resolved_ts"
 
@@ -40,12 +49,15 @@ def offset_ts(offset: dict[str, Any]) -> int:
     return int(offset[OFFSET_KEY])
 
 
-class ChunkPartition(InputPartition):
-    """One resolved chunk file (absolute path)."""
+#: Rows per Spark partition when the option ``partitionRows`` is not given.
+DEFAULT_PARTITION_ROWS = 131_072
 
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.path = path
+
+class ChunkPartition(InputPartition):
+    """Some resolved chunk files (absolute paths), read in order."""
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(paths)
 
 
 class CdcflowDataSource(DataSource):
@@ -62,14 +74,16 @@ class CdcflowDataSource(DataSource):
         path = self.options.get("path")
         if not path:
             raise ValueError("the cdcflow data source needs option 'path' (the changefeed's event-store directory)")
-        return CdcflowStreamReader(Path(path))
+        rows = int(self.options.get("partitionRows", DEFAULT_PARTITION_ROWS))
+        return CdcflowStreamReader(Path(path), rows)
 
 
 class CdcflowStreamReader(DataSourceStreamReader):
     """Offsets and partitions from the event store's manifest."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, partition_rows: int = DEFAULT_PARTITION_ROWS) -> None:
         self.directory = directory
+        self.partition_rows = max(1, partition_rows)
 
     def _manifest(self) -> Any:
         manifest = read_manifest(self.directory)
@@ -91,11 +105,23 @@ class CdcflowStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ChunkPartition]:
         begin, stop = offset_ts(start), offset_ts(end)
-        chunks = self._manifest().chunks
-        return [ChunkPartition(str(self.directory / c.file)) for c in chunks if begin < c.hi <= stop]
+        partitions: list[ChunkPartition] = []
+        paths: list[str] = []
+        rows = 0
+        for chunk in self._manifest().chunks:
+            if begin < chunk.hi <= stop:
+                paths.append(str(self.directory / chunk.file))
+                rows += chunk.rows
+                if rows >= self.partition_rows:
+                    partitions.append(ChunkPartition(paths))
+                    paths, rows = [], 0
+        if paths:
+            partitions.append(ChunkPartition(paths))
+        return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_record_batches(partition.value)
+        for path in partition.value:
+            yield from read_record_batches(path)
 
     def commit(self, end: dict[str, Any]) -> None:
         # Chunks are released by the pipeline once the next batch starts (the

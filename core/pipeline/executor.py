@@ -33,7 +33,7 @@ from cdcflow.core.filter import TableFilter
 from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS
-from cdcflow.core.pipeline.runtime import ChangefeedPipeline
+from cdcflow.core.pipeline.runtime import DEFAULT_COLLECT_ROWS, ChangefeedPipeline
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.core.source import Source
@@ -87,6 +87,7 @@ class PipelineSpanExecutor(SpanExecutor):
         table_filter: TableFilter | None = None,
         trigger_interval: float | None = None,
         part_rows: int = DEFAULT_PART_ROWS,
+        collect_rows: int = DEFAULT_COLLECT_ROWS,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         on_checkpoint: Callable[[int], None] | None = None,
     ) -> None:
@@ -115,6 +116,7 @@ class PipelineSpanExecutor(SpanExecutor):
             trigger_interval if trigger_interval is not None else self.spark_settings.trigger_interval
         )
         self.part_rows = part_rows
+        self.collect_rows = collect_rows
         self.pipeline: ChangefeedPipeline | None = None
         #: Whether a feed is paused because the event store is full (backpressure).
         self.paused = False
@@ -262,6 +264,7 @@ class PipelineSpanExecutor(SpanExecutor):
             loop=loop,
             trigger_interval=self.trigger_interval,
             part_rows=self.part_rows,
+            collect_rows=self.collect_rows,
             on_checkpoint=self._on_checkpoint,
         )
         pipeline.start()

@@ -4,9 +4,13 @@ The query reads the changefeed's event store through the ``cdcflow`` data
 source, keeps the replicated tables (a Spark predicate), and hands every
 micro-batch to ``foreachBatch``. There, on the capture's driver process, the
 batch is sorted by ``(commit_ts, start_ts, key)`` (a Spark sort, which spills
-rather than holding a huge transaction in memory), streamed to the driver
-partition by partition, mounted (raw key-value events become rows through the
-source's :class:`~cdcflow.core.source.Mounter`), and written to every sink.
+rather than holding a huge transaction in memory) and brought to the driver
+as Arrow: a small batch (at most ``collect_rows`` rows) is collected
+directly; a larger one is written by Spark as sorted Parquet files under the
+changefeed's directory and read back file by file, batch by batch, so the
+driver never holds it whole. The driver then mounts raw key-value events
+(through the source's :class:`~cdcflow.core.source.Mounter`) and writes the
+rows to every sink.
 
 Commit order, per batch: every sink flushed → ``cdcflow_batch_flushed`` →
 the event store records the checkpoint → ``on_checkpoint(end_ts)`` (the
@@ -21,16 +25,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from cdcflow.core.errors import CdcflowError, Retryable
 from cdcflow.core.events import RawKVEvent, RowChange
 from cdcflow.core.filter import TableFilter
-from cdcflow.core.logservice.records import event_from_record
+from cdcflow.core.logservice.records import batch_to_records, event_from_record
 from cdcflow.core.logservice.store import EventStore
 from cdcflow.core.pipeline.datasource import offset_ts
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
@@ -39,12 +45,14 @@ from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.sink import Sink
 from cdcflow.core.source import Mounter
 
-__all__ = ["ChangefeedPipeline"]
+__all__ = ["DEFAULT_COLLECT_ROWS", "ChangefeedPipeline"]
 
 log = logging.getLogger(__name__)
 
 #: Rows converted (and mounted) per step on the driver.
 _CONVERT_ROWS = 4_096
+#: Batches up to this many rows are collected to the driver; larger ones go through files.
+DEFAULT_COLLECT_ROWS = 50_000
 _MAX_RETRY_DELAY = 30.0
 
 
@@ -65,6 +73,8 @@ class ChangefeedPipeline:
         loop: asyncio.AbstractEventLoop | None = None,
         trigger_interval: float = 0.5,
         part_rows: int = DEFAULT_PART_ROWS,
+        collect_rows: int = DEFAULT_COLLECT_ROWS,
+        work_dir: Path | None = None,
         on_checkpoint: Callable[[int], None] | None = None,
     ) -> None:
         self.changefeed_id = changefeed_id
@@ -78,6 +88,9 @@ class ChangefeedPipeline:
         self.loop = loop
         self.trigger_interval = trigger_interval
         self.part_rows = part_rows
+        self.collect_rows = collect_rows
+        #: Where large sorted batches are staged (must be visible to the driver and executors).
+        self.work_dir = Path(work_dir) if work_dir is not None else self.checkpoint_dir.parent / "batches"
         self.on_checkpoint = on_checkpoint
         #: The last retryable error a sink raised, while the batch is retried (None once it succeeds).
         self.last_error: CdcflowError | None = None
@@ -167,13 +180,25 @@ class ChangefeedPipeline:
         delivery = BatchDelivery(
             self.changefeed_id, batch_id, start_ts, end_ts, ddl, self.sinks, part_rows=self.part_rows
         )
-        ordered = frame.orderBy(*ORDER_COLUMNS).toLocalIterator(prefetchPartitions=False)
-        for records in _chunks(ordered, _CONVERT_ROWS):
-            delivery.add(self._rows(records))
+        expected = sum(chunk.rows for chunk in self.store.chunks_between(start_ts, end_ts))
+        ordered = frame.orderBy(*ORDER_COLUMNS)
+        if expected <= self.collect_rows:
+            batches: Iterator[pa.RecordBatch] = iter(ordered.toArrow().to_batches(max_chunksize=_CONVERT_ROWS))
+            for batch in batches:
+                delivery.add(self._rows(list(batch_to_records(batch))))
+        else:
+            staging = self.work_dir / f"batch-{batch_id}"
+            shutil.rmtree(staging, ignore_errors=True)
+            ordered.write.mode("overwrite").parquet(str(staging.resolve()))
+            try:
+                for batch in _read_sorted_parquet(staging):
+                    delivery.add(self._rows(list(batch_to_records(batch))))
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         delivery.finish()
         return delivery.row_count
 
-    def _rows(self, records: list[Any]) -> list[RowChange]:
+    def _rows(self, records: Sequence[Any]) -> list[RowChange]:
         events = [event_from_record(r, self.store.span_of, self.store.schemas) for r in records]
         if not any(isinstance(e, RawKVEvent) for e in events):
             return [e for e in events if isinstance(e, RowChange)]
@@ -214,9 +239,11 @@ class ChangefeedPipeline:
         return offset_ts(json.loads(lines[2]))
 
 
-def _chunks(iterator: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    while True:
-        chunk = list(islice(iterator, size))
-        if not chunk:
-            return
-        yield chunk
+def _read_sorted_parquet(directory: Path) -> Iterator[pa.RecordBatch]:
+    """The record batches of a sorted Spark output, in order: part files are
+    numbered by range partition, and each is sorted."""
+    import pyarrow.parquet as pq
+
+    for path in sorted(directory.glob("part-*.parquet")):
+        with pq.ParquetFile(path) as parquet:
+            yield from parquet.iter_batches(batch_size=_CONVERT_ROWS)

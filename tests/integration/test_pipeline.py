@@ -96,6 +96,7 @@ def test_pipeline_delivers_what_the_reference_driver_delivers(tmp_path, spark):
             table_filter=filt,
             trigger_interval=0.2,
             part_rows=7,
+            collect_rows=10,  # batches above 10 rows go through Spark-written sorted files
             on_checkpoint=checkpoints.append,
         )
         spans = {t.table: (await source.spans_for(t))[0] for t in await source.list_tables()}
