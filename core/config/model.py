@@ -18,6 +18,7 @@ from cdcflow.core.plugin.base import kebab
 
 __all__ = [
     "CHANGEFEED_ID_PATTERN",
+    "ColumnSelectorSettings",
     "ConnectorSettings",
     "DeploymentFile",
     "FilterSettings",
@@ -92,6 +93,24 @@ class ServerSettings(_Settings):
         return value
 
 
+class ColumnSelectorSettings(_Settings):
+    """Which columns of some tables are replicated."""
+
+    matcher: list[str] = Field(description="Table-filter rules of the tables this selector applies to.")
+    columns: list[str] = Field(
+        description="Column patterns to keep (* ? [] wildcards, ! to exclude; the last match wins)."
+    )
+
+    @field_validator("matcher")
+    @classmethod
+    def _parse_matcher(cls, rules: list[str]) -> list[str]:
+        for i, rule in enumerate(rules):
+            problem = TableFilter.check(rule)
+            if problem:
+                raise ValueError(f"matcher {i} {problem}")
+        return rules
+
+
 class FilterSettings(_Settings):
     """Which tables a connector replicates."""
 
@@ -102,6 +121,10 @@ class FilterSettings(_Settings):
     case_sensitive: bool = Field(False, description="Compare schema and table names case-sensitively.")
     ignore_txn_start_ts: list[int] = Field(
         default_factory=list, description="Skip the transactions with these start ts."
+    )
+    column_selectors: list[ColumnSelectorSettings] = Field(
+        default_factory=list,
+        description="Per-table column selection; the first selector whose matcher matches a table applies.",
     )
 
     @field_validator("rules")

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from cdcflow.core.config.loader import Connector
-from cdcflow.core.config.model import ServerSettings, SparkSettings
+from cdcflow.core.config.model import ColumnSelectorSettings, ServerSettings, SparkSettings
 from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
 from cdcflow.core.executor import SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.filter import TableFilter
 from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
+from cdcflow.core.pipeline.columns import ColumnSelection
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS
 from cdcflow.core.pipeline.runtime import DEFAULT_COLLECT_ROWS, ChangefeedPipeline
 from cdcflow.core.plugin.manager import PluginManager
@@ -85,6 +86,7 @@ class PipelineSpanExecutor(SpanExecutor):
         spark: Any = None,
         plugins: PluginManager | None = None,
         table_filter: TableFilter | None = None,
+        column_selectors: Sequence[ColumnSelectorSettings] = (),
         trigger_interval: float | None = None,
         part_rows: int = DEFAULT_PART_ROWS,
         collect_rows: int = DEFAULT_COLLECT_ROWS,
@@ -112,6 +114,7 @@ class PipelineSpanExecutor(SpanExecutor):
             chunk_rows=chunk_rows,
         )
         self.table_filter = table_filter or TableFilter(["*.*"])
+        self.column_selection = ColumnSelection(column_selectors)
         self.trigger_interval = (
             trigger_interval if trigger_interval is not None else self.spark_settings.trigger_interval
         )
@@ -259,6 +262,7 @@ class PipelineSpanExecutor(SpanExecutor):
             spark=self._spark,
             checkpoint_dir=self.directory / "spark-checkpoint",
             table_filter=self.table_filter,
+            column_selection=self.column_selection,
             plugins=self.plugins,
             mounter=self.source.mounter(),
             loop=loop,
@@ -324,5 +328,6 @@ def create_span_executor(
         spark=spark,
         plugins=plugins,
         table_filter=settings.filter.table_filter(),
+        column_selectors=settings.filter.column_selectors,
         on_checkpoint=on_checkpoint,
     )

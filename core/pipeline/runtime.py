@@ -9,8 +9,8 @@ as Arrow: a small batch (at most ``collect_rows`` rows) is collected
 directly; a larger one is written by Spark as sorted Parquet files under the
 changefeed's directory and read back file by file, batch by batch, so the
 driver never holds it whole. The driver then mounts raw key-value events
-(through the source's :class:`~cdcflow.core.source.Mounter`) and writes the
-rows to every sink.
+(through the source's :class:`~cdcflow.core.source.Mounter`), applies the column
+selectors, and writes the rows to every sink.
 
 Commit order, per batch: every sink flushed → ``cdcflow_batch_flushed`` →
 the event store records the checkpoint → ``on_checkpoint(end_ts)`` (the
@@ -38,6 +38,7 @@ from cdcflow.core.events import RawKVEvent, RowChange
 from cdcflow.core.filter import TableFilter
 from cdcflow.core.logservice.records import batch_to_records, event_from_record
 from cdcflow.core.logservice.store import EventStore
+from cdcflow.core.pipeline.columns import ColumnSelection
 from cdcflow.core.pipeline.datasource import offset_ts
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.pipeline.query import ORDER_COLUMNS, table_filter_predicate
@@ -75,6 +76,7 @@ class ChangefeedPipeline:
         part_rows: int = DEFAULT_PART_ROWS,
         collect_rows: int = DEFAULT_COLLECT_ROWS,
         work_dir: Path | None = None,
+        column_selection: ColumnSelection | None = None,
         on_checkpoint: Callable[[int], None] | None = None,
     ) -> None:
         self.changefeed_id = changefeed_id
@@ -89,6 +91,7 @@ class ChangefeedPipeline:
         self.trigger_interval = trigger_interval
         self.part_rows = part_rows
         self.collect_rows = collect_rows
+        self.column_selection = column_selection or ColumnSelection()
         #: Where large sorted batches are staged (must be visible to the driver and executors).
         self.work_dir = Path(work_dir) if work_dir is not None else self.checkpoint_dir.parent / "batches"
         self.on_checkpoint = on_checkpoint
@@ -200,10 +203,14 @@ class ChangefeedPipeline:
 
     def _rows(self, records: Sequence[Any]) -> list[RowChange]:
         events = [event_from_record(r, self.store.span_of, self.store.schemas) for r in records]
-        if not any(isinstance(e, RawKVEvent) for e in events):
-            return [e for e in events if isinstance(e, RowChange)]
-        mounted = self._mount(events)
-        return [r for r in mounted if r is not None and self.table_filter.matches(r.table.schema, r.table.table)]
+        if any(isinstance(e, RawKVEvent) for e in events):
+            mounted = self._mount(events)
+            rows = [r for r in mounted if r is not None and self.table_filter.matches(r.table.schema, r.table.table)]
+        else:
+            rows = [e for e in events if isinstance(e, RowChange)]
+        if self.column_selection:
+            rows = [self.column_selection.apply(r) for r in rows]
+        return rows
 
     def _mount(self, events: list[RawKVEvent | RowChange]) -> list[RowChange | None]:
         mounter, loop = self.mounter, self.loop

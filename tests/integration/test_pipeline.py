@@ -5,11 +5,12 @@ import time
 
 import pytest
 
-from cdcflow.core.config.model import SparkSettings
+from cdcflow.core.config.model import ColumnSelectorSettings, SparkSettings
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.events import DDLEvent, MicroBatch
 from cdcflow.core.executor import SpanState
 from cdcflow.core.filter import TableFilter
+from cdcflow.core.pipeline.columns import ColumnSelection
 from cdcflow.core.pipeline.executor import PipelineSpanExecutor
 from cdcflow.core.plugin.hookspec import hookimpl
 from cdcflow.core.plugin.manager import PluginManager
@@ -74,6 +75,7 @@ def events():
 
 def test_pipeline_delivers_what_the_reference_driver_delivers(tmp_path, spark):
     filt = TableFilter(["shop.*"])
+    selectors = [ColumnSelectorSettings(matcher=["shop.orders"], columns=["*", "!qty"])]
     reference = ListSink()
     asyncio.run(drive(ListSource.of(events()), [reference], changefeed_id="cf", start_ts=50, table_filter=filt))
 
@@ -94,6 +96,7 @@ def test_pipeline_delivers_what_the_reference_driver_delivers(tmp_path, spark):
             spark=spark,
             plugins=plugins,
             table_filter=filt,
+            column_selectors=selectors,
             trigger_interval=0.2,
             part_rows=7,
             collect_rows=10,  # batches above 10 rows go through Spark-written sorted files
@@ -121,7 +124,9 @@ def test_pipeline_delivers_what_the_reference_driver_delivers(tmp_path, spark):
 
     assert checkpoints and checkpoints[-1] == 900 and checkpoints == sorted(checkpoints)
     assert sink.opened and sink.closed
-    expected = [r for r in reference.rows if r.table.table == "orders"]
+    selection = ColumnSelection(selectors)
+    expected = [selection.apply(r) for r in reference.rows if r.table.table == "orders"]
+    assert all("qty" not in r.after for r in sink.rows)
     assert sink.rows == expected
     # The DDL ends a batch, after that batch's rows.
     [ddl_batch] = [b for b in sink.batches.values() if b.ddl]
