@@ -12,7 +12,7 @@ from cdcflow.core.sink import Sink
 __all__ = ["DEFAULT_PART_ROWS", "BatchDelivery"]
 
 #: Rows per part for sinks that accept partial batches.
-DEFAULT_PART_ROWS = 65_536
+DEFAULT_PART_ROWS = 16_384
 
 
 class BatchDelivery:

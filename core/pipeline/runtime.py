@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: Rows converted (and mounted) per step on the driver.
 _CONVERT_ROWS = 4_096
+#: Row-group size of staged batches: bounds what the driver reads at once.
+_STAGING_ROW_GROUP_BYTES = 8 * 1024 * 1024
 #: Batches up to this many rows are collected to the driver; larger ones go through files.
 DEFAULT_COLLECT_ROWS = 50_000
 _MAX_RETRY_DELAY = 30.0
@@ -192,7 +194,9 @@ class ChangefeedPipeline:
         else:
             staging = self.work_dir / f"batch-{batch_id}"
             shutil.rmtree(staging, ignore_errors=True)
-            ordered.write.mode("overwrite").parquet(str(staging.resolve()))
+            # Small row groups: the driver reads one row group at a time.
+            writer = ordered.write.mode("overwrite").option("parquet.block.size", _STAGING_ROW_GROUP_BYTES)
+            writer.parquet(str(staging.resolve()))
             try:
                 for batch in _read_sorted_parquet(staging):
                     delivery.add(self._rows(list(batch_to_records(batch))))
