@@ -130,12 +130,12 @@ def assign_lanes(lanes: Sequence[list[Unit]], workers: int) -> list[list[Unit]]:
 
 
 def group_for_transactions(units: Sequence[Unit], max_rows: int) -> list[list[Unit]]:
-    """Consecutive units of one table packed into downstream transactions of at
-    most ``max_rows`` rows; a unit larger than that stays whole (atomicity)."""
+    """Consecutive units packed into downstream transactions of at most
+    ``max_rows`` rows; a unit larger than that stays whole (atomicity)."""
     groups: list[list[Unit]] = []
     size = 0
     for unit in units:
-        if groups and groups[-1][-1].table == unit.table and size + len(unit.rows) <= max_rows:
+        if groups and size + len(unit.rows) <= max_rows:
             groups[-1].append(unit)
             size += len(unit.rows)
         else:

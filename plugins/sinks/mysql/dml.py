@@ -4,7 +4,7 @@ Every value is bound as a parameter (``%s`` placeholders handed to the
 driver with the values); only identifiers are spliced into SQL, and they are
 always back-quoted with embedded back-quotes doubled. Consecutive changes of
 the same kind become one multi-row statement: one ``INSERT``/``REPLACE`` with
-many ``VALUES`` rows, one ``DELETE … WHERE (k) IN (…)``.
+many ``VALUES`` rows, one ``DELETE … WHERE k IN (…)``.
 """
 
 from __future__ import annotations
@@ -161,11 +161,14 @@ def _statement(meta: TableMeta, run: _Run, zone: dt.tzinfo) -> Statement:
             rows=run.rows,
         )
     if run.kind == "delete" and meta.handle:
-        tuple_mark = "(" + ", ".join(["%s"] * len(meta.handle)) + ")"
-        cols = ", ".join(quote(c) for c in meta.handle)
-        marks = ", ".join([tuple_mark] * len(run.rows))
         args = tuple(v for r in run.rows for v in _values(r.before or {}, meta.handle, zone))
-        return Statement(f"DELETE FROM {table} WHERE ({cols}) IN ({marks})", args, rows=run.rows)
+        # Plain IN for a one-column key, OR of ANDs otherwise: row-constructor IN ((a, b), …)
+        # is not turned into index lookups by every server (MariaDB scans the table).
+        if len(meta.handle) == 1:
+            marks = ", ".join(["%s"] * len(run.rows))
+            return Statement(f"DELETE FROM {table} WHERE {quote(meta.handle[0])} IN ({marks})", args, rows=run.rows)
+        one = "(" + " AND ".join(f"{quote(c)} = %s" for c in meta.handle) + ")"
+        return Statement(f"DELETE FROM {table} WHERE " + " OR ".join([one] * len(run.rows)), args, rows=run.rows)
     row = run.rows[0]
     if run.kind == "delete":
         where, where_args, limit = _where(meta, row.before or {}, zone)

@@ -10,8 +10,8 @@ How a batch is applied:
    chained into lanes; lanes run in parallel on up to ``worker-count``
    connections (no more than one per ``max-txn-row`` rows of the batch),
    each lane in upstream order (see :mod:`.causality`). A worker packs
-   consecutive units of a table into downstream transactions of up to
-   ``max-txn-row`` rows, never splitting a unit.
+   consecutive units into downstream transactions of up to ``max-txn-row``
+   rows, never splitting a unit.
 4. DDL runs after every row, on one connection (the barrier).
 5. The batch is recorded as *flushed*; then ``write_batch`` returns.
 
@@ -34,6 +34,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -52,6 +53,16 @@ from cdcflow.plugins.sinks.mysql.downstream import Downstream, error_code, is_tr
 from cdcflow.plugins.sinks.mysql.errors import ConstraintViolationError, DownstreamRejectedError
 
 __all__ = ["MySQLSink", "cdcflow_register_sinks"]
+
+
+@dataclass(slots=True)
+class _Segment:
+    """Rows of one table inside a downstream transaction, and which are upserts."""
+
+    meta: TableMeta
+    rows: list[RowChange]
+    safe: list[bool]
+
 
 log = logging.getLogger(__name__)
 
@@ -187,84 +198,92 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             for group in group_for_transactions(units, self.config.max_txn_row):
                 if downstream.abort.is_set():
                     return
-                meta = self._metas[group[0].table]
-                rows = [row for unit in group for row in unit.rows]
-                safe = [self.config.safe_mode or row.commit_ts <= self._safe_until for row in rows]
-                downstream.run(
-                    worker, f"applying {len(rows)} rows to {meta.qualified}", self._transaction(meta, rows, safe)
-                )
+                segments = self._segments(group)
+                rows = sum(len(seg.rows) for seg in segments)
+                downstream.run(worker, f"applying {rows} rows", self._transaction(segments))
         except BaseException:
             downstream.abort.set()
             raise
 
-    def _transaction(
-        self, meta: TableMeta, rows: list[RowChange], safe: list[bool]
-    ) -> Callable[[pymysql.connections.Connection[Any], bool], None]:
+    def _segments(self, group: list[Unit]) -> list[_Segment]:
+        """The units of one downstream transaction as runs of one table each."""
+        segments: list[_Segment] = []
+        for unit in group:
+            meta = self._metas[unit.table]
+            safe = [self.config.safe_mode or row.commit_ts <= self._safe_until for row in unit.rows]
+            if segments and segments[-1].meta is meta:
+                segments[-1].rows.extend(unit.rows)
+                segments[-1].safe.extend(safe)
+            else:
+                segments.append(_Segment(meta, list(unit.rows), safe))
+        return segments
+
+    def _transaction(self, segments: list[_Segment]) -> Callable[[pymysql.connections.Connection[Any], bool], None]:
         """The work of one downstream transaction; a retried one upserts every row."""
 
         def work(conn: pymysql.connections.Connection[Any], retried: bool) -> None:
-            self._apply_transaction(conn, meta, rows, [s or retried for s in safe])
+            todo = [_Segment(seg.meta, seg.rows, [True] * len(seg.rows)) for seg in segments] if retried else segments
+            self._apply_transaction(conn, todo)
 
         return work
 
-    def _apply_transaction(
-        self, conn: pymysql.connections.Connection[Any], meta: TableMeta, rows: list[RowChange], safe: list[bool]
-    ) -> None:
-        """One downstream transaction; on a refused statement, roll back and say which row."""
+    def _apply_transaction(self, conn: pymysql.connections.Connection[Any], segments: list[_Segment]) -> None:
+        """One downstream transaction (begun implicitly: autocommit is off); on a refused
+        statement, roll back and say which row."""
         downstream, checkpoint = self._require_open()
-        conn.begin()
+        todo: list[_Segment] = []
         try:
-            if not meta.unique_keys:
-                rows, safe = _unapplied(checkpoint, conn, meta, rows, safe)
-                if not rows:
-                    conn.rollback()
-                    return
-            _execute(conn, plan_statements(meta, rows, safe, downstream.zone))
-            if not meta.unique_keys:
-                last = rows[-1]
-                checkpoint.record_table_progress(conn, _progress_name(meta), last.commit_ts, last.start_ts)
+            for seg in segments:
+                rows, safe = seg.rows, seg.safe
+                if not seg.meta.unique_keys:
+                    rows, safe = _unapplied(checkpoint, conn, seg.meta, rows, safe)
+                if rows:
+                    todo.append(_Segment(seg.meta, rows, safe))
+            for seg in todo:
+                _execute(conn, plan_statements(seg.meta, seg.rows, seg.safe, downstream.zone))
+            last_of_keyless = {_progress_name(seg.meta): seg.rows[-1] for seg in todo if not seg.meta.unique_keys}
+            for name, last in last_of_keyless.items():
+                checkpoint.record_table_progress(conn, name, last.commit_ts, last.start_ts)
             conn.commit()
         except pymysql.err.MySQLError as exc:
             _rollback_quietly(conn)
             if is_transient(exc):
                 raise
-            raise self._rejected(conn, meta, rows, safe, exc) from exc
+            raise self._rejected(conn, todo, exc) from exc
         except BaseException:
             _rollback_quietly(conn)
             raise
 
     def _rejected(
-        self,
-        conn: pymysql.connections.Connection[Any],
-        meta: TableMeta,
-        rows: list[RowChange],
-        safe: list[bool],
-        exc: pymysql.err.MySQLError,
+        self, conn: pymysql.connections.Connection[Any], segments: list[_Segment], exc: pymysql.err.MySQLError
     ) -> CdcflowError:
         """The precise error: find the first row the server refuses, then roll back."""
         downstream, _ = self._require_open()
-        culprit = rows[0]
-        conn.begin()
+        culprit: tuple[TableMeta, RowChange] | None = None
         try:
-            for row, upsert in zip(rows, safe, strict=True):
-                try:
-                    _execute(conn, plan_statements(meta, [row], [upsert], downstream.zone))
-                except pymysql.err.MySQLError:
-                    culprit = row
+            for seg in segments:
+                for row, upsert in zip(seg.rows, seg.safe, strict=True):
+                    try:
+                        _execute(conn, plan_statements(seg.meta, [row], [upsert], downstream.zone))
+                    except pymysql.err.MySQLError:
+                        culprit = (seg.meta, row)
+                        break
+                if culprit is not None:
                     break
         finally:
-            conn.rollback()
-        key_cols = meta.handle or tuple(culprit.image())
-        key = {c: culprit.image().get(c) for c in key_cols}
+            _rollback_quietly(conn)
+        meta, row = culprit or (segments[0].meta, segments[0].rows[0])
+        key_cols = meta.handle or tuple(row.image())
+        key = {c: row.image().get(c) for c in key_cols}
         detail = {
             "table": f"{meta.schema}.{meta.table}",
             "key": {c: repr(v) for c, v in key.items()},
-            "commit_ts": culprit.commit_ts,
-            "start_ts": culprit.start_ts,
-            "op": culprit.op.value,
+            "commit_ts": row.commit_ts,
+            "start_ts": row.start_ts,
+            "op": row.op.value,
             "error_code": error_code(exc),
         }
-        where = f"{meta.qualified} key {key} ({culprit.op.value} committed at ts {culprit.commit_ts})"
+        where = f"{meta.qualified} key {key} ({row.op.value} committed at ts {row.commit_ts})"
         if isinstance(exc, pymysql.err.IntegrityError):
             return ConstraintViolationError(
                 f"MySQL sink: constraint violated at {where}: {exc.args[-1]}; the transaction was rolled back. "

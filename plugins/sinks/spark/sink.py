@@ -110,9 +110,7 @@ class SparkSink(Sink[SparkSinkConfig]):
                     self._empty_snapshot(storage, ddl.table, batch)
             storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
         except Exception as exc:
-            if type(exc).__name__ not in ("Py4JJavaError", "AnalysisException", "Py4JNetworkError") and not isinstance(
-                exc, OSError
-            ):
+            if not _is_spark_or_io_error(exc):
                 raise
             raise DownstreamUnavailableError(
                 f"Spark sink cannot write batch {batch.batch_id} under {storage.root}: {exc}",
@@ -289,6 +287,12 @@ def _empties(ddl: DDLEvent) -> bool:
     return (
         ddl.action_type in (_DROP_TABLE, _TRUNCATE_TABLE) or words[:1] == ["TRUNCATE"] or words[:2] == ["DROP", "TABLE"]
     )
+
+
+def _is_spark_or_io_error(exc: Exception) -> bool:
+    """A failure of Spark, the JVM bridge or the file system (not a bug of ours)."""
+    module = type(exc).__module__
+    return isinstance(exc, OSError) or module.startswith(("py4j", "pyspark.errors"))
 
 
 def _literal(text: str) -> str:

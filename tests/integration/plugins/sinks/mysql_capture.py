@@ -10,10 +10,8 @@ import sys
 import time
 from typing import Any
 
-from cdcflow.core.events import RowChange
 from cdcflow.core.testing import ListSource, drive
 from cdcflow.plugins.sinks.mysql import MySQLSink, MySQLSinkConfig
-from cdcflow.plugins.sinks.mysql.dml import TableMeta
 from tests.fixtures.workload import make_workload
 
 TXNS = 200
@@ -22,8 +20,8 @@ TXNS = 200
 class SlowSink(MySQLSink):
     """Pauses after each downstream transaction so that a kill lands mid-batch."""
 
-    def _apply_transaction(self, conn: Any, meta: TableMeta, rows: list[RowChange], safe: list[bool]) -> None:
-        super()._apply_transaction(conn, meta, rows, safe)
+    def _apply_transaction(self, conn: Any, segments: Any) -> None:
+        super()._apply_transaction(conn, segments)
         time.sleep(0.01)
 
 

@@ -32,7 +32,7 @@ def test_consecutive_changes_of_a_kind_become_one_statement() -> None:
     stmts = plan_statements(META, rows, [False] * len(rows), UTC)
     assert [s.sql.split()[0] for s in stmts] == ["INSERT", "DELETE", "UPDATE"]
     assert stmts[0].many == [(1, "a", 1), (2, "b", 1)]
-    assert stmts[1].sql == "DELETE FROM `shop`.`orders` WHERE (`id`) IN ((%s), (%s))" and stmts[1].args == (1, 2)
+    assert stmts[1].sql == "DELETE FROM `shop`.`orders` WHERE `id` IN (%s, %s)" and stmts[1].args == (1, 2)
     assert stmts[2].sql == "UPDATE `shop`.`orders` SET `id` = %s, `name` = %s, `qty` = %s WHERE `id` = %s"
     assert stmts[2].args == (3, "c", 2, 3)
 
@@ -70,3 +70,14 @@ def test_a_huge_run_is_cut_into_bounded_statements() -> None:
     stmts = plan_statements(META, rows, [False] * n, UTC)
     assert [len(s.rows) for s in stmts] == [MAX_ROWS_PER_STATEMENT, MAX_ROWS_PER_STATEMENT, 1]
     assert sum(len(s.args) for s in stmts) == n
+
+
+def test_a_composite_key_is_deleted_by_or_of_ands() -> None:
+    meta = TableMeta("s", "t", ("a", "b", "v"), handle=("a", "b"), unique_keys=(("a", "b"),))
+    rows = [
+        delete("s", "t", {"a": 1, "b": 2, "v": 0}, commit_ts=5),
+        delete("s", "t", {"a": 3, "b": 4, "v": 0}, commit_ts=5),
+    ]
+    [stmt] = plan_statements(meta, rows, [False, False], UTC)
+    assert stmt.sql == "DELETE FROM `s`.`t` WHERE (`a` = %s AND `b` = %s) OR (`a` = %s AND `b` = %s)"
+    assert stmt.args == (1, 2, 3, 4)
