@@ -14,7 +14,7 @@ TYPECHECK_ROOT := build/typecheck
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: run test setup java lint typecheck unit integration bench clean
+.PHONY: run test setup java mariadb lint typecheck unit integration bench clean
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,15 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
-setup: $(STAMP) java
+setup: $(STAMP) java mariadb
 
 # Spark needs Java 17 or newer; install Debian's headless JRE when it is missing.
 java:
 	@bash scripts/ensure-java.sh
+
+# The MySQL sink's integration tests start a private MariaDB; install Debian's when missing.
+mariadb:
+	@bash scripts/ensure-mariadb.sh
 
 run: setup
 	$(BIN)/cdcflow validate connectors.yaml
@@ -34,8 +38,8 @@ run: setup
 	$(BIN)/cdcflow run connectors.yaml $(RUN_ARGS) || test $$? -eq 69
 
 lint: $(STAMP)
-	$(BIN)/ruff check core plugins tests
-	$(BIN)/ruff format --check core plugins tests
+	$(BIN)/ruff check core plugins tests benchmarks
+	$(BIN)/ruff format --check core plugins tests benchmarks
 
 # mypy sees core/ and plugins/ under their import names through a symlink tree.
 typecheck: $(STAMP)
@@ -52,6 +56,10 @@ unit: setup
 
 integration: setup
 	$(BIN)/python -m pytest -m integration $(PYTEST_ARGS)
+
+# Each benchmark prints rates next to a baseline measured in the same run.
+bench: setup
+	@for f in benchmarks/bench_*.py; do $(BIN)/python -m benchmarks.$$(basename $$f .py) || exit 1; done
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache data

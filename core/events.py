@@ -211,6 +211,12 @@ class MicroBatch:
     sinks apply its DDL after its rows are flushed. ``batch_id`` increases by
     one per batch of a changefeed; a batch may be delivered again with the same
     id after a crash, and sinks must treat the replay as idempotent.
+
+    A sink that sets ``Sink.accepts_partial_batches`` may receive one batch as
+    several *parts*: the same ``batch_id``, ``start_ts`` and ``end_ts``,
+    ``part`` counting from 0, rows continuing the batch's order, ``ddl`` only
+    on the part with ``last_part`` set. Every other sink receives whole
+    batches (``part == 0``, ``last_part`` true).
     """
 
     changefeed_id: str
@@ -219,6 +225,10 @@ class MicroBatch:
     end_ts: int
     rows: Sequence[RowChange] = field(default_factory=tuple)
     ddl: Sequence[DDLEvent] = field(default_factory=tuple)
+    #: Position of this part within the batch (0 for a whole batch).
+    part: int = 0
+    #: Whether this is the batch's last (or only) part; the batch is complete after it.
+    last_part: bool = True
 
     @property
     def resolved_ts(self) -> int:

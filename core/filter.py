@@ -113,6 +113,14 @@ class TableFilter:
             return str(exc)
         return None
 
+    def patterns(self) -> list[tuple[bool, str, str, bool]]:
+        """Each rule as ``(exclude, schema regex, table regex, ignore_case)``, in order,
+        for engines that match names themselves (the Spark pipeline's query).
+        The last matching rule decides; system schemas are never replicated."""
+        return [
+            (r.exclude, r.schema.pattern, r.table.pattern, bool(r.schema.flags & re.IGNORECASE)) for r in self._rules
+        ]
+
     def matches(self, schema: str, table: str) -> bool:
         """Whether ``schema.table`` is replicated."""
         if schema.lower() in SYSTEM_SCHEMAS:

@@ -20,6 +20,17 @@ The contract (the runtime relies on each point):
 * **errors** — raise a :class:`~cdcflow.core.errors.CdcflowError`
   (``DownstreamUnavailableError`` for a downstream that cannot be reached: the
   runtime retries with backoff and the changefeed goes Warning).
+* **parts (opt-in)** — a sink with ``accepts_partial_batches = True`` may get
+  a large batch as several parts with the same ``batch_id`` (``part`` 0, 1, …;
+  ``last_part`` on the last, which alone carries the DDL), so that a huge
+  transaction never has to be held in memory at once. Flush each part before
+  returning; a replay starts again at part 0. Other sinks always get whole
+  batches.
+
+Where it runs: the Spark pipeline calls ``write_batch`` on the capture's
+driver process, from Spark's micro-batch thread (``foreachBatch``), one batch
+at a time per changefeed; ``open`` and ``close`` are called from the same
+process.
 """
 
 from __future__ import annotations
@@ -64,6 +75,9 @@ class Sink(Plugin[ConfigT], abc.ABC):
     #: URI schemes this sink accepts (``kafka``, ``kafka+ssl``); a sink entry
     #: written as ``uri: kafka://…`` selects the plugin by scheme.
     uri_schemes: ClassVar[tuple[str, ...]] = ()
+
+    #: Whether the runtime may split a batch into parts (see the module docs).
+    accepts_partial_batches: ClassVar[bool] = False
 
     @classmethod
     def options_from_uri(cls, uri: str) -> dict[str, object]:

@@ -162,6 +162,8 @@ def _validate_connector(
     raw_sinks = raw.get("sinks")
     if isinstance(raw_sinks, list):
         for i, item in enumerate(raw_sinks):
+            if isinstance(item, dict) and item.get("uri") == "" and "type" not in item:
+                continue  # `uri: ${VAR:-}` makes a sink optional: left out while VAR is unset
             sinks.append(_select(plugins.sinks, item, (*path, "sinks", i), doc, plugins, issues))
     scheduler_raw = raw.get("scheduler") or {"type": DEFAULT_SCHEDULER}
     scheduler = _select(plugins.schedulers, scheduler_raw, (*path, "scheduler"), doc, plugins, issues)

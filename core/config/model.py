@@ -18,6 +18,7 @@ from cdcflow.core.plugin.base import kebab
 
 __all__ = [
     "CHANGEFEED_ID_PATTERN",
+    "ColumnSelectorSettings",
     "ConnectorSettings",
     "DeploymentFile",
     "FilterSettings",
@@ -50,6 +51,9 @@ class SparkSettings(_Settings):
     app_name: str = Field("cdcflow", description="Spark application name.")
     warehouse_dir: str = Field("./data/lake", description="spark.sql.warehouse.dir for Spark table sinks.")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark properties; applied last.")
+    trigger_interval: Duration = Field(
+        0.5, gt=0, description="How often each changefeed's streaming query looks for new resolved data (e.g. 500ms)."
+    )
 
     @field_validator("conf", mode="before")
     @classmethod
@@ -89,6 +93,24 @@ class ServerSettings(_Settings):
         return value
 
 
+class ColumnSelectorSettings(_Settings):
+    """Which columns of some tables are replicated."""
+
+    matcher: list[str] = Field(description="Table-filter rules of the tables this selector applies to.")
+    columns: list[str] = Field(
+        description="Column patterns to keep (* ? [] wildcards, ! to exclude; the last match wins)."
+    )
+
+    @field_validator("matcher")
+    @classmethod
+    def _parse_matcher(cls, rules: list[str]) -> list[str]:
+        for i, rule in enumerate(rules):
+            problem = TableFilter.check(rule)
+            if problem:
+                raise ValueError(f"matcher {i} {problem}")
+        return rules
+
+
 class FilterSettings(_Settings):
     """Which tables a connector replicates."""
 
@@ -99,6 +121,10 @@ class FilterSettings(_Settings):
     case_sensitive: bool = Field(False, description="Compare schema and table names case-sensitively.")
     ignore_txn_start_ts: list[int] = Field(
         default_factory=list, description="Skip the transactions with these start ts."
+    )
+    column_selectors: list[ColumnSelectorSettings] = Field(
+        default_factory=list,
+        description="Per-table column selection; the first selector whose matcher matches a table applies.",
     )
 
     @field_validator("rules")
@@ -130,6 +156,10 @@ class ConnectorSettings(_Settings):
     target_ts: int = Field(0, ge=0, description="Stop (state finished) at this TSO; 0 means never.")
     filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
     memory_quota: ByteSize = Field(1024**3, description="Event-store memory per changefeed before spilling.")
+    spill_disk_quota: ByteSize = Field(
+        0,
+        description="Event-store disk (spill runs, resolved chunks) per changefeed; feeds pause at it; 0: no limit.",
+    )
     error_stuck_duration: Duration = Field(
         1800.0, gt=0, description="How long a changefeed may stay Warning before it becomes Failed."
     )

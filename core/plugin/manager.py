@@ -55,6 +55,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.codecs.avro",
     "cdcflow.plugins.sinks.file",
     "cdcflow.plugins.sinks.kafka",
+    "cdcflow.plugins.sinks.mysql",
+    "cdcflow.plugins.sinks.spark",
     "cdcflow.plugins.schedulers.round_robin",
     "cdcflow.plugins.schedulers.two_phase",
 )

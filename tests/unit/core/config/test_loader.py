@@ -54,6 +54,21 @@ def test_valid_file_gives_typed_plugin_configs(pm):
     assert cf.settings.error_stuck_duration == 1800
 
 
+def test_a_sink_whose_uri_expands_to_nothing_is_left_out(pm):
+    text = """
+    connectors:
+      - name: cf
+        source: {type: tikv, pd: ["10.0.0.1:2379"]}
+        sinks:
+          - uri: file:///tmp/out
+          - uri: ${MYSQL_URL:-}
+    """
+    deployment, issues = check(text, pm)
+    assert issues == [] and [s.type_name for s in deployment.connector("cf").sinks] == ["file"]
+    deployment, issues = check(text, pm, {"MYSQL_URL": "mysql://root@db:3306/"})
+    assert issues == [] and [s.type_name for s in deployment.connector("cf").sinks] == ["file", "mysql"]
+
+
 def test_unknown_field_names_line_path_and_allowed(pm):
     _, issues = check(
         """

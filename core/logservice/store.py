@@ -1,0 +1,473 @@
+"""The event store: a changefeed's raw events per span, sorted, bounded in memory.
+
+Events arrive per span from the source feeds (:meth:`EventStore.put`). They
+are held in memory up to the changefeed's memory quota; past it the largest
+span buffer is sorted and spilled to disk as a run. When the changefeed's
+span frontier (over the spans being replicated) moves forward, the store
+*publishes*: for every span it writes the events with commit ts in
+``(published, cut]`` — merged from memory and the span's runs, in
+``(commit_ts, start_ts, key)`` order — as resolved chunks (Arrow IPC files),
+then records the new published ts in its manifest. A cut never jumps over a
+DDL barrier: each DDL commit ts is a cut of its own, and a barrier set by the
+maintainer caps the cut.
+
+Guarantees:
+
+* a published chunk is complete and durable before the manifest names it;
+  published chunks survive a capture restart until :meth:`release` passes
+  them; spill runs do not (they hold unresolved data that the source feeds
+  again from the span's published ts);
+* the published ts never goes backwards;
+* memory use stays near the quota: when it is full and spilling is not
+  possible (the disk quota is reached), :meth:`has_room` says so and callers
+  pause their feeds (backpressure) instead of adding more.
+
+Not guaranteed: order between spans inside one chunk set (each chunk is
+sorted; a reader merges or sorts across spans).
+
+The store is thread-safe: feeds put events from the capture's event loop
+while the pipeline releases chunks from Spark's batch thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import pickle
+import shutil
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdcflow.core.events import DDLEvent, RawKVEvent, RowChange, Span
+from cdcflow.core.frontier import SpanFrontier
+from cdcflow.core.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
+from cdcflow.core.logservice.records import (
+    Record,
+    SchemaRegistry,
+    record_from_event,
+    record_size,
+    sort_key,
+    write_records,
+)
+from cdcflow.core.logservice.runs import SpillRun
+
+__all__ = ["DEFAULT_CHUNK_ROWS", "EventStore", "StoreStats"]
+
+log = logging.getLogger(__name__)
+
+#: Rows per resolved chunk file (one Spark partition reads one chunk).
+DEFAULT_CHUNK_ROWS = 131_072
+#: Rows per Arrow record batch inside chunk and run files.
+DEFAULT_BATCH_ROWS = 8_192
+
+_DDL_FILE = "ddl.pkl"
+_SCHEMAS_FILE = "schemas.pkl"
+
+
+@dataclass
+class _SpanBuffer:
+    """Unpublished events of one span: in memory and in spill runs."""
+
+    span: Span
+    span_id: int
+    replicating: bool
+    #: Events at or below this ts are duplicates (published here or flushed elsewhere).
+    floor_ts: int
+    resolved_ts: int
+    records: list[Record] = field(default_factory=list)
+    memory: int = 0
+    runs: list[SpillRun] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Counters for metrics and tests."""
+
+    memory_bytes: int
+    disk_bytes: int
+    spilled_runs: int
+    chunks: int
+    published_ts: int
+    dropped_duplicates: int
+
+
+class EventStore:
+    """One changefeed's event store under ``directory`` (see the module docs)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        changefeed_id: str,
+        *,
+        start_ts: int = 0,
+        memory_quota: int = 1024**3,
+        disk_quota: int = 0,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        fsync: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.changefeed_id = changefeed_id
+        self.memory_quota = memory_quota
+        self.disk_quota = disk_quota
+        self.chunk_rows = chunk_rows
+        self.batch_rows = batch_rows
+        self._fsync = fsync
+        self._lock = threading.RLock()
+        self._chunk_dir = self.directory / "chunks"
+        self._spill_dir = self.directory / "spill"
+        self._chunk_dir.mkdir(parents=True, exist_ok=True)
+        # Spill runs hold unresolved data only; a restart feeds it again.
+        shutil.rmtree(self._spill_dir, ignore_errors=True)
+        self._spill_dir.mkdir()
+        self.schemas = SchemaRegistry(self.directory / _SCHEMAS_FILE)
+        self._manifest = read_manifest(self.directory) or Manifest(
+            changefeed_id, published_ts=start_ts, released_ts=start_ts, checkpoint_ts=start_ts
+        )
+        # A checkpoint beyond what this store published means another capture
+        # flushed that far: nothing at or below it is needed here.
+        self._manifest.published_ts = max(self._manifest.published_ts, start_ts)
+        self._manifest.checkpoint_ts = max(self._manifest.checkpoint_ts, start_ts)
+        self._ddl: list[DDLEvent] = self._load_ddl()
+        self._span_ids: dict[Span, int] = {}
+        self._span_by_id: dict[int, Span] = {}
+        for entry in self._manifest.spans:
+            span = Span(entry.table_id, bytes.fromhex(entry.start), bytes.fromhex(entry.end))
+            self._span_ids[span] = entry.span_id
+            self._span_by_id[entry.span_id] = span
+        self._durable = {self._span_by_id[e.span_id] for e in self._manifest.spans if e.replicating}
+        self._buffers: dict[Span, _SpanBuffer] = {}
+        self._frontier = SpanFrontier(())
+        self._barrier: int | None = None
+        self._memory = 0
+        self._run_seq = itertools.count()
+        self._dropped = 0
+        self._remove_stale_chunks()
+        self._save()
+
+    # -- spans ------------------------------------------------------------------
+
+    def add_span(self, span: Span, checkpoint_ts: int, *, replicating: bool) -> int:
+        """Load ``span`` (or switch a prepared span to replicating); return the ts
+        its feed must start from.
+
+        A span that was replicating before a restart resumes from the published
+        ts (its events up to there are in chunks); a new span from its
+        checkpoint. Switching a prepared span drops its buffered events at or
+        below ``checkpoint_ts`` (another capture flushed them).
+        """
+        with self._lock:
+            buf = self._buffers.get(span)
+            if buf is None:
+                floor = checkpoint_ts
+                if span in self._durable:
+                    floor = max(floor, self._manifest.published_ts)
+                buf = _SpanBuffer(span, self._span_id(span), False, floor, floor)
+                self._buffers[span] = buf
+            if replicating and not buf.replicating:
+                self._start_replicating(buf, checkpoint_ts)
+            return buf.floor_ts
+
+    def _start_replicating(self, buf: _SpanBuffer, checkpoint_ts: int) -> None:
+        if checkpoint_ts > buf.floor_ts:
+            buf.floor_ts = checkpoint_ts
+            kept = [r for r in buf.records if r[0] > checkpoint_ts]
+            self._drop_memory(buf, kept)
+        buf.resolved_ts = max(buf.resolved_ts, buf.floor_ts)
+        buf.replicating = True
+        self._frontier.add(buf.span, buf.resolved_ts)
+        self._mark_replicating(buf.span_id, True)
+
+    def remove_span(self, span: Span) -> None:
+        """Drop ``span``'s unpublished events; its published chunks stay until released."""
+        with self._lock:
+            buf = self._buffers.pop(span, None)
+            if buf is None:
+                return
+            self._drop_memory(buf, [])
+            for run in buf.runs:
+                run.delete()
+            if buf.replicating:
+                self._frontier.remove(span)
+                self._mark_replicating(buf.span_id, False)
+            self._publish()
+
+    def spans(self) -> list[Span]:
+        with self._lock:
+            return list(self._buffers)
+
+    def span_of(self, span_id: int) -> Span:
+        """The span with store id ``span_id`` (for decoding chunk rows)."""
+        with self._lock:
+            return self._span_by_id[span_id]
+
+    def resolved_ts(self, span: Span) -> int:
+        with self._lock:
+            buf = self._buffers.get(span)
+            return buf.resolved_ts if buf is not None else 0
+
+    # -- events -----------------------------------------------------------------
+
+    def put(self, span: Span, event: RawKVEvent | RowChange) -> bool:
+        """Buffer ``event`` of ``span``; returns False when it was a duplicate
+        (at or below the span's floor) or the span is not loaded.
+
+        Never blocks: check :meth:`has_room` before putting to apply backpressure.
+        """
+        with self._lock:
+            buf = self._buffers.get(span)
+            if buf is None or event.commit_ts <= buf.floor_ts:
+                self._dropped += 1
+                return False
+            record = record_from_event(event, buf.span_id, self.schemas)
+            size = record_size(record)
+            buf.records.append(record)
+            buf.memory += size
+            self._memory += size
+            if self._memory >= self.memory_quota:
+                self._spill()
+            return True
+
+    def put_ddl(self, ddl: DDLEvent) -> bool:
+        """Record a DDL barrier at ``ddl.commit_ts``; returns False for a repeat."""
+        with self._lock:
+            if ddl.commit_ts <= self._manifest.published_ts or ddl in self._ddl:
+                return False
+            self._ddl.append(ddl)
+            self._ddl.sort(key=lambda d: d.commit_ts)
+            self._save_ddl()
+            self._manifest.ddl_ts = sorted({d.commit_ts for d in self._ddl})
+            self._save()
+            return True
+
+    def resolve(self, span: Span, ts: int) -> bool:
+        """No event of ``span`` at or below ``ts`` will arrive any more; returns
+        whether the published ts moved (new chunks are readable)."""
+        with self._lock:
+            buf = self._buffers.get(span)
+            if buf is None or ts <= buf.resolved_ts:
+                return False
+            buf.resolved_ts = ts
+            if not buf.replicating or not self._frontier.forward(span, ts):
+                return False
+            return self._publish()
+
+    def set_barrier(self, ts: int | None) -> bool:
+        """Publish nothing above ``ts`` (None lifts the barrier); returns whether the published ts moved."""
+        with self._lock:
+            self._barrier = ts
+            return self._publish()
+
+    def has_room(self) -> bool:
+        """Whether feeds may put more events: memory below the quota, spilling if it can."""
+        with self._lock:
+            if self._memory >= self.memory_quota:
+                self._spill()
+            return self._memory < self.memory_quota
+
+    # -- publishing ---------------------------------------------------------------
+
+    @property
+    def published_ts(self) -> int:
+        with self._lock:
+            return self._manifest.published_ts
+
+    def _target_ts(self) -> int:
+        target = self._frontier.frontier if len(self._frontier) else self._manifest.published_ts
+        if self._barrier is not None:
+            target = min(target, self._barrier)
+        return target
+
+    def _publish(self) -> bool:
+        target = self._target_ts()
+        moved = False
+        while self._manifest.published_ts < target:
+            published = self._manifest.published_ts
+            ddl = [d.commit_ts for d in self._ddl if published < d.commit_ts <= target]
+            self._cut(min(ddl, default=target))
+            moved = True
+        return moved
+
+    def _cut(self, cut_ts: int) -> None:
+        lo = self._manifest.published_ts
+        for buf in self._buffers.values():
+            if buf.replicating:
+                self._manifest.chunks.extend(self._write_chunks(buf, lo, cut_ts))
+        self._manifest.published_ts = cut_ts
+        self._save()
+
+    def _write_chunks(self, buf: _SpanBuffer, lo: int, cut_ts: int) -> list[ChunkInfo]:
+        below = sorted((r for r in buf.records if r[0] <= cut_ts), key=sort_key)
+        if below:
+            self._drop_memory(buf, [r for r in buf.records if r[0] > cut_ts])
+        floor = buf.floor_ts
+        sources: list[Iterable[Record]] = [below, *(run.take_until(cut_ts) for run in buf.runs)]
+        merged = (r for r in heapq.merge(*sources, key=sort_key) if r[0] > floor)
+        chunks = []
+        while True:
+            seq = self._manifest.next_chunk
+            name = f"chunks/{seq:012d}.arrow"
+            counter = _Counter(itertools.islice(merged, self.chunk_rows))
+            size = write_records(self.directory / name, counter, self.batch_rows, fsync=self._fsync)
+            if counter.count == 0:
+                (self.directory / name).unlink()
+                break
+            self._manifest.next_chunk += 1
+            chunks.append(ChunkInfo(name, buf.span_id, lo, cut_ts, counter.count, size))
+            if counter.count < self.chunk_rows:
+                break
+        for run in [r for r in buf.runs if r.exhausted]:
+            run.delete()
+            buf.runs.remove(run)
+        return chunks
+
+    def chunks_between(self, start_ts: int, end_ts: int) -> list[ChunkInfo]:
+        """The chunks published in ``(start_ts, end_ts]``."""
+        with self._lock:
+            return [c for c in self._manifest.chunks if start_ts < c.hi <= end_ts]
+
+    def ddl_between(self, start_ts: int, end_ts: int) -> list[DDLEvent]:
+        """The DDL events with commit ts in ``(start_ts, end_ts]``, in commit order."""
+        with self._lock:
+            return [d for d in self._ddl if start_ts < d.commit_ts <= end_ts]
+
+    # -- progress -------------------------------------------------------------------
+
+    @property
+    def checkpoint_ts(self) -> int:
+        """The last checkpoint recorded by :meth:`checkpoint` (or the start ts)."""
+        with self._lock:
+            return self._manifest.checkpoint_ts
+
+    def checkpoint(self, ts: int) -> None:
+        """Every sink flushed everything at or below ``ts`` (recorded, not yet released:
+        a batch may still be replayed until the next one starts)."""
+        with self._lock:
+            if ts > self._manifest.checkpoint_ts:
+                self._manifest.checkpoint_ts = ts
+                self._save()
+
+    def release(self, ts: int) -> None:
+        """Delete chunks and DDL at or below ``ts``: no batch will read them again."""
+        with self._lock:
+            if ts <= self._manifest.released_ts:
+                return
+            self._manifest.released_ts = ts
+            self._remove_stale_chunks()
+            self._ddl = [d for d in self._ddl if d.commit_ts > ts]
+            self._manifest.ddl_ts = sorted({d.commit_ts for d in self._ddl})
+            self._save_ddl()
+            self._save()
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            run_bytes = sum(run.size for b in self._buffers.values() for run in b.runs)
+            chunk_bytes = sum(c.size for c in self._manifest.chunks)
+            return StoreStats(
+                memory_bytes=self._memory,
+                disk_bytes=run_bytes + chunk_bytes,
+                spilled_runs=sum(len(b.runs) for b in self._buffers.values()),
+                chunks=len(self._manifest.chunks),
+                published_ts=self._manifest.published_ts,
+                dropped_duplicates=self._dropped,
+            )
+
+    def close(self) -> None:
+        """Delete spill runs; published chunks and the manifest stay for a restart."""
+        with self._lock:
+            for buf in self._buffers.values():
+                for run in buf.runs:
+                    run.delete()
+                buf.runs.clear()
+                self._drop_memory(buf, [])
+            self._buffers.clear()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _spill(self) -> None:
+        """Spill the largest span buffers until memory is below the quota or the disk quota stops it."""
+        while self._memory >= self.memory_quota:
+            buf = max(self._buffers.values(), key=lambda b: b.memory, default=None)
+            if buf is None or not buf.records:
+                return
+            if self.disk_quota and self._disk_bytes() + buf.memory > self.disk_quota:
+                log.warning(
+                    "changefeed %s: event store memory quota full and disk quota reached; pausing feeds",
+                    self.changefeed_id,
+                )
+                return
+            buf.records.sort(key=sort_key)
+            path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
+            size = write_records(path, buf.records, self.batch_rows, fsync=False)
+            buf.runs.append(SpillRun(path, len(buf.records), size, head_ts=buf.records[0][0]))
+            self._drop_memory(buf, [])
+
+    def _drop_memory(self, buf: _SpanBuffer, kept: list[Record]) -> None:
+        kept_memory = sum(record_size(r) for r in kept)
+        self._memory -= buf.memory - kept_memory
+        buf.records = kept
+        buf.memory = kept_memory
+
+    def _disk_bytes(self) -> int:
+        return sum(run.size for b in self._buffers.values() for run in b.runs) + sum(
+            c.size for c in self._manifest.chunks
+        )
+
+    def _span_id(self, span: Span) -> int:
+        known = self._span_ids.get(span)
+        if known is not None:
+            return known
+        span_id = len(self._manifest.spans)
+        self._manifest.spans.append(SpanEntry(span_id, span.table_id, span.start.hex(), span.end.hex()))
+        self._span_ids[span] = span_id
+        self._span_by_id[span_id] = span
+        return span_id
+
+    def _mark_replicating(self, span_id: int, replicating: bool) -> None:
+        spans = self._manifest.spans
+        entry = spans[span_id]
+        spans[span_id] = SpanEntry(entry.span_id, entry.table_id, entry.start, entry.end, replicating)
+        self._save()
+
+    def _remove_stale_chunks(self) -> None:
+        released = self._manifest.released_ts
+        keep = []
+        for chunk in self._manifest.chunks:
+            if chunk.hi <= released:
+                (self.directory / chunk.file).unlink(missing_ok=True)
+            else:
+                keep.append(chunk)
+        self._manifest.chunks = keep
+
+    def _load_ddl(self) -> list[DDLEvent]:
+        path = self.directory / _DDL_FILE
+        if not path.exists():
+            return []
+        with path.open("rb") as fh:
+            loaded: list[DDLEvent] = pickle.load(fh)
+        return loaded
+
+    def _save_ddl(self) -> None:
+        path = self.directory / _DDL_FILE
+        tmp = path.with_name(_DDL_FILE + ".tmp")
+        tmp.write_bytes(pickle.dumps(self._ddl, protocol=5))
+        tmp.replace(path)
+
+    def _save(self) -> None:
+        write_manifest(self.directory, self._manifest, fsync=self._fsync)
+
+
+class _Counter(Iterator[Record]):
+    """Counts the records an iterator yields."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self.count = 0
+
+    def __next__(self) -> Record:
+        record = next(self._inner)
+        self.count += 1
+        return record

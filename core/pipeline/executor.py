@@ -1,0 +1,333 @@
+"""The data plane's :class:`~cdcflow.core.executor.SpanExecutor`: source feeds into
+the event store, the event store into the changefeed's Spark query.
+
+One :class:`PipelineSpanExecutor` per changefeed per capture. The maintainer
+(through the scheduler) adds and removes spans; each loaded span has a feed
+task on the capture's event loop that puts the source's events into the event
+store. A *prepared* span (two-phase scheduling, seed 002) is fed and buffered
+but not published, so it catches up without writing downstream; adding it
+again with ``prepare=False`` makes it part of the span frontier, and the
+Spark query delivers its events from the next micro-batch on.
+
+Files live under ``<data-dir>/changefeeds/<changefeed-id>/``: ``store/`` (the
+event store) and ``spark-checkpoint/`` (the query's checkpoint). Both survive
+a restart; removing a changefeed must delete the directory
+(:func:`discard_changefeed_data`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from cdcflow.core.config.loader import Connector
+from cdcflow.core.config.model import ColumnSelectorSettings, ServerSettings, SparkSettings
+from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
+from cdcflow.core.executor import SpanExecutor, SpanState, SpanStatus
+from cdcflow.core.filter import TableFilter
+from cdcflow.core.logservice.manifest import read_manifest
+from cdcflow.core.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
+from cdcflow.core.pipeline.columns import ColumnSelection
+from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS
+from cdcflow.core.pipeline.runtime import DEFAULT_COLLECT_ROWS, ChangefeedPipeline
+from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.sink import Sink, SinkContext
+from cdcflow.core.source import Source
+
+__all__ = ["PipelineSpanExecutor", "changefeed_dir", "create_span_executor", "discard_changefeed_data"]
+
+log = logging.getLogger(__name__)
+
+#: How often a paused feed checks whether the event store has room again.
+_BACKPRESSURE_POLL = 0.05
+
+
+def changefeed_dir(data_dir: str | Path, changefeed_id: str) -> Path:
+    """Where a changefeed's event store and Spark checkpoint live."""
+    return Path(data_dir) / "changefeeds" / changefeed_id
+
+
+def discard_changefeed_data(data_dir: str | Path, changefeed_id: str) -> None:
+    """Delete a removed changefeed's event store and Spark checkpoint."""
+    shutil.rmtree(changefeed_dir(data_dir, changefeed_id), ignore_errors=True)
+
+
+@dataclass
+class _LoadedSpan:
+    span: Span
+    state: SpanState
+    #: The checkpoint the span was (last) added with.
+    checkpoint_ts: int
+    #: The store's published ts when the span joined the frontier: the pipeline's
+    #: checkpoint covers the span only once it passes this.
+    joined_ts: int = 0
+    feed: asyncio.Task[None] | None = None
+
+
+class PipelineSpanExecutor(SpanExecutor):
+    """Runs one changefeed's spans on this capture (see the module docs)."""
+
+    def __init__(
+        self,
+        changefeed_id: str,
+        source: Source[Any],
+        sinks: Sequence[Sink[Any]],
+        *,
+        data_dir: str | Path,
+        start_ts: int,
+        memory_quota: int = 1024**3,
+        disk_quota: int = 0,
+        spark_settings: SparkSettings | None = None,
+        spark: Any = None,
+        plugins: PluginManager | None = None,
+        table_filter: TableFilter | None = None,
+        column_selectors: Sequence[ColumnSelectorSettings] = (),
+        trigger_interval: float | None = None,
+        part_rows: int = DEFAULT_PART_ROWS,
+        collect_rows: int = DEFAULT_COLLECT_ROWS,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        on_checkpoint: Callable[[int], None] | None = None,
+    ) -> None:
+        self.changefeed_id = changefeed_id
+        self.source = source
+        self.sinks = list(sinks)
+        self.plugins = plugins
+        self.spark_settings = spark_settings or SparkSettings()
+        self._spark = spark
+        self._on_checkpoint = on_checkpoint
+        self.directory = changefeed_dir(data_dir, changefeed_id)
+        store_dir = self.directory / "store"
+        if read_manifest(store_dir) is None:
+            # A Spark checkpoint without its event store would point at chunks that are gone.
+            shutil.rmtree(self.directory / "spark-checkpoint", ignore_errors=True)
+        self.store = EventStore(
+            store_dir,
+            changefeed_id,
+            start_ts=start_ts,
+            memory_quota=memory_quota,
+            disk_quota=disk_quota,
+            chunk_rows=chunk_rows,
+        )
+        self.table_filter = table_filter or TableFilter(["*.*"])
+        self.column_selection = ColumnSelection(column_selectors)
+        self.trigger_interval = (
+            trigger_interval if trigger_interval is not None else self.spark_settings.trigger_interval
+        )
+        self.part_rows = part_rows
+        self.collect_rows = collect_rows
+        self.pipeline: ChangefeedPipeline | None = None
+        #: Whether a feed is paused because the event store is full (backpressure).
+        self.paused = False
+        self.feed_errors: dict[Span, BaseException] = {}
+        self._spans: dict[Span, _LoadedSpan] = {}
+        self._removed: dict[Span, int] = {}
+        self._source_open = False
+        self._pipeline_lock = asyncio.Lock()
+
+    # -- SpanExecutor ----------------------------------------------------------------
+
+    async def add_span(self, span: Span, checkpoint_ts: int, *, prepare: bool) -> bool:
+        loaded = self._spans.get(span)
+        if loaded is not None and loaded.state is SpanState.STOPPING:
+            return False
+        if loaded is None:
+            await self._open_source()
+            self._removed.pop(span, None)
+            state = SpanState.PREPARING if prepare else SpanState.REPLICATING
+            loaded = _LoadedSpan(span, state, checkpoint_ts)
+            feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
+            loaded.joined_ts = self.store.published_ts
+            loaded.feed = asyncio.create_task(self._feed(span, feed_from), name=f"feed {span}")
+            self._spans[span] = loaded
+        elif not prepare and loaded.state is not SpanState.REPLICATING:
+            self.store.add_span(span, checkpoint_ts, replicating=True)
+            loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
+            loaded.joined_ts = self.store.published_ts
+            loaded.state = SpanState.REPLICATING
+        if not prepare:
+            await self._ensure_pipeline()
+            return True
+        return self._refresh_prepared(loaded) is SpanState.PREPARED
+
+    async def remove_span(self, span: Span) -> int | None:
+        loaded = self._spans.pop(span, None)
+        if loaded is None:
+            return self._removed.get(span)
+        final = self.status_of(loaded).checkpoint_ts
+        if loaded.feed is not None:
+            loaded.feed.cancel()
+            await asyncio.gather(loaded.feed, return_exceptions=True)
+        self.store.remove_span(span)
+        self._removed[span] = final
+        return final
+
+    def status(self, span: Span) -> SpanStatus:
+        loaded = self._spans.get(span)
+        if loaded is None:
+            final = self._removed.get(span)
+            if final is not None:
+                return SpanStatus(span, SpanState.STOPPED, final, final)
+            return SpanStatus(span, SpanState.ABSENT, 0, 0)
+        return self.status_of(loaded)
+
+    def status_of(self, loaded: _LoadedSpan) -> SpanStatus:
+        checkpoint = loaded.checkpoint_ts
+        if loaded.state is SpanState.REPLICATING:
+            flushed = self.store.checkpoint_ts
+            if flushed > loaded.joined_ts:
+                checkpoint = max(checkpoint, flushed)
+        else:
+            self._refresh_prepared(loaded)
+        resolved = max(checkpoint, self.store.resolved_ts(loaded.span))
+        return SpanStatus(loaded.span, loaded.state, checkpoint, resolved)
+
+    def spans(self) -> list[Span]:
+        return list(self._spans)
+
+    async def set_barrier(self, ts: int) -> None:
+        self.store.set_barrier(ts)
+
+    async def close(self) -> None:
+        pipeline, self.pipeline = self.pipeline, None
+        if pipeline is not None:
+            await asyncio.to_thread(pipeline.stop)
+        for loaded in list(self._spans.values()):
+            if loaded.feed is not None:
+                loaded.feed.cancel()
+        await asyncio.gather(*(s.feed for s in self._spans.values() if s.feed is not None), return_exceptions=True)
+        self._spans.clear()
+        self.store.close()
+        if pipeline is not None:
+            for sink in self.sinks:
+                sink.close()
+        if self._source_open:
+            await self.source.close()
+            self._source_open = False
+
+    # -- progress and health -----------------------------------------------------------
+
+    @property
+    def checkpoint_ts(self) -> int:
+        """Everything at or below this ts is flushed by every sink (for the spans published so far)."""
+        return self.store.checkpoint_ts
+
+    def error(self) -> BaseException | None:
+        """Why replication is stuck: the query's failure, a feed's error, or the sink
+        error being retried (a CdcflowError whose ``retryable`` says so); None when healthy."""
+        if self.pipeline is not None:
+            failure = self.pipeline.failure()
+            if failure is not None:
+                return failure
+            if self.pipeline.last_error is not None:
+                return self.pipeline.last_error
+        return next(iter(self.feed_errors.values()), None)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _refresh_prepared(self, loaded: _LoadedSpan) -> SpanState:
+        # Prepared = caught up: the feed has resolved past the span's checkpoint.
+        if loaded.state is SpanState.PREPARING and self.store.resolved_ts(loaded.span) > loaded.checkpoint_ts:
+            loaded.state = SpanState.PREPARED
+        return loaded.state
+
+    async def _open_source(self) -> None:
+        if not self._source_open:
+            await self.source.open()
+            self._source_open = True
+
+    async def _ensure_pipeline(self) -> None:
+        async with self._pipeline_lock:
+            if self.pipeline is not None:
+                return
+            loop = asyncio.get_running_loop()
+            self.pipeline = await asyncio.to_thread(self._start_pipeline, loop)
+
+    def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
+        if self._spark is None:
+            from cdcflow.core.pipeline.session import spark_session
+
+            self._spark = spark_session(self.spark_settings, self.plugins)
+        context = SinkContext(self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins)
+        for sink in self.sinks:
+            sink.open(context)
+        pipeline = ChangefeedPipeline(
+            changefeed_id=self.changefeed_id,
+            store=self.store,
+            sinks=self.sinks,
+            spark=self._spark,
+            checkpoint_dir=self.directory / "spark-checkpoint",
+            table_filter=self.table_filter,
+            column_selection=self.column_selection,
+            plugins=self.plugins,
+            mounter=self.source.mounter(),
+            loop=loop,
+            trigger_interval=self.trigger_interval,
+            part_rows=self.part_rows,
+            collect_rows=self.collect_rows,
+            on_checkpoint=self._on_checkpoint,
+        )
+        pipeline.start()
+        return pipeline
+
+    async def _feed(self, span: Span, start_ts: int) -> None:
+        store = self.store
+        try:
+            async for event in self.source.feed(span, start_ts):
+                if isinstance(event, ResolvedEvent):
+                    if event.span == span:
+                        store.resolve(span, event.ts)
+                elif isinstance(event, DDLEvent):
+                    store.put_ddl(event)
+                elif isinstance(event, RawKVEvent | RowChange):
+                    if not store.has_room():
+                        await self._wait_for_room()
+                    store.put(span, event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("changefeed %s: the feed of %s failed", self.changefeed_id, span)
+            self.feed_errors[span] = exc
+
+    async def _wait_for_room(self) -> None:
+        """Backpressure: pause this feed until the event store can take events again."""
+        self.paused = True
+        try:
+            while not self.store.has_room():
+                await asyncio.sleep(_BACKPRESSURE_POLL)
+        finally:
+            self.paused = False
+
+
+def create_span_executor(
+    connector: Connector,
+    server: ServerSettings,
+    *,
+    start_ts: int,
+    plugins: PluginManager | None = None,
+    spark: Any = None,
+    on_checkpoint: Callable[[int], None] | None = None,
+) -> PipelineSpanExecutor:
+    """The span executor of ``connector`` on this capture, resuming from ``start_ts``
+    (the changefeed's checkpoint). Instantiates the connector's source and sinks;
+    the executor opens and closes them."""
+    settings = connector.settings
+    return PipelineSpanExecutor(
+        connector.name,
+        cast("Source[Any]", connector.source.instantiate()),
+        [cast("Sink[Any]", choice.instantiate()) for choice in connector.sinks],
+        data_dir=server.data_dir,
+        start_ts=start_ts,
+        memory_quota=settings.memory_quota,
+        disk_quota=settings.spill_disk_quota,
+        spark_settings=server.spark,
+        spark=spark,
+        plugins=plugins,
+        table_filter=settings.filter.table_filter(),
+        column_selectors=settings.filter.column_selectors,
+        on_checkpoint=on_checkpoint,
+    )

@@ -1,0 +1,373 @@
+"""The ``mysql`` sink: ``mysql://user:pass@host:port/?worker-count=16``.
+
+How a batch is applied:
+
+1. A batch whose end ts is at or below the checkpoint table's flushed ts was
+   applied before: it is skipped (replay recognised).
+2. The batch is recorded as *applying* in the checkpoint table.
+3. Its rows are split into units — one upstream transaction on one table —
+   and units that share a primary/unique key value (old or new image) are
+   chained into lanes; lanes run in parallel on up to ``worker-count``
+   connections (no more than one per ``max-txn-row`` rows of the batch),
+   each lane in upstream order (see :mod:`.causality`). A worker packs
+   consecutive units into downstream transactions of up to ``max-txn-row``
+   rows, never splitting a unit.
+4. DDL runs after every row, on one connection (the barrier).
+5. The batch is recorded as *flushed*; then ``write_batch`` returns.
+
+Rows committed at or below the restart point (the runtime's restart ts, or
+the highest batch end ts begun before a crash) are applied as upserts
+(REPLACE; an update that moves the key also deletes the old key), later rows
+as plain INSERT/UPDATE/DELETE; ``safe-mode=true`` upserts every row.
+
+Not guaranteed: if one transaction of a batch fails, transactions of the same
+batch that other workers already committed stay committed; the batch stays
+*applying*, so the restart rewrites it idempotently and the downstream
+converges. A table without a primary key or NOT NULL unique key is matched on
+every column (``LIMIT 1``) and applied serially; its progress is recorded in
+the same transactions as its rows, so replaying it skips what was applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from cdcflow.core.errors import CdcflowError
+from cdcflow.core.events import DDLEvent, MicroBatch, RowChange, TableName
+from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
+from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.sink import Sink, SinkContext
+from cdcflow.plugins.sinks.mysql.catalog import load_table_meta
+from cdcflow.plugins.sinks.mysql.causality import Unit, assign_lanes, group_for_transactions, lanes_of, split_units
+from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointState, CheckpointTable
+from cdcflow.plugins.sinks.mysql.config import SCHEMES, MySQLSinkConfig, describe_issues
+from cdcflow.plugins.sinks.mysql.dml import Statement, TableMeta, plan_statements, quote
+from cdcflow.plugins.sinks.mysql.downstream import Downstream, error_code, is_transient
+from cdcflow.plugins.sinks.mysql.errors import ConstraintViolationError, DownstreamRejectedError
+
+__all__ = ["MySQLSink", "cdcflow_register_sinks"]
+
+
+@dataclass(slots=True)
+class _Segment:
+    """Rows of one table inside a downstream transaction, and which are upserts."""
+
+    meta: TableMeta
+    rows: list[RowChange]
+    safe: list[bool]
+
+
+log = logging.getLogger(__name__)
+
+#: DDL errors meaning "already applied": ignored for DDL inside the replay window.
+ALREADY_APPLIED = frozenset(
+    {
+        1007,  # database exists
+        1008,  # database does not exist (drop)
+        1050,  # table exists
+        1051,  # unknown table (drop)
+        1060,  # duplicate column name
+        1061,  # duplicate key name
+        1068,  # multiple primary key defined
+        1091,  # cannot drop: does not exist
+        1146,  # table does not exist (drop/alter/truncate of a dropped table)
+        1054,  # unknown column (drop/rename of an already changed column)
+    }
+)
+
+
+class MySQLSink(Sink[MySQLSinkConfig]):
+    """Applies row changes and DDL to MySQL, MariaDB or TiDB, idempotently and in parallel."""
+
+    type_name = "mysql"
+    Config = MySQLSinkConfig
+    uri_schemes = SCHEMES
+
+    def __init__(self, config: MySQLSinkConfig) -> None:
+        super().__init__(config)
+        self._downstream: Downstream | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._checkpoint: CheckpointTable | None = None
+        self._state = CheckpointState()
+        self._safe_until = 0
+        self._metas: dict[TableName, TableMeta] = {}
+
+    @classmethod
+    def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:
+        assert isinstance(config, MySQLSinkConfig)
+        return describe_issues(config)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def open(self, context: SinkContext) -> None:
+        issues = describe_issues(self.config)
+        if issues:
+            raise DownstreamRejectedError(f"MySQL sink: bad option {issues[0][0]}: {issues[0][1]}")
+        self._downstream = Downstream(self.config, self.config.worker_count)
+        self._checkpoint = CheckpointTable(self.config.checkpoint_schema, context.changefeed_id)
+        checkpoint = self._checkpoint
+
+        def recover(conn: pymysql.connections.Connection[Any], _retried: bool) -> CheckpointState:
+            checkpoint.ensure(conn)
+            return checkpoint.read(conn)
+
+        self._state = self._downstream.run(0, "reading the checkpoint table", recover)
+        for worker in range(1, self.config.worker_count):  # fail fast, and keep set-up out of the first batch
+            self._downstream.run(worker, "connecting", lambda _c, _r: None)
+        # Rows up to the restart point, or up to a batch begun before a crash, may be downstream already.
+        self._safe_until = max(context.restart_ts, self._state.applying_ts)
+        if self.config.worker_count > 1:
+            self._pool = ThreadPoolExecutor(self.config.worker_count, thread_name_prefix="mysql-sink")
+        log.info(
+            "MySQL sink %r opened: flushed batch %d (ts %d), upserts up to ts %d",
+            self._downstream.target,
+            self._state.flushed_batch_id,
+            self._state.flushed_ts,
+            self._safe_until,
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._downstream is not None:
+            self._downstream.close()
+            self._downstream = None
+
+    # -- batches -----------------------------------------------------------
+
+    def write_batch(self, batch: MicroBatch) -> None:
+        downstream, checkpoint = self._require_open()
+        downstream.abort.clear()  # a new attempt: an earlier batch's failure must not cut retries short
+        if 0 < batch.end_ts <= self._state.flushed_ts:
+            log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
+            return
+        if batch.rows or batch.ddl:
+            downstream.run(
+                0, "recording the batch start", lambda c, _r: checkpoint.mark_applying(c, batch.batch_id, batch.end_ts)
+            )
+        if batch.rows:
+            self._apply_rows(batch.rows)
+        for ddl in batch.ddl:
+            self._apply_ddl(ddl)
+        downstream.run(
+            0, "recording the flushed batch", lambda c, _r: checkpoint.mark_flushed(c, batch.batch_id, batch.end_ts)
+        )
+        self._state = CheckpointState(batch.batch_id, batch.end_ts)
+
+    def _require_open(self) -> tuple[Downstream, CheckpointTable]:
+        if self._downstream is None or self._checkpoint is None:
+            raise RuntimeError("MySQLSink.write_batch called before open()")
+        return self._downstream, self._checkpoint
+
+    def _apply_rows(self, rows: Sequence[RowChange]) -> None:
+        self._require_open()
+        units = split_units(rows)
+        for table in {u.table for u in units}:
+            self._meta(table)
+        # A worker only pays off with at least a full downstream transaction to do: small
+        # batches run on fewer workers (thread hand-offs and commits cost more than they save).
+        useful = max(1, min(self.config.worker_count, len(rows) // self.config.max_txn_row))
+        workers = assign_lanes(lanes_of(units, self._metas.__getitem__), useful)
+        jobs = [(w, mine) for w, mine in enumerate(workers) if mine]
+        if len(jobs) == 1 or self._pool is None:
+            for worker, mine in jobs:
+                self._apply_units(worker, mine)
+            return
+        futures = [self._pool.submit(self._apply_units, worker, mine) for worker, mine in jobs]
+        errors: list[BaseException] = []
+        for future in futures:
+            exc = future.exception()
+            if exc is not None:
+                errors.append(exc)
+        if errors:
+            # A constraint error is more telling than "aborted because another worker failed".
+            errors.sort(key=lambda e: not isinstance(e, CdcflowError))
+            raise errors[0]
+
+    def _apply_units(self, worker: int, units: list[Unit]) -> None:
+        downstream, _ = self._require_open()
+        try:
+            for group in group_for_transactions(units, self.config.max_txn_row):
+                if downstream.abort.is_set():
+                    return
+                segments = self._segments(group)
+                rows = sum(len(seg.rows) for seg in segments)
+                downstream.run(worker, f"applying {rows} rows", self._transaction(segments))
+        except BaseException:
+            downstream.abort.set()
+            raise
+
+    def _segments(self, group: list[Unit]) -> list[_Segment]:
+        """The units of one downstream transaction as runs of one table each."""
+        segments: list[_Segment] = []
+        for unit in group:
+            meta = self._metas[unit.table]
+            safe = [self.config.safe_mode or row.commit_ts <= self._safe_until for row in unit.rows]
+            if segments and segments[-1].meta is meta:
+                segments[-1].rows.extend(unit.rows)
+                segments[-1].safe.extend(safe)
+            else:
+                segments.append(_Segment(meta, list(unit.rows), safe))
+        return segments
+
+    def _transaction(self, segments: list[_Segment]) -> Callable[[pymysql.connections.Connection[Any], bool], None]:
+        """The work of one downstream transaction; a retried one upserts every row."""
+
+        def work(conn: pymysql.connections.Connection[Any], retried: bool) -> None:
+            todo = [_Segment(seg.meta, seg.rows, [True] * len(seg.rows)) for seg in segments] if retried else segments
+            self._apply_transaction(conn, todo)
+
+        return work
+
+    def _apply_transaction(self, conn: pymysql.connections.Connection[Any], segments: list[_Segment]) -> None:
+        """One downstream transaction (begun implicitly: autocommit is off); on a refused
+        statement, roll back and say which row."""
+        downstream, checkpoint = self._require_open()
+        todo: list[_Segment] = []
+        try:
+            for seg in segments:
+                rows, safe = seg.rows, seg.safe
+                if not seg.meta.unique_keys:
+                    rows, safe = _unapplied(checkpoint, conn, seg.meta, rows, safe)
+                if rows:
+                    todo.append(_Segment(seg.meta, rows, safe))
+            for seg in todo:
+                _execute(conn, plan_statements(seg.meta, seg.rows, seg.safe, downstream.zone))
+            last_of_keyless = {_progress_name(seg.meta): seg.rows[-1] for seg in todo if not seg.meta.unique_keys}
+            for name, last in last_of_keyless.items():
+                checkpoint.record_table_progress(conn, name, last.commit_ts, last.start_ts)
+            conn.commit()
+        except pymysql.err.MySQLError as exc:
+            _rollback_quietly(conn)
+            if is_transient(exc):
+                raise
+            raise self._rejected(conn, todo, exc) from exc
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+
+    def _rejected(
+        self, conn: pymysql.connections.Connection[Any], segments: list[_Segment], exc: pymysql.err.MySQLError
+    ) -> CdcflowError:
+        """The precise error: find the first row the server refuses, then roll back."""
+        downstream, _ = self._require_open()
+        culprit: tuple[TableMeta, RowChange] | None = None
+        try:
+            for seg in segments:
+                for row, upsert in zip(seg.rows, seg.safe, strict=True):
+                    try:
+                        _execute(conn, plan_statements(seg.meta, [row], [upsert], downstream.zone))
+                    except pymysql.err.MySQLError:
+                        culprit = (seg.meta, row)
+                        break
+                if culprit is not None:
+                    break
+        finally:
+            _rollback_quietly(conn)
+        meta, row = culprit or (segments[0].meta, segments[0].rows[0])
+        key_cols = meta.handle or tuple(row.image())
+        key = {c: row.image().get(c) for c in key_cols}
+        detail = {
+            "table": f"{meta.schema}.{meta.table}",
+            "key": {c: repr(v) for c, v in key.items()},
+            "commit_ts": row.commit_ts,
+            "start_ts": row.start_ts,
+            "op": row.op.value,
+            "error_code": error_code(exc),
+        }
+        where = f"{meta.qualified} key {key} ({row.op.value} committed at ts {row.commit_ts})"
+        if isinstance(exc, pymysql.err.IntegrityError):
+            return ConstraintViolationError(
+                f"MySQL sink: constraint violated at {where}: {exc.args[-1]}; the transaction was rolled back. "
+                "The changefeed restarts and replays the batch with upserts; if it recurs, the downstream was "
+                "changed by someone else or differs from the upstream (set safe-mode=true to overwrite).",
+                detail=detail,
+            )
+        return DownstreamRejectedError(
+            f"MySQL sink: the downstream refused {where}: {exc.args[-1]}; the transaction was rolled back.",
+            detail=detail,
+        )
+
+    # -- tables and DDL ----------------------------------------------------
+
+    def _meta(self, table: TableName) -> TableMeta:
+        meta = self._metas.get(table)
+        if meta is None:
+            downstream, _ = self._require_open()
+            meta = downstream.run(
+                0, f"reading the keys of {table}", lambda c, _r: load_table_meta(c, table.schema, table.table)
+            )
+            self._metas[table] = meta
+        return meta
+
+    def _apply_ddl(self, ddl: DDLEvent) -> None:
+        downstream, _ = self._require_open()
+        replay = self.config.safe_mode or ddl.commit_ts <= self._safe_until
+
+        def run(conn: pymysql.connections.Connection[Any], retried: bool) -> None:
+            with conn.cursor() as cur:
+                if ddl.table is not None and ddl.table.schema:
+                    cur.execute(f"CREATE DATABASE IF NOT EXISTS {quote(ddl.table.schema)}")
+                    cur.execute(f"USE {quote(ddl.table.schema)}")
+                try:
+                    cur.execute(ddl.query)
+                except pymysql.err.MySQLError as exc:
+                    if is_transient(exc):
+                        raise
+                    if not ((replay or retried) and error_code(exc) in ALREADY_APPLIED):
+                        raise DownstreamRejectedError(
+                            f"MySQL sink: DDL at ts {ddl.commit_ts} refused by the downstream: {exc.args[-1]}",
+                            detail={"query": ddl.query, "commit_ts": ddl.commit_ts, "error_code": error_code(exc)},
+                        ) from exc
+                    log.info("MySQL sink: DDL at ts %d already applied (%s); skipped", ddl.commit_ts, exc)
+            conn.commit()
+
+        downstream.run(0, f"applying DDL at ts {ddl.commit_ts}", run)
+        self._metas.clear()
+
+
+def _progress_name(meta: TableMeta) -> str:
+    return f"{meta.schema}.{meta.table}"
+
+
+def _unapplied(
+    checkpoint: CheckpointTable,
+    conn: pymysql.connections.Connection[Any],
+    meta: TableMeta,
+    rows: list[RowChange],
+    safe: list[bool],
+) -> tuple[list[RowChange], list[bool]]:
+    """Rows of a key-less table not yet applied: only replayed rows need the lookup."""
+    if not any(safe):
+        return rows, safe
+    done = checkpoint.table_progress(conn, _progress_name(meta))
+    keep = [i for i, row in enumerate(rows) if (row.commit_ts, row.start_ts) > done]
+    return [rows[i] for i in keep], [safe[i] for i in keep]
+
+
+def _execute(conn: pymysql.connections.Connection[Any], statements: list[Statement]) -> None:
+    with conn.cursor() as cur:
+        for statement in statements:
+            if statement.many is not None:
+                cur.executemany(statement.sql, statement.many)
+            else:
+                cur.execute(statement.sql, statement.args)
+
+
+def _rollback_quietly(conn: pymysql.connections.Connection[Any]) -> None:
+    # The connection may be broken; the retry opens a new one.
+    with contextlib.suppress(Exception):
+        conn.rollback()
+
+
+@hookimpl
+def cdcflow_register_sinks(registry: Registrar[Sink[Any]]) -> None:
+    registry.add(MySQLSink)

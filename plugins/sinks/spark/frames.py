@@ -1,0 +1,143 @@
+"""Row changes as Spark rows: column types, changelog records and change records.
+
+Column types come from the upstream schema when a row carries one, else
+from the Python values of the batch (the first non-NULL value of a column
+decides; a column that is NULL throughout is a string). A later batch may
+widen a table with new columns; the snapshot job then aligns by name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cdcflow.core.events import ColumnInfo, OpType, RowChange, tso_physical_ms
+
+__all__ = [
+    "CHANGE_META",
+    "change_records",
+    "changelog_records",
+    "delta_records",
+    "image_columns",
+    "spark_type_of",
+]
+
+#: Columns the sink adds to a change record (the snapshot job's input).
+CHANGE_META = ("_deleted", "_commit_ts", "_seq")
+
+# MySQL type bytes (Open Protocol) → Spark SQL type names.
+_BY_TYPE_CODE = {
+    1: "int", 2: "int", 3: "bigint", 8: "bigint", 9: "int", 13: "int", 16: "binary",
+    4: "float", 5: "double", 0: "decimal(38,10)", 246: "decimal(38,10)",
+    10: "date", 7: "timestamp", 12: "timestamp_ntz", 11: "string",
+    15: "string", 253: "string", 254: "string", 245: "string", 247: "string", 248: "string",
+    249: "binary", 250: "binary", 251: "binary", 252: "binary",
+}  # fmt: skip
+
+
+def spark_type_of(value: Any) -> str:
+    """A Spark SQL type name for a Python value of a row image."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, decimal.Decimal):
+        exponent = value.as_tuple().exponent
+        scale = min(max(-exponent, 0), 18) if isinstance(exponent, int) else 10
+        return f"decimal(38,{max(scale, 10)})"
+    if isinstance(value, bytes | bytearray):
+        return "binary"
+    if isinstance(value, dt.datetime):
+        return "timestamp" if value.tzinfo is not None else "timestamp_ntz"
+    if isinstance(value, dt.date):
+        return "date"
+    return "string"
+
+
+def _from_schema(column: ColumnInfo) -> str | None:
+    name = _BY_TYPE_CODE.get(column.type_code)
+    if name in ("int", "bigint") and column.flags & ColumnInfo.UNSIGNED:
+        return "decimal(20,0)" if name == "bigint" else "bigint"
+    return name
+
+
+def image_columns(rows: Sequence[RowChange]) -> dict[str, str]:
+    """Column name → Spark type over every image of ``rows``, in first-seen order."""
+    types: dict[str, str | None] = {}
+    for row in rows:
+        known = {c.name: _from_schema(c) for c in row.schema.columns} if row.schema else {}
+        for image in (row.before, row.after):
+            for name, value in (image or {}).items():
+                if types.get(name) is None:
+                    types[name] = known.get(name) or (spark_type_of(value) if value is not None else None)
+    return {name: kind or "string" for name, kind in types.items()}
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, dt.timedelta):
+        return str(value)  # TIME values: Parquet has no interval type Spark reads back everywhere
+    if isinstance(value, decimal.Decimal | bytearray):
+        return bytes(value) if isinstance(value, bytearray) else value
+    return value
+
+
+def _image(image: Mapping[str, Any] | None, columns: Sequence[str]) -> tuple[Any, ...] | None:
+    if image is None:
+        return None
+    return tuple(_cell(image.get(c)) for c in columns)
+
+
+def _flat(image: Mapping[str, Any] | None, columns: Sequence[str]) -> tuple[Any, ...]:
+    return tuple(_cell((image or {}).get(c)) for c in columns)
+
+
+def changelog_records(rows: Sequence[RowChange], columns: Sequence[str], batch_id: int) -> list[tuple[Any, ...]]:
+    """(op, commit_ts, start_ts, seq, before, after, commit_date, batch_id) per change."""
+    records = []
+    for seq, row in enumerate(rows):
+        day = dt.datetime.fromtimestamp(tso_physical_ms(row.commit_ts) / 1000, dt.UTC).date()
+        records.append(
+            (
+                row.op.value,
+                row.commit_ts,
+                row.start_ts,
+                seq,
+                _image(row.before, columns),
+                _image(row.after, columns),
+                day,
+                batch_id,
+            )
+        )
+    return records
+
+
+def change_records(rows: Sequence[RowChange], columns: Sequence[str], keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Per change: the row (after image, or the key of a deleted row) + (_deleted, _commit_ts, _seq).
+
+    An update that moves the key also deletes the old key, ordered just before it.
+    """
+    records = []
+    for seq, row in enumerate(rows):
+        moved = row.op is OpType.UPDATE and row.before is not None and row.after is not None
+        if moved and any((row.before or {}).get(k) != (row.after or {}).get(k) for k in keys):
+            records.append((*_flat(row.before, columns), True, row.commit_ts, 2 * seq))
+        if row.op is OpType.DELETE:
+            records.append((*_flat(row.before, columns), True, row.commit_ts, 2 * seq + 1))
+        else:
+            records.append((*_flat(row.after, columns), False, row.commit_ts, 2 * seq + 1))
+    return records
+
+
+def delta_records(rows: Sequence[RowChange], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """For a table without a key: each image with +1 (after) or -1 (before)."""
+    records = []
+    for row in rows:
+        if row.before is not None:
+            records.append((*_flat(row.before, columns), -1))
+        if row.after is not None:
+            records.append((*_flat(row.after, columns), 1))
+    return records

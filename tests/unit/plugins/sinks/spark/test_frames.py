@@ -1,0 +1,78 @@
+"""Spark sink: URI options, column types and the records of a batch (no Spark needed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pytest
+
+from cdcflow.core.errors import ConfigInvalidError
+from cdcflow.core.events import ColumnInfo, TableSchema, tso_from_ms
+from cdcflow.core.testing import delete, insert, update
+from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig
+from cdcflow.plugins.sinks.spark.config import describe_issues, path_of
+from cdcflow.plugins.sinks.spark.frames import change_records, changelog_records, delta_records, image_columns
+
+
+def test_uri_names_the_root_directory() -> None:
+    cfg = SparkSinkConfig(**SparkSink.options_from_uri("spark:///lake/cdc?mode=snapshot&keep-versions=2"))
+    assert (path_of(cfg), cfg.mode, cfg.keep_versions) == ("/lake/cdc", "snapshot", 2)
+    assert path_of(SparkSinkConfig(uri="spark://./data/x")) == "./data/x"
+    assert path_of(SparkSinkConfig(uri="spark://")) == ""  # the warehouse directory
+    with pytest.raises(ConfigInvalidError):
+        path_of(SparkSinkConfig(uri="spark://host/dir"))
+    assert dict(describe_issues(SparkSinkConfig(key_columns={"orders": ["id"]}))).keys() == {"key-columns"}
+
+
+def test_types_from_values_and_from_the_upstream_schema() -> None:
+    rows = [
+        insert("s", "t", {"a": 1, "b": None, "c": decimal.Decimal("1.25"), "d": dt.datetime(2026, 1, 1)}, commit_ts=5),
+        insert("s", "t", {"a": 2, "b": "x", "e": True, "f": b"\x00"}, commit_ts=6),
+    ]
+    assert image_columns(rows) == {
+        "a": "bigint",
+        "b": "string",
+        "c": "decimal(38,10)",
+        "d": "timestamp_ntz",
+        "e": "boolean",
+        "f": "binary",
+    }
+    schema = TableSchema(rows[0].table, (ColumnInfo("a", 3, ColumnInfo.UNSIGNED),))
+    typed = insert("s", "t", {"a": 1}, commit_ts=5)
+    typed = type(typed)(typed.table, typed.op, 5, 4, {"a": 1}, None, schema)
+    assert image_columns([typed]) == {"a": "decimal(20,0)"}
+
+
+def test_changelog_records_carry_both_images_and_their_order() -> None:
+    ts = tso_from_ms(1_767_225_600_000)  # 2026-01-01T00:00:00Z
+    rows = [
+        insert("s", "t", {"id": 1, "v": "a"}, commit_ts=ts),
+        update("s", "t", {"id": 1, "v": "a"}, {"id": 1, "v": "b"}, commit_ts=ts + 1),
+        delete("s", "t", {"id": 1, "v": "b"}, commit_ts=ts + 2),
+    ]
+    records = changelog_records(rows, ["id", "v"], batch_id=7)
+    assert [r[0] for r in records] == ["insert", "update", "delete"]
+    assert records[1][4:6] == ((1, "a"), (1, "b"))
+    assert records[0][6] == dt.date(2026, 1, 1) and {r[7] for r in records} == {7}
+    assert [r[3] for r in records] == [0, 1, 2]
+
+
+def test_change_records_split_a_key_move_into_delete_then_upsert() -> None:
+    rows = [update("s", "t", {"id": 1, "v": "a"}, {"id": 2, "v": "a"}, commit_ts=9)]
+    assert change_records(rows, ["id", "v"], ["id"]) == [(1, "a", True, 9, 0), (2, "a", False, 9, 1)]
+    assert delta_records(rows, ["id", "v"]) == [(1, "a", -1), (2, "a", 1)]
+
+
+def test_merge_statement_deletes_updates_and_inserts_by_null_safe_key() -> None:
+    from cdcflow.plugins.sinks.spark.merge import merge_sql
+
+    sql = merge_sql("cdc.`shop__orders`", "v", ["id"], ["id", "na`me"])
+    assert sql == (
+        "MERGE INTO cdc.`shop__orders` AS t USING `v` AS s ON t.`id` <=> s.`id` "
+        "WHEN MATCHED AND s._deleted THEN DELETE "
+        "WHEN MATCHED THEN UPDATE SET t.`id` = s.`id`, t.`na``me` = s.`na``me` "
+        "WHEN NOT MATCHED AND NOT s._deleted THEN INSERT (`id`, `na``me`) VALUES (s.`id`, s.`na``me`)"
+    )
+    issues = dict(describe_issues(SparkSinkConfig(table_format="merge")))
+    assert "table-format" in issues
