@@ -63,6 +63,10 @@ DEFAULT_CHUNK_ROWS = 131_072
 #: Rows per Arrow record batch inside chunk and run files.
 DEFAULT_BATCH_ROWS = 8_192
 
+#: Rows per record batch in spill runs: a merge holds one batch per run in memory,
+#: so this (not the size of a transaction) bounds what publishing a cut costs.
+_RUN_BATCH_ROWS = 1_024
+
 _DDL_FILE = "ddl.pkl"
 _SCHEMAS_FILE = "schemas.pkl"
 
@@ -401,7 +405,8 @@ class EventStore:
                 return
             buf.records.sort(key=sort_key)
             path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
-            size = write_records(path, buf.records, self.batch_rows, fsync=False)
+            # Small record batches: publishing reads one batch of every run at once.
+            size = write_records(path, buf.records, _RUN_BATCH_ROWS, fsync=False)
             buf.runs.append(SpillRun(path, len(buf.records), size, head_ts=buf.records[0][0]))
             self._drop_memory(buf, [])
 
