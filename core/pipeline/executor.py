@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: How often a paused feed checks whether the event store has room again.
 _BACKPRESSURE_POLL = 0.05
+#: Resolved timestamps are applied to the event store at most this often: every
+#: application may cut chunks (files, fsyncs), and the query polls less often anyway.
+DEFAULT_PUBLISH_INTERVAL = 0.1
 
 
 def changefeed_dir(data_dir: str | Path, changefeed_id: str) -> Path:
@@ -91,6 +94,7 @@ class PipelineSpanExecutor(SpanExecutor):
         part_rows: int = DEFAULT_PART_ROWS,
         collect_rows: int = DEFAULT_COLLECT_ROWS,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        publish_interval: float = DEFAULT_PUBLISH_INTERVAL,
         on_checkpoint: Callable[[int], None] | None = None,
     ) -> None:
         self.changefeed_id = changefeed_id
@@ -128,6 +132,9 @@ class PipelineSpanExecutor(SpanExecutor):
         self._removed: dict[Span, int] = {}
         self._source_open = False
         self._pipeline_lock = asyncio.Lock()
+        self.publish_interval = publish_interval
+        self._pending_resolved: dict[Span, int] = {}
+        self._publisher: asyncio.Task[None] | None = None
 
     # -- SpanExecutor ----------------------------------------------------------------
 
@@ -144,6 +151,8 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded.joined_ts = self.store.published_ts
             loaded.feed = asyncio.create_task(self._feed(span, feed_from), name=f"feed {span}")
             self._spans[span] = loaded
+            if self._publisher is None:
+                self._publisher = asyncio.create_task(self._publish_resolved(), name=f"publish {self.changefeed_id}")
         elif not prepare and loaded.state is not SpanState.REPLICATING:
             self.store.add_span(span, checkpoint_ts, replicating=True)
             loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
@@ -162,6 +171,7 @@ class PipelineSpanExecutor(SpanExecutor):
         if loaded.feed is not None:
             loaded.feed.cancel()
             await asyncio.gather(loaded.feed, return_exceptions=True)
+        self._pending_resolved.pop(span, None)
         self.store.remove_span(span)
         self._removed[span] = final
         return final
@@ -196,10 +206,13 @@ class PipelineSpanExecutor(SpanExecutor):
         pipeline, self.pipeline = self.pipeline, None
         if pipeline is not None:
             await asyncio.to_thread(pipeline.stop)
-        for loaded in list(self._spans.values()):
-            if loaded.feed is not None:
-                loaded.feed.cancel()
-        await asyncio.gather(*(s.feed for s in self._spans.values() if s.feed is not None), return_exceptions=True)
+        tasks = [s.feed for s in self._spans.values() if s.feed is not None]
+        if self._publisher is not None:
+            tasks.append(self._publisher)
+            self._publisher = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._spans.clear()
         self.store.close()
         if pipeline is not None:
@@ -280,7 +293,8 @@ class PipelineSpanExecutor(SpanExecutor):
             async for event in self.source.feed(span, start_ts):
                 if isinstance(event, ResolvedEvent):
                     if event.span == span:
-                        store.resolve(span, event.ts)
+                        # Applied by _publish_resolved: many resolved ts coalesce into one cut.
+                        self._pending_resolved[span] = event.ts
                 elif isinstance(event, DDLEvent):
                     store.put_ddl(event)
                 elif isinstance(event, RawKVEvent | RowChange):
@@ -292,6 +306,18 @@ class PipelineSpanExecutor(SpanExecutor):
         except Exception as exc:
             log.exception("changefeed %s: the feed of %s failed", self.changefeed_id, span)
             self.feed_errors[span] = exc
+
+    async def _publish_resolved(self) -> None:
+        """Apply the feeds' latest resolved ts to the event store, every ``publish_interval``.
+
+        Events are put as they arrive, so a resolved ts applied later still
+        follows every event it covers."""
+        while True:
+            await asyncio.sleep(self.publish_interval)
+            pending, self._pending_resolved = self._pending_resolved, {}
+            for span, ts in pending.items():
+                if span in self._spans:
+                    self.store.resolve(span, ts)
 
     async def _wait_for_room(self) -> None:
         """Backpressure: pause this feed until the event store can take events again."""
