@@ -112,6 +112,7 @@ class EventStore:
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         fsync: bool = True,
+        auto_spill: bool = True,
     ) -> None:
         self.directory = Path(directory)
         self.changefeed_id = changefeed_id
@@ -120,6 +121,9 @@ class EventStore:
         self.chunk_rows = chunk_rows
         self.batch_rows = batch_rows
         self._fsync = fsync
+        #: Whether put() spills by itself; callers that keep disk work off their
+        #: event loop turn it off and call spill() from a thread.
+        self.auto_spill = auto_spill
         self._lock = threading.RLock()
         self._chunk_dir = self.directory / "chunks"
         self._spill_dir = self.directory / "spill"
@@ -209,9 +213,9 @@ class EventStore:
             return self._span_by_id[span_id]
 
     def resolved_ts(self, span: Span) -> int:
-        with self._lock:
-            buf = self._buffers.get(span)
-            return buf.resolved_ts if buf is not None else 0
+        """The span's resolved ts (0 when not loaded); no lock."""
+        buf = self._buffers.get(span)
+        return buf.resolved_ts if buf is not None else 0
 
     # -- events -----------------------------------------------------------------
 
@@ -231,7 +235,7 @@ class EventStore:
             buf.records.append(record)
             buf.memory += size
             self._memory += size
-            if self._memory >= self.memory_quota:
+            if self.auto_spill and self._memory >= self.memory_quota:
                 self._spill()
             return True
 
@@ -267,17 +271,30 @@ class EventStore:
 
     def has_room(self) -> bool:
         """Whether feeds may put more events: memory below the quota, spilling if it can."""
+        return self.spill()
+
+    def spill(self) -> bool:
+        """Spill while memory is at the quota; returns whether memory is now below it
+        (False: the disk quota forbids spilling — apply backpressure)."""
         with self._lock:
             if self._memory >= self.memory_quota:
                 self._spill()
             return self._memory < self.memory_quota
 
+    @property
+    def memory_full(self) -> bool:
+        """Memory is at the quota (read without the lock: a hint, for callers'
+        fast paths; :meth:`spill` decides)."""
+        return self._memory >= self.memory_quota
+
     # -- publishing ---------------------------------------------------------------
+
+    # Plain attribute reads below take no lock (atomic under the GIL), so that
+    # status queries never wait behind a cut that writes chunk files.
 
     @property
     def published_ts(self) -> int:
-        with self._lock:
-            return self._manifest.published_ts
+        return self._manifest.published_ts
 
     def _target_ts(self) -> int:
         target = self._frontier.frontier if len(self._frontier) else self._manifest.published_ts
@@ -342,9 +359,8 @@ class EventStore:
 
     @property
     def checkpoint_ts(self) -> int:
-        """The last checkpoint recorded by :meth:`checkpoint` (or the start ts)."""
-        with self._lock:
-            return self._manifest.checkpoint_ts
+        """The last checkpoint recorded by :meth:`checkpoint` (or the start ts); no lock."""
+        return self._manifest.checkpoint_ts
 
     def checkpoint(self, ts: int) -> None:
         """Every sink flushed everything at or below ``ts`` (recorded, not yet released:

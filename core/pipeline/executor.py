@@ -116,6 +116,7 @@ class PipelineSpanExecutor(SpanExecutor):
             memory_quota=memory_quota,
             disk_quota=disk_quota,
             chunk_rows=chunk_rows,
+            auto_spill=False,  # spilled from a thread, off the event loop (see _make_room)
         )
         self.table_filter = table_filter or TableFilter(["*.*"])
         self.column_selection = ColumnSelection(column_selectors)
@@ -135,6 +136,10 @@ class PipelineSpanExecutor(SpanExecutor):
         self.publish_interval = publish_interval
         self._pending_resolved: dict[Span, int] = {}
         self._publisher: asyncio.Task[None] | None = None
+        # Store work that writes files (cuts, spills) runs in a thread while this
+        # lock is held; feeds take it to put events, so the event loop never
+        # waits on the store's own lock behind disk I/O.
+        self._store_io = asyncio.Lock()
 
     # -- SpanExecutor ----------------------------------------------------------------
 
@@ -147,14 +152,16 @@ class PipelineSpanExecutor(SpanExecutor):
             self._removed.pop(span, None)
             state = SpanState.PREPARING if prepare else SpanState.REPLICATING
             loaded = _LoadedSpan(span, state, checkpoint_ts)
-            feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
+            async with self._store_io:
+                feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
             loaded.joined_ts = self.store.published_ts
             loaded.feed = asyncio.create_task(self._feed(span, feed_from), name=f"feed {span}")
             self._spans[span] = loaded
             if self._publisher is None:
                 self._publisher = asyncio.create_task(self._publish_resolved(), name=f"publish {self.changefeed_id}")
         elif not prepare and loaded.state is not SpanState.REPLICATING:
-            self.store.add_span(span, checkpoint_ts, replicating=True)
+            async with self._store_io:
+                self.store.add_span(span, checkpoint_ts, replicating=True)
             loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
             loaded.joined_ts = self.store.published_ts
             loaded.state = SpanState.REPLICATING
@@ -172,7 +179,8 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded.feed.cancel()
             await asyncio.gather(loaded.feed, return_exceptions=True)
         self._pending_resolved.pop(span, None)
-        self.store.remove_span(span)
+        async with self._store_io:
+            await asyncio.to_thread(self.store.remove_span, span)
         self._removed[span] = final
         return final
 
@@ -200,7 +208,8 @@ class PipelineSpanExecutor(SpanExecutor):
         return list(self._spans)
 
     async def set_barrier(self, ts: int) -> None:
-        self.store.set_barrier(ts)
+        async with self._store_io:
+            await asyncio.to_thread(self.store.set_barrier, ts)
 
     async def close(self) -> None:
         pipeline, self.pipeline = self.pipeline, None
@@ -298,9 +307,10 @@ class PipelineSpanExecutor(SpanExecutor):
                 elif isinstance(event, DDLEvent):
                     store.put_ddl(event)
                 elif isinstance(event, RawKVEvent | RowChange):
-                    if not store.has_room():
-                        await self._wait_for_room()
-                    store.put(span, event)
+                    if store.memory_full:
+                        await self._make_room()
+                    async with self._store_io:
+                        store.put(span, event)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -315,15 +325,24 @@ class PipelineSpanExecutor(SpanExecutor):
         while True:
             await asyncio.sleep(self.publish_interval)
             pending, self._pending_resolved = self._pending_resolved, {}
-            for span, ts in pending.items():
-                if span in self._spans:
-                    self.store.resolve(span, ts)
+            pending = {span: ts for span, ts in pending.items() if span in self._spans}
+            if pending:
+                async with self._store_io:
+                    await asyncio.to_thread(self._apply_resolved, pending)
 
-    async def _wait_for_room(self) -> None:
-        """Backpressure: pause this feed until the event store can take events again."""
-        self.paused = True
+    def _apply_resolved(self, pending: dict[Span, int]) -> None:
+        for span, ts in pending.items():
+            self.store.resolve(span, ts)
+
+    async def _make_room(self) -> None:
+        """Spill (in a thread); when the disk quota forbids it, pause this feed
+        (backpressure) until publishing or a checkpoint frees room."""
         try:
-            while not self.store.has_room():
+            while True:
+                async with self._store_io:
+                    if await asyncio.to_thread(self.store.spill):
+                        return
+                self.paused = True
                 await asyncio.sleep(_BACKPRESSURE_POLL)
         finally:
             self.paused = False
