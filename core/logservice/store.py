@@ -63,9 +63,14 @@ DEFAULT_CHUNK_ROWS = 131_072
 #: Rows per Arrow record batch inside chunk and run files.
 DEFAULT_BATCH_ROWS = 8_192
 
+#: Spill runs per span before they are merged into one: a cut reads one batch of
+#: every run at once, so this keeps its memory independent of the transaction size.
+DEFAULT_MAX_RUNS = 16
 #: Rows per record batch in spill runs: a merge holds one batch per run in memory,
 #: so this (not the size of a transaction) bounds what publishing a cut costs.
 _RUN_BATCH_ROWS = 1_024
+
+_MAX_TS = (1 << 63) - 1
 
 _DDL_FILE = "ddl.pkl"
 _SCHEMAS_FILE = "schemas.pkl"
@@ -113,6 +118,7 @@ class EventStore:
         batch_rows: int = DEFAULT_BATCH_ROWS,
         fsync: bool = True,
         auto_spill: bool = True,
+        max_runs: int = DEFAULT_MAX_RUNS,
     ) -> None:
         self.directory = Path(directory)
         self.changefeed_id = changefeed_id
@@ -124,6 +130,8 @@ class EventStore:
         #: Whether put() spills by itself; callers that keep disk work off their
         #: event loop turn it off and call spill() from a thread.
         self.auto_spill = auto_spill
+        #: Runs per span before they are merged into one (bounds a cut's merge width).
+        self.max_runs = max(2, max_runs)
         self._lock = threading.RLock()
         self._chunk_dir = self.directory / "chunks"
         self._spill_dir = self.directory / "spill"
@@ -425,6 +433,20 @@ class EventStore:
             size = write_records(path, buf.records, _RUN_BATCH_ROWS, fsync=False)
             buf.runs.append(SpillRun(path, len(buf.records), size, head_ts=buf.records[0][0]))
             self._drop_memory(buf, [])
+            if len(buf.runs) > self.max_runs:
+                self._compact_runs(buf)
+
+    def _compact_runs(self, buf: _SpanBuffer) -> None:
+        """Merge a span's runs into one sorted run (streaming: one batch per run in memory)."""
+        path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
+        merged = _Counter(heapq.merge(*(run.take_until(_MAX_TS) for run in buf.runs), key=sort_key))
+        head = _Head(merged)
+        size = write_records(path, head, _RUN_BATCH_ROWS, fsync=False)
+        for run in buf.runs:
+            run.delete()
+        buf.runs = [SpillRun(path, merged.count, size, head_ts=head.first_ts)] if merged.count else []
+        if not merged.count:
+            path.unlink(missing_ok=True)
 
     def _drop_memory(self, buf: _SpanBuffer, kept: list[Record]) -> None:
         kept_memory = sum(record_size(r) for r in kept)
@@ -479,6 +501,22 @@ class EventStore:
 
     def _save(self) -> None:
         write_manifest(self.directory, self._manifest, fsync=self._fsync)
+
+
+class _Head(Iterator[Record]):
+    """Remembers the commit ts of the first record an iterator yields."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self.first_ts = 0
+        self._seen = False
+
+    def __next__(self) -> Record:
+        record = next(self._inner)
+        if not self._seen:
+            self._seen = True
+            self.first_ts = record[0]
+        return record
 
 
 class _Counter(Iterator[Record]):
