@@ -12,7 +12,7 @@ Throughput mode, in one process and one SparkSession (local[2]):
   that checks the order; timed from the first add_span to the checkpoint
   reaching the last resolved ts.
 
-It prints both rates and their ratio. Memory mode replicates ONE transaction
+Both paths are warmed up first. It prints both rates and their ratio. Memory mode replicates ONE transaction
 of ``--rows`` rows with a reduced memory quota and reports the capture
 process's peak RSS (VmHWM) against its RSS before the transaction (the fixed
 overhead: interpreter, PySpark, pyarrow), next to the quota; the JVM's and
@@ -189,8 +189,11 @@ def throughput(args: argparse.Namespace) -> None:
     settings = SparkSettings(master="local[2]", trigger_interval=0.2)
     spark = spark_session(settings)
     with tempfile.TemporaryDirectory() as tmp:
+        # Warm both paths (JVM, Python workers, the data source) so neither pays start-up.
+        baseline_write(spark, 10_000, Path(tmp) / "warm-parquet")
+        asyncio.run(run_pipeline(spark, Path(tmp) / "warm", 10_000, args.txn_rows, 1024**3, settings))
         base = baseline_write(spark, args.rows, Path(tmp) / "parquet")
-        elapsed, sink = asyncio.run(run_pipeline(spark, Path(tmp), args.rows, args.txn_rows, 1024**3, settings))
+        elapsed, sink = asyncio.run(run_pipeline(spark, Path(tmp) / "run", args.rows, args.txn_rows, 1024**3, settings))
     base_rate, pipe_rate = args.rows / base, args.rows / elapsed
     print(f"rows={args.rows} txn_rows={args.txn_rows} master=local[2]")
     print(f"baseline  spark createDataFrame+parquet write: {base:7.2f} s  {base_rate:12,.0f} rows/s")

@@ -63,6 +63,15 @@ DEFAULT_CHUNK_ROWS = 131_072
 #: Rows per Arrow record batch inside chunk and run files.
 DEFAULT_BATCH_ROWS = 8_192
 
+#: Spill runs per span before they are merged into one: a cut reads one batch of
+#: every run at once, so this keeps its memory independent of the transaction size.
+DEFAULT_MAX_RUNS = 16
+#: Rows per record batch in spill runs: a merge holds one batch per run in memory,
+#: so this (not the size of a transaction) bounds what publishing a cut costs.
+_RUN_BATCH_ROWS = 1_024
+
+_MAX_TS = (1 << 63) - 1
+
 _DDL_FILE = "ddl.pkl"
 _SCHEMAS_FILE = "schemas.pkl"
 
@@ -108,6 +117,8 @@ class EventStore:
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         fsync: bool = True,
+        auto_spill: bool = True,
+        max_runs: int = DEFAULT_MAX_RUNS,
     ) -> None:
         self.directory = Path(directory)
         self.changefeed_id = changefeed_id
@@ -116,6 +127,11 @@ class EventStore:
         self.chunk_rows = chunk_rows
         self.batch_rows = batch_rows
         self._fsync = fsync
+        #: Whether put() spills by itself; callers that keep disk work off their
+        #: event loop turn it off and call spill() from a thread.
+        self.auto_spill = auto_spill
+        #: Runs per span before they are merged into one (bounds a cut's merge width).
+        self.max_runs = max(2, max_runs)
         self._lock = threading.RLock()
         self._chunk_dir = self.directory / "chunks"
         self._spill_dir = self.directory / "spill"
@@ -205,9 +221,9 @@ class EventStore:
             return self._span_by_id[span_id]
 
     def resolved_ts(self, span: Span) -> int:
-        with self._lock:
-            buf = self._buffers.get(span)
-            return buf.resolved_ts if buf is not None else 0
+        """The span's resolved ts (0 when not loaded); no lock."""
+        buf = self._buffers.get(span)
+        return buf.resolved_ts if buf is not None else 0
 
     # -- events -----------------------------------------------------------------
 
@@ -227,7 +243,7 @@ class EventStore:
             buf.records.append(record)
             buf.memory += size
             self._memory += size
-            if self._memory >= self.memory_quota:
+            if self.auto_spill and self._memory >= self.memory_quota:
                 self._spill()
             return True
 
@@ -263,17 +279,30 @@ class EventStore:
 
     def has_room(self) -> bool:
         """Whether feeds may put more events: memory below the quota, spilling if it can."""
+        return self.spill()
+
+    def spill(self) -> bool:
+        """Spill while memory is at the quota; returns whether memory is now below it
+        (False: the disk quota forbids spilling — apply backpressure)."""
         with self._lock:
             if self._memory >= self.memory_quota:
                 self._spill()
             return self._memory < self.memory_quota
 
+    @property
+    def memory_full(self) -> bool:
+        """Memory is at the quota (read without the lock: a hint, for callers'
+        fast paths; :meth:`spill` decides)."""
+        return self._memory >= self.memory_quota
+
     # -- publishing ---------------------------------------------------------------
+
+    # Plain attribute reads below take no lock (atomic under the GIL), so that
+    # status queries never wait behind a cut that writes chunk files.
 
     @property
     def published_ts(self) -> int:
-        with self._lock:
-            return self._manifest.published_ts
+        return self._manifest.published_ts
 
     def _target_ts(self) -> int:
         target = self._frontier.frontier if len(self._frontier) else self._manifest.published_ts
@@ -338,9 +367,8 @@ class EventStore:
 
     @property
     def checkpoint_ts(self) -> int:
-        """The last checkpoint recorded by :meth:`checkpoint` (or the start ts)."""
-        with self._lock:
-            return self._manifest.checkpoint_ts
+        """The last checkpoint recorded by :meth:`checkpoint` (or the start ts); no lock."""
+        return self._manifest.checkpoint_ts
 
     def checkpoint(self, ts: int) -> None:
         """Every sink flushed everything at or below ``ts`` (recorded, not yet released:
@@ -401,9 +429,24 @@ class EventStore:
                 return
             buf.records.sort(key=sort_key)
             path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
-            size = write_records(path, buf.records, self.batch_rows, fsync=False)
+            # Small record batches: publishing reads one batch of every run at once.
+            size = write_records(path, buf.records, _RUN_BATCH_ROWS, fsync=False)
             buf.runs.append(SpillRun(path, len(buf.records), size, head_ts=buf.records[0][0]))
             self._drop_memory(buf, [])
+            if len(buf.runs) > self.max_runs:
+                self._compact_runs(buf)
+
+    def _compact_runs(self, buf: _SpanBuffer) -> None:
+        """Merge a span's runs into one sorted run (streaming: one batch per run in memory)."""
+        path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
+        merged = _Counter(heapq.merge(*(run.take_until(_MAX_TS) for run in buf.runs), key=sort_key))
+        head = _Head(merged)
+        size = write_records(path, head, _RUN_BATCH_ROWS, fsync=False)
+        for run in buf.runs:
+            run.delete()
+        buf.runs = [SpillRun(path, merged.count, size, head_ts=head.first_ts)] if merged.count else []
+        if not merged.count:
+            path.unlink(missing_ok=True)
 
     def _drop_memory(self, buf: _SpanBuffer, kept: list[Record]) -> None:
         kept_memory = sum(record_size(r) for r in kept)
@@ -458,6 +501,22 @@ class EventStore:
 
     def _save(self) -> None:
         write_manifest(self.directory, self._manifest, fsync=self._fsync)
+
+
+class _Head(Iterator[Record]):
+    """Remembers the commit ts of the first record an iterator yields."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self.first_ts = 0
+        self._seen = False
+
+    def __next__(self) -> Record:
+        record = next(self._inner)
+        if not self._seen:
+            self._seen = True
+            self.first_ts = record[0]
+        return record
 
 
 class _Counter(Iterator[Record]):

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: How often a paused feed checks whether the event store has room again.
 _BACKPRESSURE_POLL = 0.05
+#: Resolved timestamps are applied to the event store at most this often: every
+#: application may cut chunks (files, fsyncs), and the query polls less often anyway.
+DEFAULT_PUBLISH_INTERVAL = 0.1
 
 
 def changefeed_dir(data_dir: str | Path, changefeed_id: str) -> Path:
@@ -91,6 +94,7 @@ class PipelineSpanExecutor(SpanExecutor):
         part_rows: int = DEFAULT_PART_ROWS,
         collect_rows: int = DEFAULT_COLLECT_ROWS,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        publish_interval: float = DEFAULT_PUBLISH_INTERVAL,
         on_checkpoint: Callable[[int], None] | None = None,
     ) -> None:
         self.changefeed_id = changefeed_id
@@ -112,6 +116,7 @@ class PipelineSpanExecutor(SpanExecutor):
             memory_quota=memory_quota,
             disk_quota=disk_quota,
             chunk_rows=chunk_rows,
+            auto_spill=False,  # spilled from a thread, off the event loop (see _make_room)
         )
         self.table_filter = table_filter or TableFilter(["*.*"])
         self.column_selection = ColumnSelection(column_selectors)
@@ -128,6 +133,13 @@ class PipelineSpanExecutor(SpanExecutor):
         self._removed: dict[Span, int] = {}
         self._source_open = False
         self._pipeline_lock = asyncio.Lock()
+        self.publish_interval = publish_interval
+        self._pending_resolved: dict[Span, int] = {}
+        self._publisher: asyncio.Task[None] | None = None
+        # Store work that writes files (cuts, spills) runs in a thread while this
+        # lock is held; feeds take it to put events, so the event loop never
+        # waits on the store's own lock behind disk I/O.
+        self._store_io = asyncio.Lock()
 
     # -- SpanExecutor ----------------------------------------------------------------
 
@@ -140,12 +152,16 @@ class PipelineSpanExecutor(SpanExecutor):
             self._removed.pop(span, None)
             state = SpanState.PREPARING if prepare else SpanState.REPLICATING
             loaded = _LoadedSpan(span, state, checkpoint_ts)
-            feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
+            async with self._store_io:
+                feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
             loaded.joined_ts = self.store.published_ts
             loaded.feed = asyncio.create_task(self._feed(span, feed_from), name=f"feed {span}")
             self._spans[span] = loaded
+            if self._publisher is None:
+                self._publisher = asyncio.create_task(self._publish_resolved(), name=f"publish {self.changefeed_id}")
         elif not prepare and loaded.state is not SpanState.REPLICATING:
-            self.store.add_span(span, checkpoint_ts, replicating=True)
+            async with self._store_io:
+                self.store.add_span(span, checkpoint_ts, replicating=True)
             loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
             loaded.joined_ts = self.store.published_ts
             loaded.state = SpanState.REPLICATING
@@ -162,7 +178,9 @@ class PipelineSpanExecutor(SpanExecutor):
         if loaded.feed is not None:
             loaded.feed.cancel()
             await asyncio.gather(loaded.feed, return_exceptions=True)
-        self.store.remove_span(span)
+        self._pending_resolved.pop(span, None)
+        async with self._store_io:
+            await asyncio.to_thread(self.store.remove_span, span)
         self._removed[span] = final
         return final
 
@@ -190,16 +208,20 @@ class PipelineSpanExecutor(SpanExecutor):
         return list(self._spans)
 
     async def set_barrier(self, ts: int) -> None:
-        self.store.set_barrier(ts)
+        async with self._store_io:
+            await asyncio.to_thread(self.store.set_barrier, ts)
 
     async def close(self) -> None:
         pipeline, self.pipeline = self.pipeline, None
         if pipeline is not None:
             await asyncio.to_thread(pipeline.stop)
-        for loaded in list(self._spans.values()):
-            if loaded.feed is not None:
-                loaded.feed.cancel()
-        await asyncio.gather(*(s.feed for s in self._spans.values() if s.feed is not None), return_exceptions=True)
+        tasks = [s.feed for s in self._spans.values() if s.feed is not None]
+        if self._publisher is not None:
+            tasks.append(self._publisher)
+            self._publisher = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._spans.clear()
         self.store.close()
         if pipeline is not None:
@@ -280,24 +302,47 @@ class PipelineSpanExecutor(SpanExecutor):
             async for event in self.source.feed(span, start_ts):
                 if isinstance(event, ResolvedEvent):
                     if event.span == span:
-                        store.resolve(span, event.ts)
+                        # Applied by _publish_resolved: many resolved ts coalesce into one cut.
+                        self._pending_resolved[span] = event.ts
                 elif isinstance(event, DDLEvent):
                     store.put_ddl(event)
                 elif isinstance(event, RawKVEvent | RowChange):
-                    if not store.has_room():
-                        await self._wait_for_room()
-                    store.put(span, event)
+                    if store.memory_full:
+                        await self._make_room()
+                    async with self._store_io:
+                        store.put(span, event)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("changefeed %s: the feed of %s failed", self.changefeed_id, span)
             self.feed_errors[span] = exc
 
-    async def _wait_for_room(self) -> None:
-        """Backpressure: pause this feed until the event store can take events again."""
-        self.paused = True
+    async def _publish_resolved(self) -> None:
+        """Apply the feeds' latest resolved ts to the event store, every ``publish_interval``.
+
+        Events are put as they arrive, so a resolved ts applied later still
+        follows every event it covers."""
+        while True:
+            await asyncio.sleep(self.publish_interval)
+            pending, self._pending_resolved = self._pending_resolved, {}
+            pending = {span: ts for span, ts in pending.items() if span in self._spans}
+            if pending:
+                async with self._store_io:
+                    await asyncio.to_thread(self._apply_resolved, pending)
+
+    def _apply_resolved(self, pending: dict[Span, int]) -> None:
+        for span, ts in pending.items():
+            self.store.resolve(span, ts)
+
+    async def _make_room(self) -> None:
+        """Spill (in a thread); when the disk quota forbids it, pause this feed
+        (backpressure) until publishing or a checkpoint frees room."""
         try:
-            while not self.store.has_room():
+            while True:
+                async with self._store_io:
+                    if await asyncio.to_thread(self.store.spill):
+                        return
+                self.paused = True
                 await asyncio.sleep(_BACKPRESSURE_POLL)
         finally:
             self.paused = False

@@ -27,6 +27,7 @@ import json
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -126,12 +127,18 @@ class ChangefeedPipeline:
             .start()
         )
 
-    def stop(self) -> None:
-        """Stop the query; a batch in progress is interrupted and replayed on the next start."""
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the query. Waits up to ``grace`` seconds for a batch in progress to be
+        committed by Spark (so a clean stop does not replay it); a batch still
+        running then is interrupted and replayed on the next start."""
+        query, self._query = self._query, None
+        if query is None:
+            return
+        deadline = time.monotonic() + grace
+        while query.isActive and time.monotonic() < deadline and query.status.get("isTriggerActive"):
+            time.sleep(0.05)
         self._stopping.set()
-        if self._query is not None:
-            self._query.stop()
-            self._query = None
+        query.stop()
 
     @property
     def running(self) -> bool:

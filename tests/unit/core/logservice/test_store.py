@@ -80,7 +80,7 @@ def test_events_at_or_below_the_floor_are_dropped(tmp_path):
 
 
 def test_memory_quota_spills_sorted_runs_and_publishes_everything_in_order(tmp_path):
-    store = new_store(tmp_path, memory_quota=20_000, chunk_rows=64, batch_rows=16)
+    store = new_store(tmp_path, memory_quota=20_000, chunk_rows=64, batch_rows=16, max_runs=6)
     store.add_span(SPAN_A, 0, replicating=True)
     rng = random.Random(1)
     events = [raw(SPAN_A, b"k%05d" % i, rng.randint(1, 50), value=b"x" * 50) for i in range(1000)]
@@ -89,6 +89,7 @@ def test_memory_quota_spills_sorted_runs_and_publishes_everything_in_order(tmp_p
         assert store.stats().memory_bytes < 20_000 + 1000
     stats = store.stats()
     assert stats.spilled_runs > 3
+    assert stats.spilled_runs <= store.max_runs  # compacted beyond that
     store.resolve(SPAN_A, 25)
     first = published_events(store, 0, 25)
     assert [e.sort_key() for e in first] == sorted(e.sort_key() for e in events if e.commit_ts <= 25)
@@ -105,9 +106,10 @@ def test_memory_quota_spills_sorted_runs_and_publishes_everything_in_order(tmp_p
     st.lists(st.tuples(st.integers(1, 30), st.integers(0, 5)), max_size=120),
     st.lists(st.integers(1, 35), min_size=1, max_size=6),
     st.integers(2_000, 40_000),
+    st.integers(2, 4),
 )
-def test_publishing_loses_and_repeats_nothing_whatever_the_quota(tmp_path_factory, puts, resolves, quota):
-    store = new_store(tmp_path_factory.mktemp("s"), memory_quota=quota, chunk_rows=7, batch_rows=3)
+def test_publishing_loses_and_repeats_nothing_whatever_the_quota(tmp_path_factory, puts, resolves, quota, max_runs):
+    store = new_store(tmp_path_factory.mktemp("s"), memory_quota=quota, chunk_rows=7, batch_rows=3, max_runs=max_runs)
     store.add_span(SPAN_A, 0, replicating=True)
     expected = []
     resolved = 0
