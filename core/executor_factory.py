@@ -2,11 +2,13 @@
 changefeed's spans placed on it: an :data:`ExecutorFactory`, one executor per
 changefeed incarnation (epoch) per capture.
 
-The product's data plane plugs in here. ``load_executor_factory`` picks, in
-order: an explicit ``module:attribute`` (``--executor`` or ``CDCFLOW_EXECUTOR``),
-then the Spark pipeline when this build has it (``create_span_executor`` in
-``cdcflow.core.pipeline.executor``, adapted by :func:`spark_executor_factory`),
-then the in-process executor of the test kit (:mod:`cdcflow.core.testing_executor`), which logs a warning saying so.
+The product's data plane plugs in here. ``load_executor_factory`` returns an
+explicit ``module:attribute`` when one is given (``--executor`` or
+``CDCFLOW_EXECUTOR``; tests of the control plane pick the test kit's
+in-process executor this way), and otherwise the Spark pipeline
+(``create_span_executor`` in ``cdcflow.core.pipeline.executor``, adapted by
+:func:`spark_executor_factory`). There is no silent fallback: a capture either
+runs the pipeline or the executor it was explicitly told to use.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from cdcflow.core.plugin.manager import PluginManager
 __all__ = [
     "EXECUTOR_ENV",
     "SPARK_EXECUTOR_FACTORY",
-    "TEST_KIT_EXECUTOR_FACTORY",
     "ExecutorContext",
     "ExecutorFactory",
     "load_executor_factory",
@@ -40,7 +41,6 @@ EXECUTOR_ENV = "CDCFLOW_EXECUTOR"
 #: The Spark pipeline's factory, when the build has the pipeline.
 PIPELINE_MODULE = "cdcflow.core.pipeline.executor"
 SPARK_EXECUTOR_FACTORY = "cdcflow.core.executor_factory:spark_executor_factory"
-TEST_KIT_EXECUTOR_FACTORY = "cdcflow.core.testing_executor:executor_factory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +79,6 @@ def spark_executor_factory(context: ExecutorContext) -> SpanExecutor:
     return created
 
 
-def _spark_available() -> bool:
-    try:
-        pipeline = importlib.import_module(PIPELINE_MODULE)
-    except ImportError:
-        return False
-    return hasattr(pipeline, "create_span_executor")
-
-
 def _resolve(spec: str) -> ExecutorFactory:
     module_name, _, attr = spec.partition(":")
     module = importlib.import_module(module_name)
@@ -102,7 +94,4 @@ def load_executor_factory(spec: str | None = None) -> ExecutorFactory:
         except (ImportError, AttributeError) as exc:
             message = f"executor factory {spec!r} cannot be loaded: {exc}"
             raise ConfigInvalidError(message, [ConfigIssue(message, path="executor")]) from exc
-    if _spark_available():
-        return spark_executor_factory
-    log.warning("the Spark pipeline is not part of this build; spans run on the in-process executor of the test kit")
-    return _resolve(TEST_KIT_EXECUTOR_FACTORY)
+    return spark_executor_factory

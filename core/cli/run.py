@@ -35,6 +35,7 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     """Run the file's connectors on one embedded capture; return the final changefeed states."""
     from cdcflow.core.api.server import ApiServer
     from cdcflow.core.capture import Capture, CaptureOptions
+    from cdcflow.core.cli.progress import ProgressReporter
     from cdcflow.core.config import load_deployment
     from cdcflow.core.config.yamlsrc import load_located
     from cdcflow.core.coordinator.spec import info_from_connector
@@ -45,6 +46,8 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
 
     plugins = get_plugin_manager()
     deployment = load_deployment(path, plugins)
+    progress = ProgressReporter()
+    plugins.register(progress, name="cdcflow-run-progress")
     raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
     server = deployment.server
     store = open_metastore(server.metastore)
@@ -71,7 +74,7 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
                 await capture.coordinator.create(info_from_connector(connector, section))
         deadline = None if duration is None else time.monotonic() + duration
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            await _progress(store)
+            progress.render(await store.list_changefeeds())
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:
@@ -79,23 +82,12 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
         await capture.drain()
         await serving
         await api.stop()
-        summary = {info.id: (info.state.value, status.checkpoint_ts) for info, status in await store.list_changefeeds()}
+        final = await store.list_changefeeds()
+        summary = {info.id: (info.state.value, status.checkpoint_ts) for info, status in final}
         await store.close()
-    for cf, (state, checkpoint) in summary.items():
-        sys.stdout.write(f"{cf}: {state}, checkpoint {checkpoint}\n")
+    for line in progress.summary(final):
+        sys.stdout.write(line + "\n")
     return summary
-
-
-async def _progress(store: Any) -> None:
-    from cdcflow.core.events import tso_physical_ms
-
-    parts = []
-    for info, status in await store.list_changefeeds():
-        lag = max(0.0, time.time() - tso_physical_ms(status.checkpoint_ts) / 1000)
-        error = f" ({info.error.get('code_name')}: {str(info.error.get('message', ''))[:80]})" if info.error else ""
-        parts.append(f"{info.id} {info.state.value}{error} checkpoint lag {lag:.1f}s")
-    sys.stderr.write("\r" + ("; ".join(parts) or "no connectors") + "\033[K")
-    sys.stderr.flush()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -36,20 +37,26 @@ def write_file(tmp):
 def summary_checkpoint(stdout: str) -> int:
     line = next(line for line in stdout.splitlines() if line.startswith("ticks:"))
     assert "normal" in line, line
-    return int(line.rsplit(" ", 1)[-1])
+    match = re.search(r"checkpoint (\d+),", line)
+    assert match, line
+    return int(match.group(1))
 
 
 def test_run_with_duration_then_again_from_the_checkpoint(tmp_path):
     env = env_with_plugin(tmp_path / "plugins")
     path = write_file(tmp_path)
-    first = subprocess.run([CDCFLOW, "run", path, "--duration", "3"], capture_output=True, text=True, env=env,
-                           timeout=120, check=False)  # fmt: skip
+    # Long enough for the embedded Spark session to start and commit batches on a loaded machine.
+    first = subprocess.run([CDCFLOW, "run", path, "--duration", "40"], capture_output=True, text=True, env=env,
+                           timeout=240, check=False)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    assert "checkpoint lag" in first.stderr  # the progress line
+    progress = [line for line in first.stderr.splitlines() if line.startswith("ticks normal")]
+    assert progress, first.stderr  # the progress line
+    assert "rows/s, checkpoint lag" in progress[0] and "resolved lag" in progress[0]
+    assert re.search(r"ticks: normal, checkpoint \d+, [1-9]\d* rows in \d+ batches", first.stdout), first.stdout
     checkpoint = summary_checkpoint(first.stdout)
     assert list((tmp_path / "out").rglob("*.jsonl"))
-    second = subprocess.run([CDCFLOW, "run", path, "--duration", "3"], capture_output=True, text=True, env=env,
-                            timeout=120, check=False)  # fmt: skip
+    second = subprocess.run([CDCFLOW, "run", path, "--duration", "40"], capture_output=True, text=True, env=env,
+                            timeout=240, check=False)  # fmt: skip
     assert second.returncode == 0, second.stderr
     assert summary_checkpoint(second.stdout) > checkpoint  # the stored connector resumed, not recreated
 

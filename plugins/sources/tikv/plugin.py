@@ -121,7 +121,15 @@ class TiKVSource(Source[TiKVSourceConfig]):
         """
         if self._pd is not None:
             return GCSafepointKeeper(self._pd)
-        return GCSafepointKeeper(PDClient(self._pd_endpoints, tls=self._tls()), owns_client=True)
+        endpoints = self._pd_endpoints
+        options = self.config.embedded_playground()
+        if options is not None:
+            # The control plane asks before (or without) opening the source: the
+            # keeper must talk to the same in-process playground the feeds use.
+            from cdcflow.plugins.sources.playground.embedded import embedded_playground
+
+            endpoints = [embedded_playground(stores=options.stores, rate=options.rate, seed=options.seed).pd_address]
+        return GCSafepointKeeper(PDClient(endpoints, tls=self._tls()), owns_client=True)
 
     def _tls(self) -> TLSFiles | None:
         cfg = self.config
