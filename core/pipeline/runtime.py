@@ -201,23 +201,42 @@ class ChangefeedPipeline:
             self.changefeed_id, batch_id, start_ts, end_ts, ddl, self.sinks, part_rows=self.part_rows
         )
         expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
-        ordered = frame.orderBy(*ORDER_COLUMNS)
-        if expected <= self.collect_rows:
-            batches: Iterator[pa.RecordBatch] = iter(ordered.toArrow().to_batches(max_chunksize=_CONVERT_ROWS))
-            for batch in batches:
+        began = time.perf_counter()
+        read = 0.0
+        if expected == 0:
+            # No chunk in the range: the frame is empty, and running a Spark job to
+            # learn that costs more than the rest of the batch. Sinks still see the batch.
+            pass
+        elif expected <= self.collect_rows:
+            # One Spark job (scan, filter, collect) and a sort of at most collect_rows rows
+            # on the driver, instead of Spark's range sort (a sampling job plus a shuffle).
+            table = frame.toArrow()
+            if table.num_rows:
+                table = table.sort_by([(column, "ascending") for column in ORDER_COLUMNS])
+            read = time.perf_counter() - began
+            for batch in table.to_batches(max_chunksize=_CONVERT_ROWS):
                 delivery.add(self._rows(list(batch_to_records(batch))))
         else:
+            ordered = frame.orderBy(*ORDER_COLUMNS)
             staging = self.work_dir / f"batch-{batch_id}"
             shutil.rmtree(staging, ignore_errors=True)
             # Small row groups: the driver reads one row group at a time.
             writer = ordered.write.mode("overwrite").option("parquet.block.size", _STAGING_ROW_GROUP_BYTES)
             writer.parquet(str(staging.resolve()))
+            read = time.perf_counter() - began
             try:
                 for batch in _read_sorted_parquet(staging):
                     delivery.add(self._rows(list(batch_to_records(batch))))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+        convert = time.perf_counter() - began - read - sum(delivery.sink_seconds.values())
         delivery.finish()
+        if log.isEnabledFor(logging.DEBUG):
+            sinks = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in delivery.sink_seconds.items())
+            log.debug(
+                "changefeed %s: batch %d: %d rows, Spark %.3fs, convert and mount %.3fs, sinks: %s",
+                *(self.changefeed_id, batch_id, delivery.row_count, read, convert, sinks or "none"),
+            )
         return delivery.row_count
 
     def _rows(self, records: Sequence[Any]) -> list[RowChange]:

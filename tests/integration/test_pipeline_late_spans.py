@@ -98,3 +98,32 @@ def test_a_span_removed_and_re_added_delivers_what_followed_its_checkpoint(tmp_p
     assert by_table["customers"] == list(range(20))
     # Every order once, then (at least once) again every order committed after ts 200.
     assert by_table["orders"] == list(range(20)) + list(range(11, 20))
+
+
+def test_a_small_batch_costs_one_spark_job_and_an_empty_one_none(tmp_path, spark):
+    rows = [insert("shop", "orders", {"id": i}, commit_ts=100 + i) for i in range(30)]
+    # One batch of rows, then resolved ts only: empty batches (their own Spark offsets).
+    source = ListSource.of([*rows, ListSource.resolved(200)])
+    sink = ListSink()
+    jobs = []
+
+    async def run():
+        executor = PipelineSpanExecutor(
+            "cf", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2
+        )
+        [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
+        assert await executor.add_span(span, 50, prepare=False)
+        await wait_until(lambda: executor.checkpoint_ts == 200)
+        # An empty batch: the store publishes a further resolved ts with no rows.
+        await executor.set_barrier(None)
+        executor.store.resolve(span, 300)
+        await wait_until(lambda: executor.checkpoint_ts == 300)
+        # Spark runs a streaming query's jobs in a job group named by its run id.
+        run_id = executor.pipeline._query.runId
+        jobs.extend(spark.sparkContext.statusTracker().getJobIdsForGroup(run_id))
+        await executor.close()
+
+    asyncio.run(run())
+    assert [r.after["id"] for r in sink.rows] == list(range(30))
+    assert any(not b.rows for b in sink.batches.values())
+    assert len(jobs) == len([b for b in sink.batches.values() if b.rows])
