@@ -56,7 +56,10 @@ class CaptureProcess:
         connector = {
             "name": CHANGEFEED,
             "source": {"type": "tikv", "pd": [pg.pd_address], "tidb-status": pg.status_address},
-            "sinks": [{"uri": f"kafka://{bootstrap}/{topic}?partition-num={partitions}&max-batch-size=16"}],
+            # lz4: the mock cluster keeps only the last few MiB of each partition.
+            "sinks": [
+                {"uri": f"kafka://{bootstrap}/{topic}?partition-num={partitions}&max-batch-size=16&compression=lz4"}
+            ],
             # One span added per tick: tables join a pipeline that is already running, as
             # they do when tables move between captures.
             "scheduler": {"type": "two-phase", "max-adds-per-tick": 1},
