@@ -86,16 +86,16 @@ class LagSampler(threading.Thread):
         super().__init__(daemon=True)
         self.capture, self.interval = capture, interval
         self.samples: list[float] = []
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._done.wait(self.interval):
             _, checkpoint = self.capture.checkpoint()
             if checkpoint:
                 self.samples.append(max(0.0, time.time() - tso_physical_ms(checkpoint) / 1000))
 
     def stop(self) -> list[float]:
-        self._stop.set()
+        self._done.set()
         self.join()
         return self.samples
 

@@ -85,7 +85,8 @@ def test_sigkill_mid_run_and_restart_from_the_checkpoint(tmp_path):
     bootstrap, topic = kafka_topic()
     with playground() as pg:
         start_ts = pg.now()
-        capture = CaptureProcess(tmp_path, pg, bootstrap, topic, start_ts)
+        # All spans at once: this test is about the restart (late joins: the last test).
+        capture = CaptureProcess(tmp_path, pg, bootstrap, topic, start_ts, adds_per_tick=0)
         capture.start()
         try:
             pg.start_workload(RATE)
