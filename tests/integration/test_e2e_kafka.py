@@ -174,6 +174,13 @@ async def wait_executor(executor, ts: int, timeout: float = 240.0) -> None:
         await asyncio.sleep(0.2)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known defect: the rows a late-joining span catches up are produced after a resolved event "
+        "that already passed their commit ts, so Open Protocol consumers drop them as replays"
+    ),
+)
 def test_tables_joining_a_running_pipeline_lose_no_rows(tmp_path):
     bootstrap, topic = kafka_topic()
     with playground() as pg:
