@@ -22,6 +22,7 @@ import pytest
 
 from cdcflow.core.config import load_deployment
 from cdcflow.core.pipeline.executor import create_span_executor
+from cdcflow.core.pipeline.session import stop_spark_session
 from cdcflow.core.plugin.manager import get_plugin_manager
 from cdcflow.plugins.sinks.kafka.mock import mock_cluster
 from cdcflow.plugins.sources.playground import Playground
@@ -176,6 +177,7 @@ async def wait_executor(executor, ts: int, timeout: float = 240.0) -> None:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason=(
         "known defect: the rows a late-joining span catches up are produced after a resolved event "
         "that already passed their commit ts, so Open Protocol consumers drop them as replays"
@@ -191,6 +193,7 @@ def test_tables_joining_a_running_pipeline_lose_no_rows(tmp_path):
             final_ts = asyncio.run(replicate_with_tables_joining_one_by_one(capture, pg, start_ts))
         finally:
             pg.stop_workload()
+            stop_spark_session()  # the executor started this process's session: end its JVM
         replica = replicate(bootstrap, topic)
         assert replica.resolved_ts >= final_ts
         counts = assert_equals_snapshot(pg, replica)
