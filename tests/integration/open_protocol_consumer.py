@@ -36,7 +36,10 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, l
     try:
         meta = consumer.list_topics(topic, timeout=timeout)
         partitions = sorted(meta.topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in partitions}
+        marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout) for p in partitions}
+        trimmed = {p: low for p, (low, _) in marks.items() if low > 0}
+        assert not trimmed, f"{topic}: the broker no longer has the first messages (log start offsets {trimmed})"
+        ends = {p: high for p, (_, high) in marks.items()}
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         out: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in partitions}
         remaining = sum(ends.values())
