@@ -3,11 +3,12 @@ tick, on a fixed grid of the wall clock, or fail on request.
 
 The content is deterministic, so a test can compute what the downstream must
 hold: tick ``k`` commits, in every table, the row ``{"id": k}`` at
-``commit_ts = tick_ts(k, interval)`` (``start_ts`` one less). A feed started at
-``start_ts`` first replays every tick after ``start_ts`` that already passed
-(older than ``HISTORY_S`` seconds: skipped, so that a feed from ts 0 does not
-replay the epoch), then follows the clock, resolving each tick's ts after
-its row.
+``commit_ts = tick_ts(k, interval)`` (``start_ts`` one less). With ``replay``
+on, a feed started at ``start_ts`` first replays every tick after ``start_ts``
+that already passed (older than ``HISTORY_S`` seconds: skipped, so that a feed
+from ts 0 does not replay the epoch), so that the rows up to any ts are known;
+off, it starts at the clock (ticks while no feed ran are never seen). Then it
+follows the clock, resolving each tick's ts after its row.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class TickerConfig(PluginConfig):
     tables: int = Field(2, description="Number of tables.")
     interval: float = Field(0.05, description="Seconds between ticks (rounded to whole milliseconds).")
     fail: bool = Field(False, description="Fail every feed with a fatal error.")
+    replay: bool = Field(False, description="Replay the ticks that passed since a feed's start ts.")
 
 
 def interval_ms(interval: float) -> int:
@@ -82,7 +84,8 @@ class TickerSource(Source[TickerConfig]):
             raise UnsupportedProtocolError("the ticker was told to fail")
         table = TableName("db", f"t{span.table_id - 1}", span.table_id)
         interval = self.config.interval
-        horizon = tso_from_ms(int((time.time() - HISTORY_S) * 1000))
+        history = HISTORY_S if self.config.replay else 0
+        horizon = tso_from_ms(int((time.time() - history) * 1000))
         k = first_tick_after(max(start_ts, horizon), interval)
         while True:
             now = tso_from_ms(int(time.time() * 1000))

@@ -112,7 +112,7 @@ def test_thirty_tables_over_three_captures_balance_move_and_failover(tmp_path):
         config.write_text(
             yaml.safe_dump(
                 {
-                    "source": {"type": "ticker", "tables": TABLES, "interval": INTERVAL},
+                    "source": {"type": "ticker", "tables": TABLES, "interval": INTERVAL, "replay": True},
                     "sinks": [{"type": "file", "path": str(tmp_path / "out"), "protocol": "json"}],
                     "scheduler": {"type": "two-phase"},
                 }

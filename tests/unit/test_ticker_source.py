@@ -12,12 +12,12 @@ INTERVAL = 0.01
 SPAN = Span(3, b"t3", b"t3~")
 
 
-def head(start_ts: int, rows: int) -> list[tuple[str, int, int]]:
+def head(start_ts: int, rows: int, replay: bool = True) -> list[tuple[str, int, int]]:
     """The events of a feed from ``start_ts`` up to its ``rows``-th row: (kind, id or 0, ts)."""
 
     async def collect() -> list[tuple[str, int, int]]:
         events: list[tuple[str, int, int]] = []
-        feed = TickerSource(TickerConfig(tables=3, interval=INTERVAL)).feed(SPAN, start_ts)
+        feed = TickerSource(TickerConfig(tables=3, interval=INTERVAL, replay=replay)).feed(SPAN, start_ts)
         async for event in feed:
             if isinstance(event, RowChange):
                 assert event.table.table == "t2"
@@ -51,3 +51,10 @@ def test_a_later_start_ts_yields_the_same_rows_from_there_on():
     whole = [(k, ts) for kind, k, ts in head(start, 20) if kind == "row"]
     later = [(k, ts) for kind, k, ts in head(whole[4][1], 15) if kind == "row"]
     assert later == whole[5:]
+
+
+def test_without_replay_a_feed_starts_at_the_clock():
+    start = tso_from_ms(int(time.time() * 1000) - 2000)
+    rows = [(k, ts) for kind, k, ts in head(start, 3, replay=False) if kind == "row"]
+    assert rows[0][0] > first_tick_after(start, INTERVAL) + 100  # the two passed seconds are skipped
+    assert rows == [(k, tick_ts(k, INTERVAL)) for k in range(rows[0][0], rows[0][0] + 3)]
