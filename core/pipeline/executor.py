@@ -133,6 +133,9 @@ class PipelineSpanExecutor(SpanExecutor):
         self._removed: dict[Span, int] = {}
         self._source_open = False
         self._pipeline_lock = asyncio.Lock()
+        #: The pipeline's start, in the background (Spark takes seconds to tens of seconds).
+        self._starting: asyncio.Task[None] | None = None
+        self._start_error: BaseException | None = None
         self.publish_interval = publish_interval
         self._pending_resolved: dict[Span, int] = {}
         self._publisher: asyncio.Task[None] | None = None
@@ -166,7 +169,7 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded.joined_ts = self.store.published_ts
             loaded.state = SpanState.REPLICATING
         if not prepare:
-            await self._ensure_pipeline()
+            self._start_pipeline_soon()
             return True
         return self._refresh_prepared(loaded) is SpanState.PREPARED
 
@@ -212,6 +215,10 @@ class PipelineSpanExecutor(SpanExecutor):
             await asyncio.to_thread(self.store.set_barrier, ts)
 
     async def close(self) -> None:
+        if self._starting is not None:
+            # A start in progress cannot be interrupted (it runs in a thread); let it end, then stop it.
+            await asyncio.gather(self._starting, return_exceptions=True)
+            self._starting = None
         pipeline, self.pipeline = self.pipeline, None
         if pipeline is not None:
             await asyncio.to_thread(pipeline.stop)
@@ -247,6 +254,8 @@ class PipelineSpanExecutor(SpanExecutor):
                 return failure
             if self.pipeline.last_error is not None:
                 return self.pipeline.last_error
+        if self._start_error is not None:
+            return self._start_error
         return next(iter(self.feed_errors.values()), None)
 
     # -- internals ---------------------------------------------------------------------
@@ -262,12 +271,27 @@ class PipelineSpanExecutor(SpanExecutor):
             await self.source.open()
             self._source_open = True
 
+    def _start_pipeline_soon(self) -> None:
+        """Start the pipeline in the background, once.
+
+        The span is replicating as soon as it is in the store's frontier; its
+        checkpoint moves only when a batch that covers it is flushed. Not
+        waiting for Spark here keeps the agent answering heartbeats (resolved
+        ts, other spans joining) while the session starts: spans that join
+        before the first batch are covered by it."""
+        if self._starting is None and self.pipeline is None:
+            self._starting = asyncio.create_task(self._ensure_pipeline(), name=f"start {self.changefeed_id}")
+
     async def _ensure_pipeline(self) -> None:
         async with self._pipeline_lock:
             if self.pipeline is not None:
                 return
             loop = asyncio.get_running_loop()
-            self.pipeline = await asyncio.to_thread(self._start_pipeline, loop)
+            try:
+                self.pipeline = await asyncio.to_thread(self._start_pipeline, loop)
+            except Exception as exc:
+                log.exception("changefeed %s: the Spark pipeline did not start", self.changefeed_id)
+                self._start_error = exc
 
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
