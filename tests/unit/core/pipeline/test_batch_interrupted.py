@@ -1,0 +1,53 @@
+"""A batch cut short by stopping its query fails quietly and short, and is not
+checkpointed (Spark replays it on the next start)."""
+
+import json
+import logging
+
+import pytest
+
+from cdcflow.core.logservice import EventStore
+from cdcflow.core.pipeline.runtime import _PY4J_FILTER, BatchInterruptedError, ChangefeedPipeline
+
+
+class _CancelledFrame:
+    """A micro-batch whose Spark job is cancelled, as ``query.stop()`` does to a running batch."""
+
+    def orderBy(self, *columns):
+        raise RuntimeError("[SPARK_JOB_CANCELLED] Job 22 cancelled Query cdcflow-cf was stopped" + " at x" * 5000)
+
+
+def _pipeline(tmp_path):
+    store = EventStore(tmp_path / "store", "cf", start_ts=10, fsync=False)
+    checkpoint_dir = tmp_path / "ckpt"
+    (checkpoint_dir / "offsets").mkdir(parents=True)
+    (checkpoint_dir / "offsets" / "0").write_text("v1\n{}\n" + json.dumps({"resolved_ts": 20}))
+    return store, ChangefeedPipeline(
+        changefeed_id="cf", store=store, sinks=[], spark=None, checkpoint_dir=checkpoint_dir
+    )
+
+
+def test_a_batch_cancelled_by_stop_raises_a_short_error_and_is_not_checkpointed(tmp_path):
+    store, pipeline = _pipeline(tmp_path)
+    pipeline._stopping.set()
+    with pytest.raises(BatchInterruptedError) as raised:
+        pipeline._on_batch(_CancelledFrame(), 0)
+    assert raised.value.__suppress_context__ and raised.value.__cause__ is None
+    assert len(str(raised.value)) < 200
+    assert store.checkpoint_ts == 10
+
+
+def test_a_batch_failing_while_running_keeps_its_error(tmp_path):
+    store, pipeline = _pipeline(tmp_path)
+    with pytest.raises(RuntimeError, match="SPARK_JOB_CANCELLED"):
+        pipeline._on_batch(_CancelledFrame(), 0)
+    assert store.checkpoint_ts == 10
+
+
+def test_py4j_does_not_log_an_interrupted_batch_as_an_error():
+    def record(error):
+        info = (type(error), error, None)
+        return logging.LogRecord("py4j.clientserver", logging.ERROR, "x", 1, "proxy failed", (), info)
+
+    assert not _PY4J_FILTER.filter(record(BatchInterruptedError("stopped")))
+    assert _PY4J_FILTER.filter(record(RuntimeError("a real failure")))
