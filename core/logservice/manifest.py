@@ -41,13 +41,18 @@ class ChunkInfo:
 
 @dataclass(frozen=True, slots=True)
 class SpanEntry:
-    """A span the store has seen, by id; ``replicating`` when it was published last."""
+    """A span the store has seen, by id; ``replicating`` when it was published last.
+
+    ``joined_ts`` is the published ts when the span last started replicating:
+    a recorded checkpoint above it covers the span (None: not known, as in
+    manifests written before it was recorded)."""
 
     span_id: int
     table_id: int
     start: str
     end: str
     replicating: bool = False
+    joined_ts: int | None = None
 
 
 @dataclass

@@ -195,7 +195,11 @@ class EventStore:
         buf.resolved_ts = max(buf.resolved_ts, buf.floor_ts)
         buf.replicating = True
         self._frontier.add(buf.span, buf.resolved_ts)
-        self._mark_replicating(buf.span_id, True)
+        # A span replicating before a restart keeps its joined ts: its events up
+        # to the published ts are in chunks, so the recorded checkpoint covers it.
+        entry = self._manifest.spans[buf.span_id]
+        durable = buf.span in self._durable and entry.joined_ts is not None
+        self._mark_replicating(buf.span_id, True, entry.joined_ts if durable else self._manifest.published_ts)
 
     def remove_span(self, span: Span) -> None:
         """Drop ``span``'s unpublished events; its published chunks stay until released."""
@@ -208,7 +212,8 @@ class EventStore:
                 run.delete()
             if buf.replicating:
                 self._frontier.remove(span)
-                self._mark_replicating(buf.span_id, False)
+                self._mark_replicating(buf.span_id, False, None)
+            self._durable.discard(span)  # published from here on without it
             self._publish()
 
     def spans(self) -> list[Span]:
@@ -219,6 +224,14 @@ class EventStore:
         """The span with store id ``span_id`` (for decoding chunk rows)."""
         with self._lock:
             return self._span_by_id[span_id]
+
+    def joined_ts(self, span: Span) -> int:
+        """The published ts when ``span`` started replicating (the current published
+        ts when it is not replicating): a checkpoint above it covers the span."""
+        with self._lock:
+            buf = self._buffers.get(span)
+            joined = self._manifest.spans[buf.span_id].joined_ts if buf is not None and buf.replicating else None
+            return self._manifest.published_ts if joined is None else joined
 
     def resolved_ts(self, span: Span) -> int:
         """The span's resolved ts (0 when not loaded); no lock."""
@@ -469,10 +482,10 @@ class EventStore:
         self._span_by_id[span_id] = span
         return span_id
 
-    def _mark_replicating(self, span_id: int, replicating: bool) -> None:
+    def _mark_replicating(self, span_id: int, replicating: bool, joined_ts: int | None) -> None:
         spans = self._manifest.spans
         entry = spans[span_id]
-        spans[span_id] = SpanEntry(entry.span_id, entry.table_id, entry.start, entry.end, replicating)
+        spans[span_id] = SpanEntry(entry.span_id, entry.table_id, entry.start, entry.end, replicating, joined_ts)
         self._save()
 
     def _remove_stale_chunks(self) -> None:

@@ -66,8 +66,8 @@ class _LoadedSpan:
     state: SpanState
     #: The checkpoint the span was (last) added with.
     checkpoint_ts: int
-    #: The store's published ts when the span joined the frontier: the pipeline's
-    #: checkpoint covers the span only once it passes this.
+    #: The store's published ts when the span joined the frontier (kept across a
+    #: restart): the pipeline's checkpoint covers the span only once it passes this.
     joined_ts: int = 0
     feed: asyncio.Task[None] | None = None
 
@@ -157,7 +157,7 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded = _LoadedSpan(span, state, checkpoint_ts)
             async with self._store_io:
                 feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
-            loaded.joined_ts = self.store.published_ts
+            loaded.joined_ts = self.store.joined_ts(span)
             loaded.feed = asyncio.create_task(self._feed(span, feed_from), name=f"feed {span}")
             self._spans[span] = loaded
             if self._publisher is None:
@@ -166,7 +166,7 @@ class PipelineSpanExecutor(SpanExecutor):
             async with self._store_io:
                 self.store.add_span(span, checkpoint_ts, replicating=True)
             loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
-            loaded.joined_ts = self.store.published_ts
+            loaded.joined_ts = self.store.joined_ts(span)
             loaded.state = SpanState.REPLICATING
         if not prepare:
             self._start_pipeline_soon()

@@ -59,3 +59,64 @@ def test_spans_join_and_report_progress_while_the_pipeline_starts(tmp_path):
         await executor.close()
 
     asyncio.run(run())
+
+
+def test_a_restarted_executor_reports_the_checkpoint_its_store_recorded(tmp_path):
+    """The previous run flushed up to 250 (recorded by the store) but stopped before the
+    changefeed's checkpoint passed 50: after a restart the spans report 250 at once."""
+    source = _source()
+
+    async def first_run():
+        session = _SlowSession()
+        executor = PipelineSpanExecutor("again", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        spans = [s for t in await source.list_tables() for s in await source.spans_for(t)]
+        for span in spans:
+            await executor.add_span(span, 50, prepare=False)
+        while executor.store.published_ts < 300:
+            await asyncio.sleep(0.01)
+        executor.store.checkpoint(250)  # what the pipeline does once every sink flushed a batch
+        session.release.set()
+        await executor.close()
+        return spans
+
+    async def second_run(spans):
+        session = _SlowSession()
+        executor = PipelineSpanExecutor("again", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        try:
+            for span in spans:
+                await executor.add_span(span, 50, prepare=False)
+            assert [executor.status(s).checkpoint_ts for s in spans] == [250, 250]
+        finally:
+            session.release.set()
+            await executor.close()
+
+    spans = asyncio.run(first_run())
+    asyncio.run(second_run(spans))
+
+
+def test_a_span_new_after_a_restart_waits_for_a_batch_that_covers_it(tmp_path):
+    source = _source()
+    first, second = asyncio.run(_spans(source))
+
+    async def run(spans, checkpoint=None):
+        session = _SlowSession()
+        executor = PipelineSpanExecutor("new", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        try:
+            for span in spans:
+                await executor.add_span(span, 50, prepare=False)
+            while executor.store.published_ts < 300:
+                await asyncio.sleep(0.01)
+            if checkpoint is not None:
+                executor.store.checkpoint(checkpoint)
+            return [executor.status(s).checkpoint_ts for s in spans]
+        finally:
+            session.release.set()
+            await executor.close()
+
+    assert asyncio.run(run([first], checkpoint=250)) == [250]
+    # The second span's rows are published after 300: the recorded 250 does not cover it.
+    assert asyncio.run(run([first, second])) == [250, 50]
+
+
+async def _spans(source):
+    return [s for t in await source.list_tables() for s in await source.spans_for(t)]
