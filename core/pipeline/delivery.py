@@ -3,6 +3,7 @@ them (bounded memory), whole to the others."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -43,6 +44,8 @@ class BatchDelivery:
         self._whole: list[RowChange] = []
         self._part = 0
         self.row_count = 0
+        #: Seconds spent in write_batch so far, per sink type.
+        self.sink_seconds: dict[str, float] = {}
 
     def add(self, rows: Iterable[RowChange]) -> None:
         rows = list(rows)
@@ -69,7 +72,11 @@ class BatchDelivery:
     def _batch(self, rows: list[RowChange], ddl: tuple[DDLEvent, ...], *, last: bool) -> MicroBatch:
         return MicroBatch(*self._head, rows=tuple(rows), ddl=ddl, part=self._part, last_part=last)
 
-    @staticmethod
-    def _write(sinks: Sequence[Sink[Any]], batch: MicroBatch) -> None:
+    def _write(self, sinks: Sequence[Sink[Any]], batch: MicroBatch) -> None:
         for sink in sinks:
-            sink.write_batch(batch)
+            began = time.perf_counter()
+            try:
+                sink.write_batch(batch)
+            finally:
+                name = sink.type_name
+                self.sink_seconds[name] = self.sink_seconds.get(name, 0.0) + time.perf_counter() - began

@@ -37,10 +37,11 @@ import pyarrow as pa
 from cdcflow.core.errors import CdcflowError, Retryable
 from cdcflow.core.events import RawKVEvent, RowChange
 from cdcflow.core.filter import TableFilter
+from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.records import batch_to_records, event_from_record
 from cdcflow.core.logservice.store import EventStore
 from cdcflow.core.pipeline.columns import ColumnSelection
-from cdcflow.core.pipeline.datasource import offset_ts
+from cdcflow.core.pipeline.datasource import offset_chunk, offset_ts
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.pipeline.query import ORDER_COLUMNS, table_filter_predicate
 from cdcflow.core.plugin.manager import PluginManager
@@ -120,7 +121,7 @@ class ChangefeedPipeline:
         self.batches_flushed = 0
         self.rows_flushed = 0
         self._query: Any = None
-        self._initial_ts = 0
+        self._initial = (0, 0)
         self._stopping = threading.Event()
 
     # -- lifecycle --------------------------------------------------------------
@@ -129,7 +130,7 @@ class ChangefeedPipeline:
         """Start the query (blocking for about a second: call off the event loop)."""
         if self._query is not None:
             return
-        self._initial_ts = self.store.checkpoint_ts
+        self._initial = self._initial_offset()
         logging.getLogger("py4j.clientserver").addFilter(_PY4J_FILTER)  # idempotent
         frame = (
             self.spark.readStream.format("cdcflow")
@@ -144,6 +145,12 @@ class ChangefeedPipeline:
             .queryName(f"cdcflow-{self.changefeed_id}")
             .start()
         )
+
+    def _initial_offset(self) -> tuple[int, int]:
+        """Where a new query starts: what the data source's ``initialOffset`` says."""
+        ts = self.store.checkpoint_ts
+        manifest = read_manifest(self.store.directory)
+        return ts, (offset_chunk({"resolved_ts": ts}, manifest) if manifest is not None else 0)
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the query. Waits up to ``grace`` seconds for a batch in progress to be
@@ -172,11 +179,11 @@ class ChangefeedPipeline:
     # -- one micro-batch ------------------------------------------------------------
 
     def _on_batch(self, frame: Any, batch_id: int) -> None:
-        start_ts, end_ts = self._batch_offsets(batch_id)
+        (start_ts, start_chunk), (end_ts, end_chunk) = self._batch_offsets(batch_id)
         # Spark started batch N, so every batch before it is committed: their chunks can go.
-        self.store.release(start_ts)
+        self.store.release(start_ts, before_chunk=start_chunk)
         try:
-            rows = self._deliver_with_retry(frame, batch_id, start_ts, end_ts)
+            rows = self._deliver_with_retry(frame, batch_id, (start_ts, start_chunk), (end_ts, end_chunk))
         except Exception:
             if not self._stopping.is_set():
                 raise
@@ -188,15 +195,15 @@ class ChangefeedPipeline:
         self.rows_flushed += rows
         if self.plugins is not None:
             self.plugins.batch_flushed(self.changefeed_id, batch_id, end_ts, rows)
-        self.store.checkpoint(end_ts)
+        self.store.checkpoint(end_ts, end_chunk)
         if self.on_checkpoint is not None:
             self.on_checkpoint(end_ts)
 
-    def _deliver_with_retry(self, frame: Any, batch_id: int, start_ts: int, end_ts: int) -> int:
+    def _deliver_with_retry(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
         attempt = 0
         while True:
             try:
-                rows = self._deliver(frame, batch_id, start_ts, end_ts)
+                rows = self._deliver(frame, batch_id, start, end)
             except CdcflowError as exc:
                 if exc.retryable is Retryable.NONE or self._stopping.is_set():
                     raise
@@ -213,29 +220,49 @@ class ChangefeedPipeline:
             self.last_error = None
             return rows
 
-    def _deliver(self, frame: Any, batch_id: int, start_ts: int, end_ts: int) -> int:
+    def _deliver(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
+        (start_ts, start_chunk), (end_ts, end_chunk) = start, end
         ddl = self.store.ddl_between(start_ts, end_ts)
         delivery = BatchDelivery(
             self.changefeed_id, batch_id, start_ts, end_ts, ddl, self.sinks, part_rows=self.part_rows
         )
-        expected = sum(chunk.rows for chunk in self.store.chunks_between(start_ts, end_ts))
-        ordered = frame.orderBy(*ORDER_COLUMNS)
-        if expected <= self.collect_rows:
-            batches: Iterator[pa.RecordBatch] = iter(ordered.toArrow().to_batches(max_chunksize=_CONVERT_ROWS))
-            for batch in batches:
+        expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
+        began = time.perf_counter()
+        read = 0.0
+        if expected == 0:
+            # No chunk in the range: the frame is empty, and running a Spark job to
+            # learn that costs more than the rest of the batch. Sinks still see the batch.
+            pass
+        elif expected <= self.collect_rows:
+            # One Spark job (scan, filter, collect) and a sort of at most collect_rows rows
+            # on the driver, instead of Spark's range sort (a sampling job plus a shuffle).
+            table = frame.toArrow()
+            if table.num_rows:
+                table = table.sort_by([(column, "ascending") for column in ORDER_COLUMNS])
+            read = time.perf_counter() - began
+            for batch in table.to_batches(max_chunksize=_CONVERT_ROWS):
                 delivery.add(self._rows(list(batch_to_records(batch))))
         else:
+            ordered = frame.orderBy(*ORDER_COLUMNS)
             staging = self.work_dir / f"batch-{batch_id}"
             shutil.rmtree(staging, ignore_errors=True)
             # Small row groups: the driver reads one row group at a time.
             writer = ordered.write.mode("overwrite").option("parquet.block.size", _STAGING_ROW_GROUP_BYTES)
             writer.parquet(str(staging.resolve()))
+            read = time.perf_counter() - began
             try:
                 for batch in _read_sorted_parquet(staging):
                     delivery.add(self._rows(list(batch_to_records(batch))))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+        convert = time.perf_counter() - began - read - sum(delivery.sink_seconds.values())
         delivery.finish()
+        if log.isEnabledFor(logging.DEBUG):
+            sinks = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in delivery.sink_seconds.items())
+            log.debug(
+                "changefeed %s: batch %d: %d rows, Spark %.3fs, convert and mount %.3fs, sinks: %s",
+                *(self.changefeed_id, batch_id, delivery.row_count, read, convert, sinks or "none"),
+            )
         return delivery.row_count
 
     def _rows(self, records: Sequence[Any]) -> list[RowChange]:
@@ -265,22 +292,27 @@ class ChangefeedPipeline:
 
     # -- offsets -----------------------------------------------------------------------
 
-    def _batch_offsets(self, batch_id: int) -> tuple[int, int]:
-        """``(start_ts, end_ts)`` of a batch, from Spark's offset log (written before the batch runs)."""
+    def _batch_offsets(self, batch_id: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``(start_ts, start_chunk), (end_ts, end_chunk)`` of a batch, from Spark's
+        offset log (written before the batch runs)."""
         end = self._logged_offset(batch_id)
         if end is None:
             raise CdcflowError(f"changefeed {self.changefeed_id}: Spark logged no offsets for batch {batch_id}")
         start = self._logged_offset(batch_id - 1) if batch_id > 0 else None
-        return (self._initial_ts if start is None else start), end
+        return (self._initial if start is None else start), end
 
-    def _logged_offset(self, batch_id: int) -> int | None:
+    def _logged_offset(self, batch_id: int) -> tuple[int, int] | None:
         path = self.checkpoint_dir / "offsets" / str(batch_id)
         try:
             lines = path.read_text().splitlines()
         except FileNotFoundError:
             return None
         # Format: a version line, the batch metadata, then one offset per source.
-        return offset_ts(json.loads(lines[2]))
+        offset = json.loads(lines[2])
+        manifest = read_manifest(self.store.directory)
+        if manifest is None:
+            raise CdcflowError(f"changefeed {self.changefeed_id}: the event store's manifest is gone")
+        return offset_ts(offset), offset_chunk(offset, manifest)
 
 
 def _read_sorted_parquet(directory: Path) -> Iterator[pa.RecordBatch]:

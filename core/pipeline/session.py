@@ -7,13 +7,19 @@ The Python workers run the driver's interpreter (``PYSPARK_PYTHON`` and
 the same cdcflow and plugins; on a cluster, every node needs the same Python
 environment at the same path (or set ``spark.pyspark.python`` in
 ``server.spark.conf``).
+
+Spark's own log goes to stderr (``log4j2.properties`` next to this module),
+at ERROR unless the capture logs more: ``--log-level=info`` shows Spark's
+warnings, ``--log-level=debug`` its info messages. stdout stays cdcflow's.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.config.model import SparkSettings
@@ -21,7 +27,10 @@ from cdcflow.core.config.model import SparkSettings
 if TYPE_CHECKING:
     from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["LOCAL_DEFAULTS", "spark_conf", "spark_session", "stop_spark_session"]
+__all__ = ["LOCAL_DEFAULTS", "LOG4J2_CONFIG", "spark_conf", "spark_log_level", "spark_session", "stop_spark_session"]
+
+#: Spark's log configuration in a capture: stderr only, level from the capture's.
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 #: Defaults for local mode: small shuffles, no UI, no event log.
 LOCAL_DEFAULTS: dict[str, str] = {
@@ -30,7 +39,6 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.python.worker.reuse": "true",
-    "spark.driver.extraJavaOptions": "-Dlog4j2.level=warn",
 }
 
 _lock = threading.Lock()
@@ -39,11 +47,25 @@ _lock = threading.Lock()
 def spark_conf(settings: SparkSettings, plugins: PluginManager | None = None) -> dict[str, str]:
     """The Spark properties the capture's session is built with."""
     conf = dict(LOCAL_DEFAULTS) if settings.master.startswith("local") else {}
+    conf["spark.driver.extraJavaOptions"] = (
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.resolve().as_uri()} -Dcdcflow.spark.log.level={spark_log_level()}"
+    )
     conf["spark.sql.warehouse.dir"] = os.path.abspath(settings.warehouse_dir)
     if plugins is not None:
         conf.update(plugins.spark_conf(settings.master))
     conf.update(settings.conf)
     return conf
+
+
+def spark_log_level(level: int | None = None) -> str:
+    """Spark's log level for a capture logging at ``level`` (default: the root logger's):
+    Spark is one level quieter than cdcflow, and never below INFO."""
+    level = logging.getLogger().getEffectiveLevel() if level is None else level
+    if level <= logging.DEBUG:
+        return "INFO"
+    if level <= logging.INFO:
+        return "WARN"
+    return "ERROR"
 
 
 def spark_session(settings: SparkSettings, plugins: PluginManager | None = None) -> Any:
@@ -62,7 +84,8 @@ def spark_session(settings: SparkSettings, plugins: PluginManager | None = None)
         for key, value in spark_conf(settings, plugins).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("WARN")
+        # Also when the JVM was started earlier (another session, a test's fixture).
+        session.sparkContext.setLogLevel(spark_log_level())
         session.dataSource.register(CdcflowDataSource)
         return session
 

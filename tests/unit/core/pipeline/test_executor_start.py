@@ -74,7 +74,7 @@ def test_a_restarted_executor_reports_the_checkpoint_its_store_recorded(tmp_path
             await executor.add_span(span, 50, prepare=False)
         while executor.store.published_ts < 300:
             await asyncio.sleep(0.01)
-        executor.store.checkpoint(250)  # what the pipeline does once every sink flushed a batch
+        executor.store.checkpoint(250, executor.store.next_chunk)  # as the pipeline does after a flush
         session.release.set()
         await executor.close()
         return spans
@@ -107,7 +107,7 @@ def test_a_span_new_after_a_restart_waits_for_a_batch_that_covers_it(tmp_path):
             while executor.store.published_ts < 300:
                 await asyncio.sleep(0.01)
             if checkpoint is not None:
-                executor.store.checkpoint(checkpoint)
+                executor.store.checkpoint(checkpoint, executor.store.next_chunk)
             return [executor.status(s).checkpoint_ts for s in spans]
         finally:
             session.release.set()
