@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,9 @@ __all__ = ["PipelineSpanExecutor", "changefeed_dir", "create_span_executor", "di
 
 log = logging.getLogger(__name__)
 
+#: Launches of the Spark session before its failure is the executor's error.
+_SESSION_ATTEMPTS = 3
+_SESSION_RETRY_DELAY = 1.0
 #: How often a paused feed checks whether the event store has room again.
 _BACKPRESSURE_POLL = 0.05
 #: Resolved timestamps are applied to the event store at most this often: every
@@ -291,9 +295,7 @@ class PipelineSpanExecutor(SpanExecutor):
 
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
-            from cdcflow.core.pipeline.session import spark_session
-
-            self._spark = spark_session(self.spark_settings, self.plugins)
+            self._spark = self._start_session()
         context = SinkContext(self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins)
         for sink in self.sinks:
             sink.open(context)
@@ -315,6 +317,22 @@ class PipelineSpanExecutor(SpanExecutor):
         )
         pipeline.start()
         return pipeline
+
+    def _start_session(self) -> Any:
+        """The capture's SparkSession, retried: launching Spark's JVM while other
+        threads of the capture work (gRPC, store I/O) now and then fails at once
+        with JAVA_GATEWAY_EXITED, and a second launch succeeds."""
+        from cdcflow.core.pipeline.session import spark_session
+
+        for attempt in range(1, _SESSION_ATTEMPTS + 1):
+            try:
+                return spark_session(self.spark_settings, self.plugins)
+            except Exception as exc:
+                if attempt == _SESSION_ATTEMPTS:
+                    raise
+                log.warning("changefeed %s: Spark did not start (%s); retrying", self.changefeed_id, exc)
+                time.sleep(_SESSION_RETRY_DELAY)
+        raise AssertionError("unreachable")
 
     async def _feed(self, span: Span, start_ts: int) -> None:
         store = self.store
