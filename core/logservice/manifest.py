@@ -49,13 +49,18 @@ class ChunkInfo:
 
 @dataclass(frozen=True, slots=True)
 class SpanEntry:
-    """A span the store has seen, by id; ``replicating`` when it was published last."""
+    """A span the store has seen, by id; ``replicating`` when it was published last.
+
+    ``covered_from`` is the chunk sequence number a recorded checkpoint must
+    reach to cover the span since it last started replicating (None: not
+    reached yet, or not known in manifests written before it was recorded)."""
 
     span_id: int
     table_id: int
     start: str
     end: str
     replicating: bool = False
+    covered_from: int | None = None
 
 
 @dataclass
@@ -69,6 +74,8 @@ class Manifest:
     next_chunk: int = 0
     #: Chunks below this sequence number are released (read by no batch again).
     released_chunk: int = 0
+    #: Every chunk below this sequence number is flushed by every sink (with ``checkpoint_ts``).
+    checkpoint_chunk: int = 0
     spans: list[SpanEntry] = field(default_factory=list)
     chunks: list[ChunkInfo] = field(default_factory=list)
     ddl_ts: list[int] = field(default_factory=list)
@@ -89,6 +96,7 @@ class Manifest:
             checkpoint_ts=int(data["checkpoint_ts"]),
             next_chunk=int(data["next_chunk"]),
             released_chunk=int(data.get("released_chunk", 0)),
+            checkpoint_chunk=int(data.get("checkpoint_chunk", 0)),
             spans=[SpanEntry(**s) for s in data["spans"]],
             chunks=[ChunkInfo(**c) for c in data["chunks"]],
             ddl_ts=[int(t) for t in data["ddl_ts"]],

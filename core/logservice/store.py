@@ -165,7 +165,7 @@ class EventStore:
         self._run_seq = itertools.count()
         self._dropped = 0
         #: Chunks below this sequence number are flushed (see :meth:`covers`).
-        self._checkpoint_chunk = 0
+        self._checkpoint_chunk = self._manifest.checkpoint_chunk
         self._remove_stale_chunks()
         self._save()
 
@@ -201,7 +201,12 @@ class EventStore:
         buf.resolved_ts = max(buf.resolved_ts, buf.floor_ts)
         buf.replicating = True
         self._frontier.add(buf.span, buf.resolved_ts)
-        self._mark_replicating(buf.span_id, True)
+        # A span replicating before a restart keeps its coverage: its events up to
+        # the published ts are in chunks, so the recorded checkpoint still covers it.
+        entry = self._manifest.spans[buf.span_id]
+        if buf.span in self._durable and entry.covered_from is not None:
+            buf.covered_from = entry.covered_from
+        self._mark_replicating(buf.span_id, True, buf.covered_from)
 
     def remove_span(self, span: Span) -> None:
         """Drop ``span``'s unpublished events; its published chunks stay until released."""
@@ -214,7 +219,8 @@ class EventStore:
                 run.delete()
             if buf.replicating:
                 self._frontier.remove(span)
-                self._mark_replicating(buf.span_id, False)
+                self._mark_replicating(buf.span_id, False, None)
+            self._durable.discard(span)  # published from here on without it
             self._publish()
 
     def spans(self) -> list[Span]:
@@ -337,7 +343,7 @@ class EventStore:
         self._manifest.published_ts = cut_ts
         for buf in replicating:
             if buf.covered_from is None:
-                buf.covered_from = self._manifest.next_chunk
+                self._set_covered(buf)
         self._save()
 
     def _catch_up(self, buf: _SpanBuffer) -> bool:
@@ -354,14 +360,16 @@ class EventStore:
         upto = min(buf.resolved_ts, published)
         if not buf.replicating or upto <= buf.floor_ts:
             if buf.replicating and buf.covered_from is None and buf.resolved_ts >= published:
-                buf.covered_from = self._manifest.next_chunk
+                self._set_covered(buf)
+                self._save()
             return False
         chunks = self._write_chunks(buf, published, published, upto)
         buf.floor_ts = upto
         self._manifest.chunks.extend(chunks)
-        if upto >= published:
-            buf.covered_from = self._manifest.next_chunk
-        if chunks:
+        covered = upto >= published
+        if covered:
+            self._set_covered(buf)
+        if chunks or covered:
             self._save()
         return bool(chunks)
 
@@ -435,10 +443,15 @@ class EventStore:
         ``next_chunk`` (recorded, not yet released: a batch may still be replayed
         until the next one starts)."""
         with self._lock:
-            if next_chunk is not None:
-                self._checkpoint_chunk = max(self._checkpoint_chunk, next_chunk)
+            moved = False
+            if next_chunk is not None and next_chunk > self._checkpoint_chunk:
+                self._checkpoint_chunk = self._manifest.checkpoint_chunk = next_chunk
+                moved = True
             if ts > self._manifest.checkpoint_ts:
                 self._manifest.checkpoint_ts = ts
+                moved = True
+            if moved:
+                # Durable, so that a restart reports it for the spans it covers.
                 self._save()
 
     def release(self, ts: int, before_chunk: int | None = None) -> None:
@@ -537,11 +550,19 @@ class EventStore:
         self._span_by_id[span_id] = span
         return span_id
 
-    def _mark_replicating(self, span_id: int, replicating: bool) -> None:
+    def _mark_replicating(self, span_id: int, replicating: bool, covered_from: int | None) -> None:
+        self._set_entry(span_id, replicating, covered_from)
+        self._save()
+
+    def _set_covered(self, buf: _SpanBuffer) -> None:
+        """From the next chunk on, a recorded checkpoint covers ``buf``'s span (saved with the manifest)."""
+        buf.covered_from = self._manifest.next_chunk
+        self._set_entry(buf.span_id, True, buf.covered_from)
+
+    def _set_entry(self, span_id: int, replicating: bool, covered_from: int | None) -> None:
         spans = self._manifest.spans
         entry = spans[span_id]
-        spans[span_id] = SpanEntry(entry.span_id, entry.table_id, entry.start, entry.end, replicating)
-        self._save()
+        spans[span_id] = SpanEntry(entry.span_id, entry.table_id, entry.start, entry.end, replicating, covered_from)
 
     def _remove_stale_chunks(self) -> None:
         released, released_chunk = self._manifest.released_ts, self._manifest.released_chunk

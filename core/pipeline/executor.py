@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,9 @@ __all__ = ["PipelineSpanExecutor", "changefeed_dir", "create_span_executor", "di
 
 log = logging.getLogger(__name__)
 
+#: Launches of the Spark session before its failure is the executor's error.
+_SESSION_ATTEMPTS = 3
+_SESSION_RETRY_DELAY = 1.0
 #: How often a paused feed checks whether the event store has room again.
 _BACKPRESSURE_POLL = 0.05
 #: Resolved timestamps are applied to the event store at most this often: every
@@ -130,6 +134,9 @@ class PipelineSpanExecutor(SpanExecutor):
         self._removed: dict[Span, int] = {}
         self._source_open = False
         self._pipeline_lock = asyncio.Lock()
+        #: The pipeline's start, in the background (Spark takes seconds to tens of seconds).
+        self._starting: asyncio.Task[None] | None = None
+        self._start_error: BaseException | None = None
         self.publish_interval = publish_interval
         self._pending_resolved: dict[Span, int] = {}
         self._publisher: asyncio.Task[None] | None = None
@@ -161,7 +168,7 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
             loaded.state = SpanState.REPLICATING
         if not prepare:
-            await self._ensure_pipeline()
+            self._start_pipeline_soon()
             return True
         return self._refresh_prepared(loaded) is SpanState.PREPARED
 
@@ -208,6 +215,10 @@ class PipelineSpanExecutor(SpanExecutor):
             await asyncio.to_thread(self.store.set_barrier, ts)
 
     async def close(self) -> None:
+        if self._starting is not None:
+            # A start in progress cannot be interrupted (it runs in a thread); let it end, then stop it.
+            await asyncio.gather(self._starting, return_exceptions=True)
+            self._starting = None
         pipeline, self.pipeline = self.pipeline, None
         if pipeline is not None:
             await asyncio.to_thread(pipeline.stop)
@@ -243,6 +254,8 @@ class PipelineSpanExecutor(SpanExecutor):
                 return failure
             if self.pipeline.last_error is not None:
                 return self.pipeline.last_error
+        if self._start_error is not None:
+            return self._start_error
         return next(iter(self.feed_errors.values()), None)
 
     # -- internals ---------------------------------------------------------------------
@@ -258,18 +271,31 @@ class PipelineSpanExecutor(SpanExecutor):
             await self.source.open()
             self._source_open = True
 
+    def _start_pipeline_soon(self) -> None:
+        """Start the pipeline in the background, once.
+
+        The span is replicating as soon as it is in the store's frontier; its
+        checkpoint moves only when a batch that covers it is flushed. Not
+        waiting for Spark here keeps the agent answering heartbeats (resolved
+        ts, other spans joining) while the session starts: spans that join
+        before the first batch are covered by it."""
+        if self._starting is None and self.pipeline is None:
+            self._starting = asyncio.create_task(self._ensure_pipeline(), name=f"start {self.changefeed_id}")
+
     async def _ensure_pipeline(self) -> None:
         async with self._pipeline_lock:
             if self.pipeline is not None:
                 return
             loop = asyncio.get_running_loop()
-            self.pipeline = await asyncio.to_thread(self._start_pipeline, loop)
+            try:
+                self.pipeline = await asyncio.to_thread(self._start_pipeline, loop)
+            except Exception as exc:
+                log.exception("changefeed %s: the Spark pipeline did not start", self.changefeed_id)
+                self._start_error = exc
 
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
-            from cdcflow.core.pipeline.session import spark_session
-
-            self._spark = spark_session(self.spark_settings, self.plugins)
+            self._spark = self._start_session()
         context = SinkContext(self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins)
         for sink in self.sinks:
             sink.open(context)
@@ -291,6 +317,22 @@ class PipelineSpanExecutor(SpanExecutor):
         )
         pipeline.start()
         return pipeline
+
+    def _start_session(self) -> Any:
+        """The capture's SparkSession, retried: launching Spark's JVM while other
+        threads of the capture work (gRPC, store I/O) now and then fails at once
+        with JAVA_GATEWAY_EXITED, and a second launch succeeds."""
+        from cdcflow.core.pipeline.session import spark_session
+
+        for attempt in range(1, _SESSION_ATTEMPTS + 1):
+            try:
+                return spark_session(self.spark_settings, self.plugins)
+            except Exception as exc:
+                if attempt == _SESSION_ATTEMPTS:
+                    raise
+                log.warning("changefeed %s: Spark did not start (%s); retrying", self.changefeed_id, exc)
+                time.sleep(_SESSION_RETRY_DELAY)
+        raise AssertionError("unreachable")
 
     async def _feed(self, span: Span, start_ts: int) -> None:
         store = self.store

@@ -48,7 +48,7 @@ from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.sink import Sink
 from cdcflow.core.source import Mounter
 
-__all__ = ["DEFAULT_COLLECT_ROWS", "ChangefeedPipeline"]
+__all__ = ["DEFAULT_COLLECT_ROWS", "BatchInterruptedError", "ChangefeedPipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,23 @@ _STAGING_ROW_GROUP_BYTES = 8 * 1024 * 1024
 #: Batches up to this many rows are collected to the driver; larger ones go through files.
 DEFAULT_COLLECT_ROWS = 50_000
 _MAX_RETRY_DELAY = 30.0
+
+
+class BatchInterruptedError(Exception):
+    """A micro-batch was cut short because its query is being stopped (Spark cancels
+    the batch's jobs); Spark did not commit it, so the next start replays it."""
+
+
+class _DropInterruptedBatches(logging.Filter):
+    """py4j logs every exception raised in ``foreachBatch`` as an error with its
+    traceback; an interrupted batch on stop is expected, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, BatchInterruptedError)
+
+
+_PY4J_FILTER = _DropInterruptedBatches()
 
 
 class ChangefeedPipeline:
@@ -114,6 +131,7 @@ class ChangefeedPipeline:
         if self._query is not None:
             return
         self._initial = self._initial_offset()
+        logging.getLogger("py4j.clientserver").addFilter(_PY4J_FILTER)  # idempotent
         frame = (
             self.spark.readStream.format("cdcflow")
             .option("path", str(self.store.directory.resolve()))
@@ -164,7 +182,15 @@ class ChangefeedPipeline:
         (start_ts, start_chunk), (end_ts, end_chunk) = self._batch_offsets(batch_id)
         # Spark started batch N, so every batch before it is committed: their chunks can go.
         self.store.release(start_ts, before_chunk=start_chunk)
-        rows = self._deliver_with_retry(frame, batch_id, (start_ts, start_chunk), (end_ts, end_chunk))
+        try:
+            rows = self._deliver_with_retry(frame, batch_id, (start_ts, start_chunk), (end_ts, end_chunk))
+        except Exception:
+            if not self._stopping.is_set():
+                raise
+            # Raised without its cause: Spark matches the message of a failed batch
+            # with regular expressions, which overflow the stack on a long Java trace.
+            message = f"changefeed {self.changefeed_id}: batch {batch_id} interrupted by stop; replayed on restart"
+            raise BatchInterruptedError(message) from None
         self.batches_flushed += 1
         self.rows_flushed += rows
         if self.plugins is not None:

@@ -45,8 +45,9 @@ def summary_checkpoint(stdout: str) -> int:
 def test_run_with_duration_then_again_from_the_checkpoint(tmp_path):
     env = env_with_plugin(tmp_path / "plugins")
     path = write_file(tmp_path)
-    # Long enough for the embedded Spark session to start and commit batches on a loaded machine.
-    first = subprocess.run([CDCFLOW, "run", path, "--duration", "40"], capture_output=True, text=True, env=env,
+    # Long enough for the embedded Spark session to start and commit batches on a loaded machine
+    # (Spark's startup alone took 20-70 s with the load average at 7 per core).
+    first = subprocess.run([CDCFLOW, "run", path, "--duration", "60"], capture_output=True, text=True, env=env,
                            timeout=240, check=False)  # fmt: skip
     assert first.returncode == 0, first.stderr
     progress = [line for line in first.stderr.splitlines() if line.startswith("ticks normal")]
@@ -55,7 +56,7 @@ def test_run_with_duration_then_again_from_the_checkpoint(tmp_path):
     assert re.search(r"ticks: normal, checkpoint \d+, [1-9]\d* rows in \d+ batches", first.stdout), first.stdout
     checkpoint = summary_checkpoint(first.stdout)
     assert list((tmp_path / "out").rglob("*.jsonl"))
-    second = subprocess.run([CDCFLOW, "run", path, "--duration", "40"], capture_output=True, text=True, env=env,
+    second = subprocess.run([CDCFLOW, "run", path, "--duration", "60"], capture_output=True, text=True, env=env,
                             timeout=240, check=False)  # fmt: skip
     assert second.returncode == 0, second.stderr
     assert summary_checkpoint(second.stdout) > checkpoint  # the stored connector resumed, not recreated
