@@ -29,6 +29,9 @@ class ChunkInfo:
     ``lo`` is the changefeed's published ts before the cut and ``hi`` the cut.
     Rows of a span added after ``lo`` with an older checkpoint may carry a
     commit ts at or below ``lo`` (they are delivered late rather than lost).
+    A span that joins behind the published ts is *caught up* by chunks with
+    ``lo == hi`` (the published ts then): readers order chunks by :attr:`seq`,
+    never by ``hi`` alone, or they would miss them.
     """
 
     file: str
@@ -37,6 +40,11 @@ class ChunkInfo:
     hi: int
     rows: int
     size: int
+
+    @property
+    def seq(self) -> int:
+        """The chunk's sequence number (its file name): chunks are published in this order."""
+        return int(Path(self.file).stem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,8 @@ class Manifest:
     released_ts: int = 0
     checkpoint_ts: int = 0
     next_chunk: int = 0
+    #: Chunks below this sequence number are released (read by no batch again).
+    released_chunk: int = 0
     spans: list[SpanEntry] = field(default_factory=list)
     chunks: list[ChunkInfo] = field(default_factory=list)
     ddl_ts: list[int] = field(default_factory=list)
@@ -78,6 +88,7 @@ class Manifest:
             released_ts=int(data["released_ts"]),
             checkpoint_ts=int(data["checkpoint_ts"]),
             next_chunk=int(data["next_chunk"]),
+            released_chunk=int(data.get("released_chunk", 0)),
             spans=[SpanEntry(**s) for s in data["spans"]],
             chunks=[ChunkInfo(**c) for c in data["chunks"]],
             ddl_ts=[int(t) for t in data["ddl_ts"]],

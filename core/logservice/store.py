@@ -89,6 +89,9 @@ class _SpanBuffer:
     records: list[Record] = field(default_factory=list)
     memory: int = 0
     runs: list[SpillRun] = field(default_factory=list)
+    #: Once the span's events up to the published ts are in chunks: the chunk
+    #: sequence number a checkpoint must reach to cover the span (None before).
+    covered_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,8 @@ class EventStore:
         self._memory = 0
         self._run_seq = itertools.count()
         self._dropped = 0
+        #: Chunks below this sequence number are flushed (see :meth:`covers`).
+        self._checkpoint_chunk = 0
         self._remove_stale_chunks()
         self._save()
 
@@ -185,6 +190,7 @@ class EventStore:
                 self._buffers[span] = buf
             if replicating and not buf.replicating:
                 self._start_replicating(buf, checkpoint_ts)
+                self._catch_up(buf)
             return buf.floor_ts
 
     def _start_replicating(self, buf: _SpanBuffer, checkpoint_ts: int) -> None:
@@ -267,9 +273,10 @@ class EventStore:
             if buf is None or ts <= buf.resolved_ts:
                 return False
             buf.resolved_ts = ts
-            if not buf.replicating or not self._frontier.forward(span, ts):
+            if not buf.replicating:
                 return False
-            return self._publish()
+            moved = self._frontier.forward(span, ts) and self._publish()
+            return self._catch_up(buf) or moved
 
     def set_barrier(self, ts: int | None) -> bool:
         """Publish nothing above ``ts`` (None lifts the barrier); returns whether the published ts moved."""
@@ -322,13 +329,44 @@ class EventStore:
 
     def _cut(self, cut_ts: int) -> None:
         lo = self._manifest.published_ts
-        for buf in self._buffers.values():
-            if buf.replicating:
-                self._manifest.chunks.extend(self._write_chunks(buf, lo, cut_ts))
+        replicating = [buf for buf in self._buffers.values() if buf.replicating]
+        for buf in replicating:
+            self._manifest.chunks.extend(self._write_chunks(buf, lo, cut_ts, cut_ts))
+            # Every replicating span resolved past the cut: nothing at or below it comes again.
+            buf.floor_ts = max(buf.floor_ts, cut_ts)
         self._manifest.published_ts = cut_ts
+        for buf in replicating:
+            if buf.covered_from is None:
+                buf.covered_from = self._manifest.next_chunk
         self._save()
 
-    def _write_chunks(self, buf: _SpanBuffer, lo: int, cut_ts: int) -> list[ChunkInfo]:
+    def _catch_up(self, buf: _SpanBuffer) -> bool:
+        """Publish a replicating span's events at or below the published ts.
+
+        A span that joins the frontier after the published ts passed its
+        checkpoint (added later, or re-added) has events that no cut will
+        take any more: the frontier cannot go back. Once the span resolves
+        them they are written as chunks labelled with the published ts
+        (``lo == hi``) and a new chunk sequence number, which readers follow.
+        Returns whether chunks were published.
+        """
+        published = self._manifest.published_ts
+        upto = min(buf.resolved_ts, published)
+        if not buf.replicating or upto <= buf.floor_ts:
+            if buf.replicating and buf.covered_from is None and buf.resolved_ts >= published:
+                buf.covered_from = self._manifest.next_chunk
+            return False
+        chunks = self._write_chunks(buf, published, published, upto)
+        buf.floor_ts = upto
+        self._manifest.chunks.extend(chunks)
+        if upto >= published:
+            buf.covered_from = self._manifest.next_chunk
+        if chunks:
+            self._save()
+        return bool(chunks)
+
+    def _write_chunks(self, buf: _SpanBuffer, lo: int, hi: int, cut_ts: int) -> list[ChunkInfo]:
+        """Write ``buf``'s events with commit ts in ``(floor, cut_ts]`` as chunks labelled ``(lo, hi]``."""
         below = sorted((r for r in buf.records if r[0] <= cut_ts), key=sort_key)
         if below:
             self._drop_memory(buf, [r for r in buf.records if r[0] > cut_ts])
@@ -345,7 +383,7 @@ class EventStore:
                 (self.directory / name).unlink()
                 break
             self._manifest.next_chunk += 1
-            chunks.append(ChunkInfo(name, buf.span_id, lo, cut_ts, counter.count, size))
+            chunks.append(ChunkInfo(name, buf.span_id, lo, hi, counter.count, size))
             if counter.count < self.chunk_rows:
                 break
         for run in [r for r in buf.runs if r.exhausted]:
@@ -354,9 +392,31 @@ class EventStore:
         return chunks
 
     def chunks_between(self, start_ts: int, end_ts: int) -> list[ChunkInfo]:
-        """The chunks published in ``(start_ts, end_ts]``."""
+        """The chunks published by cuts in ``(start_ts, end_ts]`` (catch-up chunks labelled
+        ``end_ts`` included; use :meth:`chunks_in` to follow the publishing order)."""
         with self._lock:
             return [c for c in self._manifest.chunks if start_ts < c.hi <= end_ts]
+
+    def chunks_in(self, start_seq: int, end_seq: int) -> list[ChunkInfo]:
+        """The chunks with sequence numbers in ``[start_seq, end_seq)``, in publishing order."""
+        with self._lock:
+            return [c for c in self._manifest.chunks if start_seq <= c.seq < end_seq]
+
+    @property
+    def next_chunk(self) -> int:
+        """The sequence number the next published chunk gets; no lock."""
+        return self._manifest.next_chunk
+
+    def covers(self, span: Span) -> bool:
+        """Whether the recorded checkpoint covers ``span``: every batch that carries the
+        span's events up to the published ts when it joined has been flushed."""
+        buf = self._buffers.get(span)
+        return (
+            buf is not None
+            and buf.replicating
+            and buf.covered_from is not None
+            and self._checkpoint_chunk >= buf.covered_from
+        )
 
     def ddl_between(self, start_ts: int, end_ts: int) -> list[DDLEvent]:
         """The DDL events with commit ts in ``(start_ts, end_ts]``, in commit order."""
@@ -370,17 +430,25 @@ class EventStore:
         """The last checkpoint recorded by :meth:`checkpoint` (or the start ts); no lock."""
         return self._manifest.checkpoint_ts
 
-    def checkpoint(self, ts: int) -> None:
-        """Every sink flushed everything at or below ``ts`` (recorded, not yet released:
-        a batch may still be replayed until the next one starts)."""
+    def checkpoint(self, ts: int, next_chunk: int | None = None) -> None:
+        """Every sink flushed everything at or below ``ts`` and every chunk below
+        ``next_chunk`` (recorded, not yet released: a batch may still be replayed
+        until the next one starts)."""
         with self._lock:
+            if next_chunk is not None:
+                self._checkpoint_chunk = max(self._checkpoint_chunk, next_chunk)
             if ts > self._manifest.checkpoint_ts:
                 self._manifest.checkpoint_ts = ts
                 self._save()
 
-    def release(self, ts: int) -> None:
-        """Delete chunks and DDL at or below ``ts``: no batch will read them again."""
+    def release(self, ts: int, before_chunk: int | None = None) -> None:
+        """Delete DDL at or below ``ts`` and the chunks no batch will read again: those
+        below sequence number ``before_chunk`` when given, else those labelled at or below ``ts``."""
         with self._lock:
+            if before_chunk is not None and before_chunk > self._manifest.released_chunk:
+                self._manifest.released_chunk = before_chunk
+                self._remove_stale_chunks()
+                self._save()
             if ts <= self._manifest.released_ts:
                 return
             self._manifest.released_ts = ts
@@ -476,10 +544,11 @@ class EventStore:
         self._save()
 
     def _remove_stale_chunks(self) -> None:
-        released = self._manifest.released_ts
+        released, released_chunk = self._manifest.released_ts, self._manifest.released_chunk
         keep = []
         for chunk in self._manifest.chunks:
-            if chunk.hi <= released:
+            # A catch-up chunk is labelled with an already released ts: its sequence number decides.
+            if chunk.seq < released_chunk or (chunk.hi <= released and chunk.lo < chunk.hi):
                 (self.directory / chunk.file).unlink(missing_ok=True)
             else:
                 keep.append(chunk)

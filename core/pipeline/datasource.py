@@ -3,11 +3,16 @@
 Registered with ``spark.dataSource.register(CdcflowDataSource)`` and read with
 ``spark.readStream.format("cdcflow").option("path", <event-store dir>)``.
 
-* **offset** = ``{"resolved_ts": T}``: the changefeed's published resolved ts
-  (the span frontier, capped at DDL and maintainer barriers);
+* **offset** = ``{"resolved_ts": T, "chunk": N}``: the changefeed's published
+  resolved ts (the span frontier, capped at DDL and maintainer barriers) and
+  the sequence number of the first chunk not yet covered. Chunks are read in
+  sequence order, not by ts: a span that joins the changefeed behind its
+  published ts is caught up by chunks labelled with that same ts, and only
+  the sequence number tells a reader they are new (an offset without
+  ``chunk``, as written by older versions, is read by ts);
 * ``latestOffset(start)`` never passes the first DDL barrier above ``start``,
   so a DDL always ends a micro-batch;
-* ``partitions(start, end)`` = the resolved chunks published in ``(start, end]``,
+* ``partitions(start, end)`` = the resolved chunks numbered in ``[start, end)``,
   packed into partitions of about ``partitionRows`` rows (option; default
   131072) because every Spark task costs a Python worker round trip; ``read``
   yields the chunks' Arrow record batches.
@@ -29,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from cdcflow.core.logservice.manifest import read_manifest
+from cdcflow.core.logservice.manifest import Manifest, read_manifest
 from cdcflow.core.logservice.records import SPARK_SCHEMA_DDL, read_record_batches
 
 __all__ = [
@@ -38,15 +43,28 @@ __all__ = [
     "CdcflowDataSource",
     "CdcflowStreamReader",
     "ChunkPartition",
+    "offset_chunk",
     "offset_ts",
 ]
 
 OFFSET_KEY = "resolved_ts"
+CHUNK_KEY = "chunk"
 
 
 def offset_ts(offset: dict[str, Any]) -> int:
     """The resolved ts of a ``cdcflow`` source offset."""
     return int(offset[OFFSET_KEY])
+
+
+def offset_chunk(offset: dict[str, Any], manifest: Manifest) -> int:
+    """The first chunk sequence number an offset does not cover.
+
+    An offset without it (older versions) covers the chunks labelled at or
+    below its ts."""
+    if CHUNK_KEY in offset:
+        return int(offset[CHUNK_KEY])
+    ts = offset_ts(offset)
+    return min((c.seq for c in manifest.chunks if c.hi > ts), default=manifest.next_chunk)
 
 
 #: Rows per Spark partition when the option ``partitionRows`` is not given.
@@ -94,22 +112,32 @@ class CdcflowStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:
         # A new query starts at the changefeed's checkpoint: everything above it
         # that the store has published is still there.
-        return {OFFSET_KEY: int(self._manifest().checkpoint_ts)}
+        manifest = self._manifest()
+        checkpoint = int(manifest.checkpoint_ts)
+        return {OFFSET_KEY: checkpoint, CHUNK_KEY: offset_chunk({OFFSET_KEY: checkpoint}, manifest)}
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, int]:
         manifest = self._manifest()
         begin = offset_ts(start)
+        first = offset_chunk(start, manifest)
         end = max(begin, int(manifest.published_ts))
         barriers = [ts for ts in manifest.ddl_ts if begin < ts <= end]
-        return {OFFSET_KEY: min(barriers, default=end)}
+        if not barriers:
+            return {OFFSET_KEY: end, CHUNK_KEY: max(first, manifest.next_chunk)}
+        barrier = min(barriers)
+        # Chunks are published in ts order (catch-up chunks carry the published ts
+        # then), so the chunks up to the barrier are a prefix of the sequence.
+        below = [c.seq + 1 for c in manifest.chunks if c.seq >= first and c.hi <= barrier]
+        return {OFFSET_KEY: barrier, CHUNK_KEY: max([first, *below])}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ChunkPartition]:
-        begin, stop = offset_ts(start), offset_ts(end)
+        manifest = self._manifest()
+        first, stop = offset_chunk(start, manifest), offset_chunk(end, manifest)
         partitions: list[ChunkPartition] = []
         paths: list[str] = []
         rows = 0
-        for chunk in self._manifest().chunks:
-            if begin < chunk.hi <= stop:
+        for chunk in sorted(manifest.chunks, key=lambda c: c.seq):
+            if first <= chunk.seq < stop:
                 paths.append(str(self.directory / chunk.file))
                 rows += chunk.rows
                 if rows >= self.partition_rows:

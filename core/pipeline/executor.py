@@ -66,9 +66,6 @@ class _LoadedSpan:
     state: SpanState
     #: The checkpoint the span was (last) added with.
     checkpoint_ts: int
-    #: The store's published ts when the span joined the frontier: the pipeline's
-    #: checkpoint covers the span only once it passes this.
-    joined_ts: int = 0
     feed: asyncio.Task[None] | None = None
 
 
@@ -154,7 +151,6 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded = _LoadedSpan(span, state, checkpoint_ts)
             async with self._store_io:
                 feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
-            loaded.joined_ts = self.store.published_ts
             loaded.feed = asyncio.create_task(self._feed(span, feed_from), name=f"feed {span}")
             self._spans[span] = loaded
             if self._publisher is None:
@@ -163,7 +159,6 @@ class PipelineSpanExecutor(SpanExecutor):
             async with self._store_io:
                 self.store.add_span(span, checkpoint_ts, replicating=True)
             loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
-            loaded.joined_ts = self.store.published_ts
             loaded.state = SpanState.REPLICATING
         if not prepare:
             await self._ensure_pipeline()
@@ -196,9 +191,10 @@ class PipelineSpanExecutor(SpanExecutor):
     def status_of(self, loaded: _LoadedSpan) -> SpanStatus:
         checkpoint = loaded.checkpoint_ts
         if loaded.state is SpanState.REPLICATING:
-            flushed = self.store.checkpoint_ts
-            if flushed > loaded.joined_ts:
-                checkpoint = max(checkpoint, flushed)
+            # The pipeline's checkpoint covers the span once the batches carrying its
+            # events up to the published ts it joined behind are flushed.
+            if self.store.covers(loaded.span):
+                checkpoint = max(checkpoint, self.store.checkpoint_ts)
         else:
             self._refresh_prepared(loaded)
         resolved = max(checkpoint, self.store.resolved_ts(loaded.span))

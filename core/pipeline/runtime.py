@@ -37,10 +37,11 @@ import pyarrow as pa
 from cdcflow.core.errors import CdcflowError, Retryable
 from cdcflow.core.events import RawKVEvent, RowChange
 from cdcflow.core.filter import TableFilter
+from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.records import batch_to_records, event_from_record
 from cdcflow.core.logservice.store import EventStore
 from cdcflow.core.pipeline.columns import ColumnSelection
-from cdcflow.core.pipeline.datasource import offset_ts
+from cdcflow.core.pipeline.datasource import offset_chunk, offset_ts
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.pipeline.query import ORDER_COLUMNS, table_filter_predicate
 from cdcflow.core.plugin.manager import PluginManager
@@ -103,7 +104,7 @@ class ChangefeedPipeline:
         self.batches_flushed = 0
         self.rows_flushed = 0
         self._query: Any = None
-        self._initial_ts = 0
+        self._initial = (0, 0)
         self._stopping = threading.Event()
 
     # -- lifecycle --------------------------------------------------------------
@@ -112,7 +113,7 @@ class ChangefeedPipeline:
         """Start the query (blocking for about a second: call off the event loop)."""
         if self._query is not None:
             return
-        self._initial_ts = self.store.checkpoint_ts
+        self._initial = self._initial_offset()
         frame = (
             self.spark.readStream.format("cdcflow")
             .option("path", str(self.store.directory.resolve()))
@@ -126,6 +127,12 @@ class ChangefeedPipeline:
             .queryName(f"cdcflow-{self.changefeed_id}")
             .start()
         )
+
+    def _initial_offset(self) -> tuple[int, int]:
+        """Where a new query starts: what the data source's ``initialOffset`` says."""
+        ts = self.store.checkpoint_ts
+        manifest = read_manifest(self.store.directory)
+        return ts, (offset_chunk({"resolved_ts": ts}, manifest) if manifest is not None else 0)
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the query. Waits up to ``grace`` seconds for a batch in progress to be
@@ -154,23 +161,23 @@ class ChangefeedPipeline:
     # -- one micro-batch ------------------------------------------------------------
 
     def _on_batch(self, frame: Any, batch_id: int) -> None:
-        start_ts, end_ts = self._batch_offsets(batch_id)
+        (start_ts, start_chunk), (end_ts, end_chunk) = self._batch_offsets(batch_id)
         # Spark started batch N, so every batch before it is committed: their chunks can go.
-        self.store.release(start_ts)
-        rows = self._deliver_with_retry(frame, batch_id, start_ts, end_ts)
+        self.store.release(start_ts, before_chunk=start_chunk)
+        rows = self._deliver_with_retry(frame, batch_id, (start_ts, start_chunk), (end_ts, end_chunk))
         self.batches_flushed += 1
         self.rows_flushed += rows
         if self.plugins is not None:
             self.plugins.batch_flushed(self.changefeed_id, batch_id, end_ts, rows)
-        self.store.checkpoint(end_ts)
+        self.store.checkpoint(end_ts, end_chunk)
         if self.on_checkpoint is not None:
             self.on_checkpoint(end_ts)
 
-    def _deliver_with_retry(self, frame: Any, batch_id: int, start_ts: int, end_ts: int) -> int:
+    def _deliver_with_retry(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
         attempt = 0
         while True:
             try:
-                rows = self._deliver(frame, batch_id, start_ts, end_ts)
+                rows = self._deliver(frame, batch_id, start, end)
             except CdcflowError as exc:
                 if exc.retryable is Retryable.NONE or self._stopping.is_set():
                     raise
@@ -187,12 +194,13 @@ class ChangefeedPipeline:
             self.last_error = None
             return rows
 
-    def _deliver(self, frame: Any, batch_id: int, start_ts: int, end_ts: int) -> int:
+    def _deliver(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
+        (start_ts, start_chunk), (end_ts, end_chunk) = start, end
         ddl = self.store.ddl_between(start_ts, end_ts)
         delivery = BatchDelivery(
             self.changefeed_id, batch_id, start_ts, end_ts, ddl, self.sinks, part_rows=self.part_rows
         )
-        expected = sum(chunk.rows for chunk in self.store.chunks_between(start_ts, end_ts))
+        expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
         ordered = frame.orderBy(*ORDER_COLUMNS)
         if expected <= self.collect_rows:
             batches: Iterator[pa.RecordBatch] = iter(ordered.toArrow().to_batches(max_chunksize=_CONVERT_ROWS))
@@ -239,22 +247,27 @@ class ChangefeedPipeline:
 
     # -- offsets -----------------------------------------------------------------------
 
-    def _batch_offsets(self, batch_id: int) -> tuple[int, int]:
-        """``(start_ts, end_ts)`` of a batch, from Spark's offset log (written before the batch runs)."""
+    def _batch_offsets(self, batch_id: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``(start_ts, start_chunk), (end_ts, end_chunk)`` of a batch, from Spark's
+        offset log (written before the batch runs)."""
         end = self._logged_offset(batch_id)
         if end is None:
             raise CdcflowError(f"changefeed {self.changefeed_id}: Spark logged no offsets for batch {batch_id}")
         start = self._logged_offset(batch_id - 1) if batch_id > 0 else None
-        return (self._initial_ts if start is None else start), end
+        return (self._initial if start is None else start), end
 
-    def _logged_offset(self, batch_id: int) -> int | None:
+    def _logged_offset(self, batch_id: int) -> tuple[int, int] | None:
         path = self.checkpoint_dir / "offsets" / str(batch_id)
         try:
             lines = path.read_text().splitlines()
         except FileNotFoundError:
             return None
         # Format: a version line, the batch metadata, then one offset per source.
-        return offset_ts(json.loads(lines[2]))
+        offset = json.loads(lines[2])
+        manifest = read_manifest(self.store.directory)
+        if manifest is None:
+            raise CdcflowError(f"changefeed {self.changefeed_id}: the event store's manifest is gone")
+        return offset_ts(offset), offset_chunk(offset, manifest)
 
 
 def _read_sorted_parquet(directory: Path) -> Iterator[pa.RecordBatch]:

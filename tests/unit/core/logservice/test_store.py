@@ -188,11 +188,16 @@ def test_prepared_span_buffers_without_publishing_then_drops_what_was_flushed_el
     store.resolve(SPAN_A, 20)
     assert store.published_ts == 20
     assert published_events(store, 0, 20) == []
+    seen = store.next_chunk
     store.add_span(SPAN_B, 10, replicating=True)  # the old capture flushed up to 10
+    # B resolved up to the published ts already: its events there are caught up at once.
+    caught_up = store.chunks_in(seen, store.next_chunk)
+    assert [c.hi for c in caught_up] == [20] and sum(c.rows for c in caught_up) == 2
+    store.put(SPAN_B, raw(SPAN_B, b"b25", 25))
     store.resolve(SPAN_A, 30)
     assert store.published_ts == 20  # B's resolved ts holds the frontier
     store.resolve(SPAN_B, 30)
-    assert [e.commit_ts for e in published_events(store, 20, 30)] == [12, 18]
+    assert [e.commit_ts for e in published_events(store, 0, 30)] == [12, 18, 25]
 
 
 def test_backpressure_when_memory_is_full_and_the_disk_quota_forbids_spilling(tmp_path):
@@ -221,3 +226,49 @@ def test_remove_span_drops_unpublished_events(tmp_path):
     store.resolve(SPAN_A, 60)
     assert store.published_ts == 60
     assert published_events(store, 0, 60) == []
+
+
+def test_a_span_joining_behind_the_published_ts_is_caught_up_in_new_chunks(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.put(SPAN_A, raw(SPAN_A, b"a", 10))
+    assert store.resolve(SPAN_A, 100)
+    seen = store.next_chunk
+    # B joins later from an older checkpoint; no cut can take its events any more.
+    store.add_span(SPAN_B, 0, replicating=True)
+    for ts in (5, 50, 90):
+        store.put(SPAN_B, raw(SPAN_B, b"b%d" % ts, ts))
+    assert store.resolve(SPAN_B, 60)
+    assert store.resolve(SPAN_B, 100)
+    assert store.published_ts == 100
+    late = store.chunks_in(seen, store.next_chunk)
+    assert all(c.lo == c.hi == 100 and c.span_id == 1 for c in late)
+    events = []
+    for chunk in late:
+        for batch in read_record_batches(store.directory / chunk.file):
+            events.extend(event_from_record(r, store.span_of, store.schemas) for r in batch_to_records(batch))
+    assert [e.commit_ts for e in events] == [5, 50, 90]
+    assert not store.covers(SPAN_B)
+    store.checkpoint(100, store.next_chunk)
+    assert store.covers(SPAN_B)
+    store.release(100, before_chunk=store.next_chunk)
+    assert store.chunks_in(0, store.next_chunk) == []
+
+
+def test_a_removed_and_re_added_span_publishes_what_came_after_its_checkpoint(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=True)
+    store.put(SPAN_B, raw(SPAN_B, b"x", 10))
+    store.resolve(SPAN_A, 40)
+    store.resolve(SPAN_B, 20)
+    store.remove_span(SPAN_B)
+    assert store.published_ts == 40
+    seen = store.next_chunk
+    store.add_span(SPAN_B, 20, replicating=True)
+    store.put(SPAN_B, raw(SPAN_B, b"y", 30))
+    store.resolve(SPAN_B, 50)
+    store.resolve(SPAN_A, 50)
+    assert store.published_ts == 50
+    late = [c for c in store.chunks_in(seen, store.next_chunk) if c.span_id == 1]
+    assert sum(c.rows for c in late) == 1 and late[0].hi == 40

@@ -8,8 +8,8 @@ from cdcflow.core.pipeline.datasource import CdcflowDataSource, CdcflowStreamRea
 SPAN = Span(1, b"a", b"b")
 
 
-def offset(ts):
-    return {"resolved_ts": ts}
+def offset(ts, chunk=None):
+    return {"resolved_ts": ts} if chunk is None else {"resolved_ts": ts, "chunk": chunk}
 
 
 def store_with_ddl(tmp_path):
@@ -25,10 +25,14 @@ def store_with_ddl(tmp_path):
 def test_offsets_start_at_the_checkpoint_and_stop_at_each_ddl_barrier(tmp_path):
     store_with_ddl(tmp_path)
     reader = CdcflowStreamReader(tmp_path)
-    assert reader.initialOffset() == offset(5)
-    assert reader.latestOffset(offset(5), None) == offset(30)
-    assert reader.latestOffset(offset(30), None) == offset(50)
-    assert reader.latestOffset(offset(50), None) == offset(50)
+    # Chunks of 2 rows: 10,15 | 20,25 | 30 (cut at the DDL) | 35,40 | 45,50.
+    assert reader.initialOffset() == offset(5, 0)
+    assert reader.latestOffset(offset(5, 0), None) == offset(30, 3)
+    assert reader.latestOffset(offset(30, 3), None) == offset(50, 5)
+    assert reader.latestOffset(offset(50, 5), None) == offset(50, 5)
+    # Offsets logged before chunk numbers existed are read by ts.
+    assert reader.latestOffset(offset(5), None) == offset(30, 3)
+    assert reader.latestOffset(offset(30), None) == offset(50, 5)
 
 
 def test_partitions_pack_the_chunks_of_the_range_and_read_yields_arrow_batches(tmp_path):
