@@ -25,6 +25,7 @@ import pymysql
 import pytest
 
 from cdcflow.plugins.sources.playground import Playground
+from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 from tests.integration.e2e_shop import TABLES, RunProcess, diff, free_port, typed_rows, write_connectors
 
@@ -56,14 +57,15 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
     tmp = tmp_path_factory.mktemp("e2e-db")
     with Playground(stores=1, seed=5, ddl_every=20, create_tables=False) as pg, start_mariadb(local=True) as db:
         start_ts = pg.now()
+        pg.ddl.create_table("shop", TABLES[0], list(SHOP_TABLES[TABLES[0]]))
         port = free_port()
         run = RunProcess(write_connectors(tmp, pg.pd_address, pg.status_address, start_ts, db.uri, port), port,
                          tmp / "run.log")  # fmt: skip
         run.start()
         try:
-            # The tables are created once the changefeed replicates: their spans join a running
-            # executor behind its published ts, and the CREATE TABLEs are replicated downstream.
-            run.wait_checkpoint(start_ts + 1, CATCH_UP)
+            # The other tables are created once the changefeed replicates the first: their spans
+            # join a running executor behind its published ts. Every CREATE TABLE is replicated.
+            run.wait_checkpoint(pg.now(), CATCH_UP)
             pg.workload.create_tables()
             yield Shop(pg, db, run, tmp / "lake")
         finally:
