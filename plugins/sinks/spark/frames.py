@@ -8,6 +8,7 @@ widen a table with new columns; the snapshot job then aligns by name.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ __all__ = [
     "CHANGE_META",
     "change_records",
     "changelog_records",
+    "decimal_ints",
     "delta_records",
     "image_columns",
     "spark_type_of",
@@ -61,7 +63,8 @@ def spark_type_of(value: Any) -> str:
 def _from_schema(column: ColumnInfo) -> str | None:
     name = _BY_TYPE_CODE.get(column.type_code)
     if name in ("int", "bigint") and column.flags & ColumnInfo.UNSIGNED:
-        return "decimal(20,0)" if name == "bigint" else "bigint"
+        # Only BIGINT UNSIGNED outgrows Spark's bigint; INT UNSIGNED (type 3) fits in it.
+        return "decimal(20,0)" if column.type_code == 8 else "bigint"
     return name
 
 
@@ -75,6 +78,24 @@ def image_columns(rows: Sequence[RowChange]) -> dict[str, str]:
                 if types.get(name) is None:
                     types[name] = known.get(name) or (spark_type_of(value) if value is not None else None)
     return {name: kind or "string" for name, kind in types.items()}
+
+
+def decimal_ints(rows: Sequence[RowChange], types: Mapping[str, str]) -> list[RowChange]:
+    """``rows`` with integer values of decimal-typed columns as ``Decimal``.
+
+    Unsigned BIGINT is ``decimal(20,0)`` in Spark but an ``int`` in the row image; Spark
+    (without schema verification) would store such an ``int`` as NULL.
+    """
+    decimals = {name for name, kind in types.items() if kind.startswith("decimal")}
+
+    def image(values: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        if values is None or not any(type(values.get(c)) is int for c in decimals):
+            return values
+        return {k: decimal.Decimal(v) if k in decimals and type(v) is int else v for k, v in values.items()}
+
+    if not decimals:
+        return list(rows)
+    return [dataclasses.replace(r, before=image(r.before), after=image(r.after)) for r in rows]
 
 
 def _cell(value: Any) -> Any:

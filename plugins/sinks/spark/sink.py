@@ -40,7 +40,13 @@ from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.plugins.sinks.spark.config import SparkSinkConfig, describe_issues, path_of
-from cdcflow.plugins.sinks.spark.frames import change_records, changelog_records, delta_records, image_columns
+from cdcflow.plugins.sinks.spark.frames import (
+    change_records,
+    changelog_records,
+    decimal_ints,
+    delta_records,
+    image_columns,
+)
 from cdcflow.plugins.sinks.spark.merge import MERGE_PROVIDERS, merge_sql, provider_of
 from cdcflow.plugins.sinks.spark.session import spark_session
 from cdcflow.plugins.sinks.spark.snapshot import latest_per_key, next_state, next_state_keyless, write_snapshot_version
@@ -140,6 +146,7 @@ class SparkSink(Sink[SparkSinkConfig]):
         self, storage: Storage, table: TableName, rows: list[RowChange], batch: MicroBatch, *, emptied: bool
     ) -> None:
         types = image_columns(rows)
+        rows = decimal_ints(rows, types)
         base = table_dir(storage, table)
         if self.config.mode in ("changelog", "both"):
             self._write_changelog(base, table, rows, types, batch.batch_id)

@@ -43,7 +43,7 @@ class DDLExecutor:
             cols = tuple(Column(i + 1, n, ft) for i, (n, ft) in enumerate(columns))
             self.cluster.split_at_raw(table_prefix(table_id))
             table = TableDef(table_id, name, cols, col_id_high=len(cols))
-            query = f"CREATE TABLE `{db}`.`{name}` (...)"
+            query = create_table_sql(db, name, cols)
             return self._run(ACTION_CREATE_TABLE, database.id, db, table, query)
 
     def add_column(self, db: str, name: str, column: str, ft: FieldType, default: str | None) -> TableDef:
@@ -52,6 +52,8 @@ class DDLExecutor:
             col = Column(table.max_col_id + 1, column, ft, default=default, origin_default=default)
             new = replace(table, columns=(*table.columns, col), col_id_high=col.id)
             query = f"ALTER TABLE `{db}`.`{name}` ADD COLUMN `{column}` {ft.sql_type()}"
+            if default is not None:  # existing rows read the default: a replaying sink must fill it too
+                query += " DEFAULT '" + default.replace("'", "''") + "'"
             return self._run(ACTION_ADD_COLUMN, self.catalog.databases[db].id, db, new, query)
 
     def drop_column(self, db: str, name: str, column: str) -> TableDef:
@@ -86,3 +88,12 @@ class DDLExecutor:
         finish.commit()
         self.catalog.record_job(finished)
         return stored
+
+
+def create_table_sql(db: str, name: str, columns: tuple[Column, ...]) -> str:
+    """The CREATE TABLE text TiDB would record for the job, so DDL-aware sinks can replay it.
+
+    The first column is the clustered primary key (as every playground table has).
+    """
+    defs = [f"`{c.name}` {c.ft.sql_type()}{' NOT NULL' if c.ft.not_null else ''}" for c in columns]
+    return f"CREATE TABLE `{db}`.`{name}` ({', '.join(defs)}, PRIMARY KEY (`{columns[0].name}`))"

@@ -281,3 +281,21 @@ def test_load_deployment_raises_with_all_issues(tmp_path, pm):
 def test_missing_file(tmp_path, pm):
     with pytest.raises(ConfigInvalidError, match="cannot read"):
         load_deployment(tmp_path / "nope.yaml", pm)
+
+
+@pytest.mark.parametrize(
+    ("env", "sinks"),
+    [({}, ["file", "spark"]), ({"MYSQL_URL": "mysql://root:pw@db.example:3307/"}, ["file", "spark", "mysql"])],
+)
+def test_committed_connectors_yaml_writes_spark_tables_and_mysql_only_with_mysql_url(pm, env, sinks):
+    """What `make run` runs: Spark tables by default, the MySQL sink too once MYSQL_URL is set."""
+    deployment = load_deployment(REPO / "connectors.yaml", pm, env)
+    (connector,) = deployment.connectors
+    assert [s.type_name for s in connector.sinks] == sinks
+    if "mysql" in sinks:
+        assert connector.sinks[-1].config.uri == env["MYSQL_URL"]
+
+
+def test_make_run_runs_the_committed_connectors_yaml():
+    recipe = (REPO / "Makefile").read_text().split("\nrun:", 1)[1].split("\n\n", 1)[0]
+    assert "validate connectors.yaml" in recipe and "run connectors.yaml" in recipe

@@ -286,7 +286,7 @@ def test_the_ddl_span_feed_yields_the_ddl_no_table_feed_carries() -> None:
                     await asyncio.gather(*tasks, return_exceptions=True)
                 # CREATE TABLE names a table no feed can have yet; ALTER goes to the table's feeds.
                 assert [(d.query, d.table and d.table.table) for d in ddl] == [
-                    ("CREATE TABLE `newdb`.`fresh` (...)", "fresh")
+                    ("CREATE TABLE `newdb`.`fresh` (`id` bigint NOT NULL, PRIMARY KEY (`id`))", "fresh")
                 ]
                 assert other == []
             finally:

@@ -12,7 +12,13 @@ from cdcflow.core.events import ColumnInfo, TableSchema, tso_from_ms
 from cdcflow.core.testing import delete, insert, update
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig
 from cdcflow.plugins.sinks.spark.config import describe_issues, path_of
-from cdcflow.plugins.sinks.spark.frames import change_records, changelog_records, delta_records, image_columns
+from cdcflow.plugins.sinks.spark.frames import (
+    change_records,
+    changelog_records,
+    decimal_ints,
+    delta_records,
+    image_columns,
+)
 
 
 def test_uri_names_the_root_directory() -> None:
@@ -38,10 +44,15 @@ def test_types_from_values_and_from_the_upstream_schema() -> None:
         "e": "boolean",
         "f": "binary",
     }
-    schema = TableSchema(rows[0].table, (ColumnInfo("a", 3, ColumnInfo.UNSIGNED),))
+    schema = TableSchema(
+        rows[0].table, (ColumnInfo("a", 3, ColumnInfo.UNSIGNED), ColumnInfo("b", 8, ColumnInfo.UNSIGNED))
+    )
     typed = insert("s", "t", {"a": 1}, commit_ts=5)
-    typed = type(typed)(typed.table, typed.op, 5, 4, {"a": 1}, None, schema)
-    assert image_columns([typed]) == {"a": "decimal(20,0)"}
+    typed = type(typed)(typed.table, typed.op, 5, 4, {"a": 1, "b": 2**64 - 1}, None, schema)
+    # INT UNSIGNED fits in bigint; only BIGINT UNSIGNED needs a decimal.
+    assert image_columns([typed]) == {"a": "bigint", "b": "decimal(20,0)"}
+    (coerced,) = decimal_ints([typed], image_columns([typed]))
+    assert coerced.after == {"a": 1, "b": decimal.Decimal(2**64 - 1)}
 
 
 def test_changelog_records_carry_both_images_and_their_order() -> None:

@@ -1,0 +1,200 @@
+"""End to end: the playground's shop workload through ``cdcflow run`` into MariaDB and Spark tables.
+
+One playground (PD + a TiKV store + TiDB status API, real gRPC/HTTP), one private MariaDB and
+one ``cdcflow run`` capture process for the module; the tikv source reads the playground through
+its pd / tidb-status addresses, the Spark pipeline runs the batches, and both the MySQL sink and
+the Spark table sink (snapshot tables under a tmp warehouse) receive them. The workload has
+inserts, updates, deletes, multi-row transactions, the CREATE TABLEs and ADD/DROP COLUMN DDLs.
+
+Each test stops the workload, waits (REST API) until the changefeed checkpoint passes the last
+commit, then compares every row of every shop table in MariaDB and in the Spark snapshot tables
+with ``Playground.snapshot(table, checkpoint)`` (typed: see ``e2e_shop`` for the normalisation).
+The tests run in order on the same changefeed: a plain run, then the known gaps as strict
+xfails: the Spark snapshot across ADD/DROP COLUMN, a table created mid-run, MariaDB stopped for
+30 s mid-run (Warning 2001, then Normal), and last the SIGKILL of the capture's process group
+mid-run and restart (a new process, which also clears what the outage left).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from cdcflow.plugins.sources.playground import Playground
+from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
+from tests.fixtures.mariadb import MariaDB, start_mariadb
+from tests.integration.e2e_shop import TABLES, RunProcess, diff, free_port, typed_rows, write_connectors
+
+pytestmark = pytest.mark.integration
+
+RATE = 15.0  # workload transactions per second
+CATCH_UP = 180.0  # seconds the capture may take to pass the last commit
+OUTAGE = 30.0  # seconds MariaDB stays down
+
+
+@dataclass
+class Shop:
+    pg: Playground
+    db: MariaDB
+    run: RunProcess
+    lake: Path
+    spark: Any = None
+
+    def spark_session(self) -> Any:
+        if self.spark is None:
+            from cdcflow.plugins.sinks.spark.session import spark_session
+
+            self.spark = spark_session("local[1]", str(self.lake.parent / "reader"), {"spark.ui.enabled": "false"})
+        return self.spark
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
+    tmp = tmp_path_factory.mktemp("e2e-db")
+    with Playground(stores=1, seed=5, ddl_every=20, create_tables=False) as pg, start_mariadb(local=True) as db:
+        start_ts = pg.now()
+        pg.workload.create_tables()  # after start_ts: the CREATE TABLEs are replicated too
+        port = free_port()
+        run = RunProcess(write_connectors(tmp, pg.pd_address, pg.status_address, start_ts, db.uri, port), port,
+                         tmp / "run.log")  # fmt: skip
+        run.start()
+        try:
+            yield Shop(pg, db, run, tmp / "lake")
+        finally:
+            pg.stop_workload()
+            run.stop()
+
+
+def settle(shop: Shop) -> int:
+    """Stop the workload and wait until the checkpoint passes its last commit; return the checkpoint."""
+    stats = shop.pg.stop_workload()
+    assert stats.last_commit_ts > 0 and stats.rows > stats.transactions  # multi-row transactions
+    final = shop.pg.now()
+    return shop.run.wait_checkpoint(final, CATCH_UP)
+
+
+def columns_at(shop: Shop, table: str, ts: int) -> list[Any]:
+    return list(shop.pg.catalog.find("shop", table, ts).columns)
+
+
+def mysql_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
+    conn = shop.db.connect("shop", cursorclass=pymysql.cursors.DictCursor)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute(f"SELECT * FROM `{table}`")
+            return [d[0] for d in cur.description], list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def spark_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
+    from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
+    from cdcflow.plugins.sinks.spark.storage import Storage
+
+    spark = shop.spark_session()
+    frame = read_snapshot(spark, Storage(spark, str(shop.lake)), str(shop.lake / "shop" / table / "snapshot"))
+    assert frame is not None, f"no snapshot version of shop.{table}"
+    return list(frame.columns), [row.asDict() for row in frame.collect()]
+
+
+def spark_ddl_leniency(want: dict[Any, dict[str, Any]], got: dict[Any, dict[str, Any]], columns: list[Any]) -> None:
+    """The Spark sink does not interpret ADD COLUMN (documented): rows it has not rewritten since
+    hold NULL where the upstream reads the column's default. Accept exactly that, in place."""
+    defaults = {c.name: c.default for c in columns if c.default is not None}
+    for key, row in got.items():
+        for name, default in defaults.items():
+            if row.get(name) is None and key in want and want[key][name] == default:
+                row[name] = default
+
+
+def assert_downstream_equals_snapshot(shop: Shop, checkpoint: int, *, exact_spark: bool = False) -> None:
+    """Every row of every shop table, in MariaDB and in the Spark snapshot tables."""
+    problems = []
+    for table in TABLES:
+        columns = columns_at(shop, table, checkpoint)
+        types = {c.name: c.ft for c in columns}
+        want = typed_rows(shop.pg.snapshot(table, checkpoint), types)
+        assert want, f"the workload left shop.{table} empty: nothing to compare"
+        for name, read in (("MariaDB", mysql_rows), ("Spark", spark_rows)):
+            names, rows = read(shop, table)
+            # Columns dropped upstream stay in the Spark snapshot (documented): only MariaDB must match.
+            lenient = name == "Spark" and not exact_spark
+            if not set(types) <= set(names) or (not lenient and set(names) != set(types)):
+                problems.append(f"{name} shop.{table}: columns {sorted(names)}, upstream {sorted(types)}")
+                continue
+            got = typed_rows(rows, types)
+            if lenient:
+                spark_ddl_leniency(want, got, columns)
+            found = diff(want, got)
+            if found:
+                problems.append(f"{name} shop.{table} at {checkpoint}: {found}")
+    assert not problems, "\n".join(problems)
+
+
+def test_run_then_every_downstream_table_equals_the_snapshot(shop: Shop) -> None:
+    shop.pg.start_workload(RATE)
+    time.sleep(4)
+    checkpoint = settle(shop)
+    assert shop.pg.workload.stats.ddls >= 1
+    assert_downstream_equals_snapshot(shop, checkpoint)
+
+
+@pytest.mark.xfail(strict=True, reason="the Spark sink does not interpret ADD/DROP COLUMN (documented limitation)")
+def test_spark_snapshot_follows_add_and_drop_column_exactly(shop: Shop) -> None:
+    checkpoint = shop.run.wait_checkpoint(shop.pg.now(), CATCH_UP)
+    assert_downstream_equals_snapshot(shop, checkpoint, exact_spark=True)
+
+
+@pytest.mark.xfail(strict=True, reason="a table created while the changefeed runs is not picked up (no new spans)")
+def test_a_table_created_while_running_is_replicated(shop: Shop) -> None:
+    shop.pg.ddl.create_table("shop", "late", [("id", SHOP_TABLES["orders"][0][1])])
+    shop.run.wait_checkpoint(shop.pg.now(), CATCH_UP)
+    conn = shop.db.connect("shop")
+    try:
+        with conn.cursor() as cur:
+            assert cur.execute("SHOW TABLES LIKE 'late'") == 1
+    finally:
+        conn.close()
+
+
+# After the checks that need a healthy changefeed: a failed recovery leaves it stuck.
+@pytest.mark.xfail(
+    strict=True, reason="after the sink failed to open during the outage, the changefeed was not restarted"
+)
+def test_downstream_stopped_for_30s_then_restarted(shop: Shop) -> None:
+    shop.pg.start_workload(RATE)
+    time.sleep(2)
+    shop.db.stop()
+    down = time.monotonic()
+    try:
+        warning = shop.run.wait_for(
+            "went Warning 2001", lambda c: c["state"] == "warning" and (c["error"] or {}).get("code") == 2001, OUTAGE
+        )
+        time.sleep(max(0.0, OUTAGE - (time.monotonic() - down)))
+    finally:
+        shop.db.start()
+    assert "MySQL" in str(warning["error"])
+    checkpoint = settle(shop)
+    cf = shop.run.wait_for("went back to Normal", lambda c: c["state"] == "normal", CATCH_UP)
+    assert cf["checkpoint_tso"] >= checkpoint
+    assert_downstream_equals_snapshot(shop, checkpoint)
+
+
+# Last: it leaves the changefeed stuck on the lost DDL.
+@pytest.mark.xfail(strict=True, reason="an ADD COLUMN committed around a SIGKILL of the capture is lost on restart")
+def test_sigkill_of_the_capture_mid_run_then_restart(shop: Shop) -> None:
+    shop.pg.start_workload(RATE)
+    time.sleep(3)
+    shop.run.kill()
+    time.sleep(2)  # commits while no capture runs
+    shop.run.start()
+    time.sleep(2)
+    checkpoint = settle(shop)
+    assert_downstream_equals_snapshot(shop, checkpoint)
