@@ -285,7 +285,10 @@ def test_missing_file(tmp_path, pm):
 
 @pytest.mark.parametrize(
     ("env", "sinks"),
-    [({}, ["file", "spark"]), ({"MYSQL_URL": "mysql://root:pw@db.example:3307/"}, ["file", "spark", "mysql"])],
+    [
+        ({}, ["kafka", "file", "spark"]),
+        ({"MYSQL_URL": "mysql://root:pw@db.example:3307/"}, ["kafka", "file", "spark", "mysql"]),
+    ],
 )
 def test_committed_connectors_yaml_writes_spark_tables_and_mysql_only_with_mysql_url(pm, env, sinks):
     """What `make run` runs: Spark tables by default, the MySQL sink too once MYSQL_URL is set."""
