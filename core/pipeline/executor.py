@@ -152,7 +152,7 @@ class PipelineSpanExecutor(SpanExecutor):
         if loaded is not None and loaded.state is SpanState.STOPPING:
             return False
         if loaded is None:
-            await self._open_source()
+            await self._open_source(checkpoint_ts)
             self._removed.pop(span, None)
             state = SpanState.PREPARING if prepare else SpanState.REPLICATING
             loaded = _LoadedSpan(span, state, checkpoint_ts)
@@ -266,9 +266,19 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded.state = SpanState.PREPARED
         return loaded.state
 
-    async def _open_source(self) -> None:
+    async def _open_source(self, checkpoint_ts: int) -> None:
         if not self._source_open:
             await self.source.open()
+            # After a restart the pipeline mounts the stored events again from the released
+            # ts on, though the feeds resume from the published ts: the mounter must decode
+            # them with the schema of their own commit ts (a fresh store has nothing below
+            # the span's checkpoint).
+            released = self.store.released_ts
+            try:
+                await self.source.prepare_mounter(min(checkpoint_ts, released) if released else checkpoint_ts)
+            except BaseException:
+                await self.source.close()
+                raise
             self._source_open = True
 
     def _start_pipeline_soon(self) -> None:
