@@ -19,7 +19,10 @@ The contract (the runtime relies on each point):
   after the batch's rows.
 * **errors** — raise a :class:`~cdcflow.core.errors.CdcflowError`
   (``DownstreamUnavailableError`` for a downstream that cannot be reached: the
-  runtime retries with backoff and the changefeed goes Warning).
+  runtime retries with backoff and the changefeed goes Warning). This holds
+  for :meth:`Sink.open` too; after an ``open`` that raised, the runtime calls
+  :meth:`Sink.close` before the next attempt, so ``close`` must accept a sink
+  that is not (or only partly) open.
 * **parts (opt-in)** — a sink with ``accepts_partial_batches = True`` may get
   a large batch as several parts with the same ``batch_id`` (``part`` 0, 1, …;
   ``last_part`` on the last, which alone carries the DDL), so that a huge
