@@ -71,8 +71,8 @@ class CrashingSparkSink(SparkSink):
 
     crash_on = -1
 
-    def _write_table(self, storage: Storage, table: TableName, rows: Any, batch: MicroBatch, *, emptied: bool) -> None:
-        super()._write_table(storage, table, rows, batch, emptied=emptied)
+    def _write_table(self, storage: Storage, table: TableName, rows: Any, ddl: Any, batch: MicroBatch) -> None:
+        super()._write_table(storage, table, rows, ddl, batch)
         if batch.batch_id == self.crash_on:
             raise SimulatedCrash(f"crash in batch {batch.batch_id}")
 
