@@ -38,6 +38,7 @@ __all__ = [
     "TargetColumn",
     "column_plan",
     "cut_at_ddl",
+    "ddl_by_table",
     "ddl_error",
     "evolve",
     "renamed_columns",

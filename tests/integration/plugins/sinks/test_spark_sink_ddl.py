@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from cdcflow.core.errors import DDLBlockedError, Retryable
-from cdcflow.core.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName, TableSchema
+from cdcflow.core.events import ColumnInfo, DDLEvent, RowChange, TableName, TableSchema
 from cdcflow.core.testing import ListSource, SimulatedCrash, delete, drive, insert, update
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig, Storage, read_snapshot
+from tests.integration.plugins.sinks.test_spark_sink import CrashingSparkSink
 
 pytestmark = pytest.mark.integration
 
@@ -278,17 +279,6 @@ def test_a_type_change_spark_cannot_cast_stops_with_a_clear_error(spark: Any, tm
     other.resolve()
     with pytest.raises(DDLBlockedError, match=r"'code' from string to bigint: .*CAST_INVALID_INPUT"):
         run(tmp_path / "codes", other)
-
-
-class CrashingSparkSink(SparkSink):
-    """Dies in one batch after its first table is written, before the checkpoint."""
-
-    crash_on = -1
-
-    def _write_table(self, storage: Storage, table: TableName, rows: Any, ddl: Any, batch: MicroBatch) -> None:
-        super()._write_table(storage, table, rows, ddl, batch)
-        if batch.batch_id == self.crash_on:
-            raise SimulatedCrash(f"crash in batch {batch.batch_id}")
 
 
 def test_replay_after_a_crash_mid_batch_across_ddl(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
