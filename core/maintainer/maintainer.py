@@ -7,6 +7,16 @@ captures' agents and reports the watermark: the minimum checkpoint and
 resolved ts over spans, withheld while a span runs nowhere. The maintainer's
 checkpoint and resolved ts only move forward.
 
+Its heartbeat requests carry its checkpoint to every capture (the executors
+hand it to their sinks: Kafka resolved events). That value is safe to promise
+consumers: it is either the checkpoint the changefeed started from (flushed
+by the previous run, or the start ts) or a watermark, the minimum of the
+spans' checkpoints, each of which moves only once every sink of the capture
+running the span flushed its rows. It is sent as soon as a tick computes it,
+not after the coordinator persisted it (``CheckpointTsMessage``): persisting
+decides where a restart resumes, not whether rows were written, and the
+persisted value is never above it.
+
 Errors of the source, the scheduler or an executor are kept as the
 maintainer's error and reported in its status; the coordinator decides what
 they mean for the changefeed.
@@ -117,12 +127,14 @@ class Maintainer:
     def _tick(self, *, stopping: bool = False) -> None:
         assert self.placement is not None
         requests, watermark = self.placement.tick(self.checkpoint_ts, self.live_captures(), stopping=stopping)
-        info = self.info.to_json()
-        for capture, payload in requests:
-            message = SchedulingMessage(self.capture_id, self.info.id, self.epoch, payload, info)
-            self.center.send(capture, Topic.MAINTAINER_MANAGER, message)
         if watermark is not None and not stopping:
             self._advance(watermark)
+        info = self.info.to_json()
+        # Heartbeats carry the changefeed checkpoint to every capture's sinks (see the
+        # module docs for why it is safe to promise downstream).
+        for capture, payload in self.placement.outgoing(requests, self.checkpoint_ts):
+            message = SchedulingMessage(self.capture_id, self.info.id, self.epoch, payload, info)
+            self.center.send(capture, Topic.MAINTAINER_MANAGER, message)
         absent = self.placement.absent()
         self.block_reason = f"{absent} span(s) not replicating: waiting for a capture to run them" if absent else ""
 
@@ -158,7 +170,9 @@ class Maintainer:
 
     def on_checkpoint(self, checkpoint_ts: int) -> None:
         """The coordinator persisted ``checkpoint_ts`` (CheckpointTsMessage): nothing at
-        or below it will be asked for again."""
+        or below it will be asked for again. The persisted value comes from this
+        maintainer's (or an earlier incarnation's) flushed checkpoints, so the
+        heartbeats may carry it on to the sinks."""
         self.checkpoint_ts = max(self.checkpoint_ts, min(checkpoint_ts, self.resolved_ts))
 
     async def close(self) -> MaintainerStatus:
