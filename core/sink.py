@@ -19,7 +19,10 @@ The contract (the runtime relies on each point):
   after the batch's rows.
 * **errors** — raise a :class:`~cdcflow.core.errors.CdcflowError`
   (``DownstreamUnavailableError`` for a downstream that cannot be reached: the
-  runtime retries with backoff and the changefeed goes Warning).
+  runtime retries with backoff and the changefeed goes Warning). This holds
+  for :meth:`Sink.open` too; after an ``open`` that raised, the runtime calls
+  :meth:`Sink.close` before the next attempt, so ``close`` must accept a sink
+  that is not (or only partly) open.
 * **checkpoints (opt-in)** — :meth:`Sink.write_checkpoint` receives the
   *changefeed* checkpoint: every row of every span of the changefeed with a
   commit ts at or below it has been flushed by every sink of every capture.

@@ -79,6 +79,17 @@ class Source(Plugin[ConfigT], abc.ABC):
         """The mounter for raw key-value events, or None if feeds yield rows."""
         return None
 
+    async def prepare_mounter(self, ts: int) -> None:
+        """Make :meth:`mounter` decode every event committed after ``ts``.
+
+        Called once after :meth:`open` and before the first :meth:`feed`, with
+        the lowest commit ts the log service may still mount: after a restart
+        it mounts its stored, not yet flushed events again, which can be older
+        than the start ts of the feeds it resumes. A source whose decoding
+        depends on history (TiDB's schemas over time) loads that history from
+        ``ts``; the default does nothing.
+        """
+
     def gc_safepoint_keeper(self) -> GCSafepointKeeper | None:
         """The keeper of this upstream's service GC safepoint (see :mod:`cdcflow.core.gc`),
         or None when the upstream does not garbage-collect history.

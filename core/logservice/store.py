@@ -317,6 +317,13 @@ class EventStore:
     def published_ts(self) -> int:
         return self._manifest.published_ts
 
+    @property
+    def released_ts(self) -> int:
+        """The start ts of the last batch begun: a batch (replays included) reads only
+        events committed after it, except the catch-up chunks of a span that joined
+        behind it, whose events are above that span's checkpoint."""
+        return self._manifest.released_ts
+
     def _target_ts(self) -> int:
         target = self._frontier.frontier if len(self._frontier) else self._manifest.published_ts
         if self._barrier is not None:

@@ -25,6 +25,7 @@ a restart; removing a changefeed must delete the directory
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -33,8 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
+
 from cdcflow.core.config.loader import Connector
 from cdcflow.core.config.model import ColumnSelectorSettings, ServerSettings, SparkSettings
+from cdcflow.core.errors import CdcflowError, Retryable
 from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
 from cdcflow.core.executor import SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.filter import TableFilter
@@ -54,6 +58,8 @@ log = logging.getLogger(__name__)
 #: Launches of the Spark session before its failure is the executor's error.
 _SESSION_ATTEMPTS = 3
 _SESSION_RETRY_DELAY = 1.0
+#: The longest pause between two attempts to start the pipeline (open the sinks).
+_START_MAX_BACKOFF = 30.0
 #: How often a paused feed checks whether the event store has room again.
 _BACKPRESSURE_POLL = 0.05
 #: Resolved timestamps are applied to the event store at most this often: every
@@ -144,6 +150,7 @@ class PipelineSpanExecutor(SpanExecutor):
         #: The pipeline's start, in the background (Spark takes seconds to tens of seconds).
         self._starting: asyncio.Task[None] | None = None
         self._start_error: BaseException | None = None
+        self._closing = asyncio.Event()
         self.publish_interval = publish_interval
         self._pending_resolved: dict[Span, int] = {}
         self._publisher: asyncio.Task[None] | None = None
@@ -161,7 +168,7 @@ class PipelineSpanExecutor(SpanExecutor):
         if loaded is not None and loaded.state is SpanState.STOPPING:
             return False
         if loaded is None:
-            await self._open_source()
+            await self._open_source(checkpoint_ts)
             self._removed.pop(span, None)
             state = SpanState.PREPARING if prepare else SpanState.REPLICATING
             loaded = _LoadedSpan(span, state, checkpoint_ts)
@@ -231,6 +238,7 @@ class PipelineSpanExecutor(SpanExecutor):
             self.pipeline.emit_checkpoint(ts)  # written from the pipeline's own thread
 
     async def close(self) -> None:
+        self._closing.set()  # a start being retried gives up
         if self._starting is not None:
             # A start in progress cannot be interrupted (it runs in a thread); let it end, then stop it.
             await asyncio.gather(self._starting, return_exceptions=True)
@@ -282,9 +290,19 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded.state = SpanState.PREPARED
         return loaded.state
 
-    async def _open_source(self) -> None:
+    async def _open_source(self, checkpoint_ts: int) -> None:
         if not self._source_open:
             await self.source.open()
+            # After a restart the pipeline mounts the stored events again from the released
+            # ts on, though the feeds resume from the published ts: the mounter must decode
+            # them with the schema of their own commit ts (a fresh store has nothing below
+            # the span's checkpoint).
+            released = self.store.released_ts
+            try:
+                await self.source.prepare_mounter(min(checkpoint_ts, released) if released else checkpoint_ts)
+            except BaseException:
+                await self.source.close()
+                raise
             self._source_open = True
 
     def _start_pipeline_soon(self) -> None:
@@ -299,18 +317,59 @@ class PipelineSpanExecutor(SpanExecutor):
             self._starting = asyncio.create_task(self._ensure_pipeline(), name=f"start {self.changefeed_id}")
 
     async def _ensure_pipeline(self) -> None:
+        """Start the pipeline; a retryable error (a sink that cannot reach its downstream:
+        2001) is retried with exponential backoff until it succeeds or the executor closes.
+        Meanwhile it is the executor's error (the changefeed shows Warning)."""
         async with self._pipeline_lock:
-            if self.pipeline is not None:
-                return
             loop = asyncio.get_running_loop()
+            retrying = AsyncRetrying(
+                retry=retry_if_exception(lambda exc: _retryable(exc) and not self._closing.is_set()),
+                wait=wait_exponential(multiplier=0.5, max=_START_MAX_BACKOFF),
+                sleep=self._pause,
+                before_sleep=self._start_failed,
+                reraise=True,
+            )
             try:
-                self.pipeline = await asyncio.to_thread(self._start_pipeline, loop)
+                async for attempt in retrying:
+                    with attempt:
+                        if self.pipeline is not None or self._closing.is_set():
+                            return
+                        self.pipeline = await asyncio.to_thread(self._try_start, loop)
+                        self._start_error = None
             except Exception as exc:
-                log.exception("changefeed %s: the Spark pipeline did not start", self.changefeed_id)
+                if not self._closing.is_set():
+                    log.exception("changefeed %s: the Spark pipeline did not start", self.changefeed_id)
                 self._start_error = exc
                 return
-            if self.changefeed_checkpoint:
-                self.pipeline.emit_checkpoint(self.changefeed_checkpoint)  # arrived while Spark started
+            pipeline = self.pipeline
+            if pipeline is not None and self.changefeed_checkpoint:
+                pipeline.emit_checkpoint(self.changefeed_checkpoint)  # arrived while Spark started
+
+    def _start_failed(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        self._start_error = exc
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "changefeed %s: the pipeline did not start (%s); retry %d in %.1fs",
+            *(self.changefeed_id, exc, state.attempt_number, delay),
+        )
+
+    async def _pause(self, seconds: float) -> None:
+        """Tenacity's sleep between start attempts, cut short when the executor closes."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), seconds)
+
+    def _try_start(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
+        try:
+            return self._start_pipeline(loop)
+        except BaseException:
+            # What a failed start holds (a half-opened sink's connections) is released.
+            for sink in self.sinks:
+                try:
+                    sink.close()
+                except Exception:
+                    log.exception("changefeed %s: closing sink %s failed", self.changefeed_id, type(sink).__name__)
+            raise
 
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
@@ -403,6 +462,10 @@ class PipelineSpanExecutor(SpanExecutor):
                 await asyncio.sleep(_BACKPRESSURE_POLL)
         finally:
             self.paused = False
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, CdcflowError) and exc.retryable is not Retryable.NONE
 
 
 def create_span_executor(

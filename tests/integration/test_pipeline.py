@@ -180,3 +180,46 @@ def test_prepared_span_rows_follow_once_replicating_and_sink_errors_are_retried(
     asyncio.run(run())
     assert [r.after["id"] for r in sink.rows] == list(range(11, 20))
     assert sink.failures == 2 and list(sink.deliveries) == [0]
+
+
+class UnreachableAtOpen(ListSink):
+    """Its downstream refuses the first two connections, when the sink is opened."""
+
+    def __init__(self):
+        super().__init__()
+        self.refusals = 0
+        self.closes = 0
+
+    def open(self, context):
+        if self.refusals < 2:
+            self.refusals += 1
+            raise DownstreamUnavailableError("downstream refused the connection")
+        super().open(context)
+
+    def close(self):
+        self.closes += 1
+        super().close()
+
+
+def test_a_sink_that_cannot_open_is_retried_until_its_downstream_answers(tmp_path, spark):
+    source = ListSource.of(
+        [insert("shop", "items", {"id": i}, commit_ts=100 + i) for i in range(20)] + [ListSource.resolved(200)]
+    )
+    sink = UnreachableAtOpen()
+    errors = []
+
+    async def run():
+        executor = PipelineSpanExecutor("cf3", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark)
+        [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
+        await executor.add_span(span, 50, prepare=False)
+        await wait_until(lambda: executor.error() is not None)
+        errors.append(executor.error())  # the changefeed shows Warning 2001 while the open is retried
+        await wait_until(lambda: executor.checkpoint_ts == 200)
+        assert executor.error() is None
+        await executor.close()
+
+    asyncio.run(run())
+    assert isinstance(errors[0], DownstreamUnavailableError) and errors[0].code == 2001
+    assert sink.refusals == 2 and sink.opened
+    assert [r.after["id"] for r in sink.rows] == list(range(20))
+    assert sink.closes == 3  # what each refused open held is released, and the sink at the end

@@ -3,8 +3,9 @@
 One row per changefeed in ``{checkpoint-schema}.checkpoint``::
 
     changefeed_id        the changefeed
-    flushed_batch_id     the last batch fully applied (rows and DDL)
-    flushed_ts           its end ts: every change at or below it is applied
+    flushed_batch_id     the batch that recorded flushed_ts
+    flushed_ts           every change at or below it is applied: a batch's end ts, or
+                         just below its DDL once its rows are applied
     applying_batch_id    a batch begun and not yet flushed (NULL when none)
     applying_ts          the highest end ts ever begun and not yet flushed
 

@@ -12,8 +12,14 @@ How a batch is applied:
    each lane in upstream order (see :mod:`.causality`). A worker packs
    consecutive units into downstream transactions of up to ``max-txn-row``
    rows, never splitting a unit.
-4. DDL runs after every row, on one connection (the barrier).
+4. DDL runs after every row, on one connection (the barrier). Before it, the
+   rows are recorded as flushed up to just below the DDL's commit ts, so a
+   replay of the batch after the DDL ran (a crash or an outage before step 5)
+   applies only the DDL again — never rows of the old schema to the new table.
 5. The batch is recorded as *flushed*; then ``write_batch`` returns.
+
+A batch that is written again by the same sink (the runtime retries a failed
+batch with backoff) is applied with upserts, like a replay after a restart.
 
 Rows committed at or below the restart point (the runtime's restart ts, or
 the highest batch end ts begun before a crash) are applied as upserts
@@ -22,8 +28,8 @@ as plain INSERT/UPDATE/DELETE; ``safe-mode=true`` upserts every row.
 
 Not guaranteed: if one transaction of a batch fails, transactions of the same
 batch that other workers already committed stay committed; the batch stays
-*applying*, so the restart rewrites it idempotently and the downstream
-converges. A table without a primary key or NOT NULL unique key is matched on
+*applying*, so its retry (or the restart) rewrites it idempotently and the
+downstream converges. A table without a primary key or NOT NULL unique key is matched on
 every column (``LIMIT 1``) and applied serially; its progress is recorded in
 the same transactions as its rows, so replaying it skips what was applied.
 """
@@ -97,6 +103,8 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         self._checkpoint: CheckpointTable | None = None
         self._state = CheckpointState()
         self._safe_until = 0
+        #: The highest end ts of a batch recorded as begun by this sink.
+        self._begun_ts = 0
         self._metas: dict[TableName, TableMeta] = {}
 
     @classmethod
@@ -144,23 +152,38 @@ class MySQLSink(Sink[MySQLSinkConfig]):
     # -- batches -----------------------------------------------------------
 
     def write_batch(self, batch: MicroBatch) -> None:
-        downstream, checkpoint = self._require_open()
+        downstream, _ = self._require_open()
         downstream.abort.clear()  # a new attempt: an earlier batch's failure must not cut retries short
         if 0 < batch.end_ts <= self._state.flushed_ts:
             log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
             return
-        if batch.rows or batch.ddl:
-            downstream.run(
-                0, "recording the batch start", lambda c, _r: checkpoint.mark_applying(c, batch.batch_id, batch.end_ts)
-            )
-        if batch.rows:
-            self._apply_rows(batch.rows)
+        if batch.end_ts <= self._begun_ts:
+            # Retried after a failure (the runtime retries a batch with backoff): what the
+            # failed attempt committed is downstream already, so this attempt upserts.
+            self._safe_until = max(self._safe_until, batch.end_ts)
+        # Rows at or below the flushed ts are applied: a batch with DDL records its rows
+        # before its DDL, so that a replay never writes them against the changed table.
+        rows = [row for row in batch.rows if row.commit_ts > self._state.flushed_ts]
+        if rows or batch.ddl:
+            self._record(batch.batch_id, batch.end_ts, applying=True)
+            self._begun_ts = max(self._begun_ts, batch.end_ts)
+        if rows:
+            self._apply_rows(rows)
+            first_ddl = min((ddl.commit_ts for ddl in batch.ddl), default=0)
+            if first_ddl > rows[-1].commit_ts:
+                self._record(batch.batch_id, first_ddl - 1, applying=False)
         for ddl in batch.ddl:
             self._apply_ddl(ddl)
-        downstream.run(
-            0, "recording the flushed batch", lambda c, _r: checkpoint.mark_flushed(c, batch.batch_id, batch.end_ts)
-        )
-        self._state = CheckpointState(batch.batch_id, batch.end_ts)
+        self._record(batch.batch_id, batch.end_ts, applying=False)
+
+    def _record(self, batch_id: int, ts: int, *, applying: bool) -> None:
+        """Record a batch as begun (``applying``) or everything up to ``ts`` as flushed."""
+        downstream, checkpoint = self._require_open()
+        if applying:
+            downstream.run(0, "recording the batch start", lambda c, _r: checkpoint.mark_applying(c, batch_id, ts))
+            return
+        downstream.run(0, "recording the flushed batch", lambda c, _r: checkpoint.mark_flushed(c, batch_id, ts))
+        self._state = CheckpointState(batch_id, ts)
 
     def _require_open(self) -> tuple[Downstream, CheckpointTable]:
         if self._downstream is None or self._checkpoint is None:

@@ -1,7 +1,9 @@
 """TiDB mode of the tikv source: tables, spans and schemas from TiDB's status API.
 
 The schema store is filled once, on first use, from the status API as of the
-first timestamp the source is asked about (a feed's start ts, or now); later
+first timestamp the source is asked about (the ts of
+:meth:`~cdcflow.plugins.sources.tikv.TiKVSource.prepare_mounter`, a feed's
+start ts, or now); later
 DDL reaches it through the DDL job table writes the mounter decodes, so rows
 are always decoded with the schema valid at their ``commit_ts − 1``.
 
@@ -10,7 +12,9 @@ between (the source's DDL tracker re-reads the DDL job spans from its start
 ts and applies those jobs at their commit ts). Not guaranteed: its rows
 *before* such a DDL decode with the base schema the store was loaded with
 (by column id: missing columns take their default), so load the store from
-the smallest start ts by opening that feed first when that matters.
+the smallest ts whose rows will be mounted first: the log service does, with
+``prepare_mounter``, since after a restart it mounts stored rows from below
+the ts its feeds resume from.
 """
 
 from __future__ import annotations

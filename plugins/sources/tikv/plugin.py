@@ -9,7 +9,9 @@ a resolved ts already yielded, resolved ts never backwards. A start ts below
 PD's GC safepoint fails with ErrCheckpointStale (5001); PD unreachable past
 the retry budget fails with ErrPDUnavailable (3001).
 
-``kv-api: tidb`` decodes TiDB rows with the schema valid at commit ts − 1.
+``kv-api: tidb`` decodes TiDB rows with the schema valid at commit ts − 1;
+:meth:`TiKVSource.prepare_mounter` makes that hold for rows older than any
+feed's start ts (a restarted log service mounts its stored rows again).
 ``kv-api: rawkv`` / ``txnkv`` replicate ``key-spans``: each span is a
 pseudo-table ``<kv-api>.keys_<i>`` with binary columns ``key`` and ``value``
 (PUT without old value → INSERT, with old value → UPDATE, DELETE → DELETE).
@@ -19,11 +21,20 @@ See docs/reference/tikv-source.md and docs/explanation/eventfeed.md.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import DDLEvent, ResolvedEvent, SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.events import (
+    DDLEvent,
+    RawKVEvent,
+    ResolvedEvent,
+    RowChange,
+    SourceEvent,
+    Span,
+    TableName,
+    TableSchema,
+)
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.core.source import Mounter, Source
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
@@ -58,6 +69,9 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._catalog: TiDBCatalog | None = None
         self._tracker: DDLTracker | None = None
         self._tracker_lock = asyncio.Lock()
+        #: The ts given to prepare_mounter (None: not called) and how far rows decode exactly.
+        self._mount_from: int | None = None
+        self._schema_ready_ts = 0
         self._pd_endpoints = list(config.pd)
         if config.kv_api != "tidb":
             self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
@@ -181,7 +195,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
             async for event in self.feeds.feed(span, start_ts):
                 yield event
             return
-        await self._catalog.ensure_loaded(start_ts)
+        await self._catalog.ensure_loaded(min(start_ts, self._mount_from or start_ts))
         if span in TiDBCatalog.ddl_spans():
             async for event in self._ddl_feed(span, start_ts):
                 yield event
@@ -256,13 +270,59 @@ class TiKVSource(Source[TiKVSourceConfig]):
             return self._tracker
 
     def mounter(self) -> Mounter | None:
-        """TiDBMounter (rows and DDL job writes) in tidb mode, RawKVMounter in raw modes."""
+        """TiDBMounter (rows and DDL job writes) in tidb mode, RawKVMounter in raw modes.
+
+        After :meth:`prepare_mounter` the TiDB mounter first waits until the DDL
+        tracker has applied every DDL below the event's commit ts."""
         if self._keyspace is not None:
             return RawKVMounter(self._keyspace)
+        if self._mount_from is not None:
+            return _TrackedMounter(self.catalog.mounter(), self._schema_ready)
         return self.catalog.mounter()
+
+    async def prepare_mounter(self, ts: int) -> None:
+        """tidb mode: load the schema store as of ``ts`` and follow the DDL job spans from
+        there, so that rows committed after ``ts`` decode with the schema of their commit ts
+        even when every feed starts later (see :meth:`Source.prepare_mounter`).
+
+        Both happen on first use, by a feed or the mounter: an unreachable status API is
+        then a feed's (or a batch's) error, retried like any other."""
+        if self._catalog is not None:
+            self._mount_from = ts
+
+    async def _schema_ready(self, ts: int) -> None:
+        """Return once a row committed at ``ts`` decodes exactly: the DDL tracker has
+        applied every DDL below ``ts`` and settled the jobs the status API reported as
+        finished after the load ts (their writes may precede it)."""
+        if self._mount_from is None or ts <= self._schema_ready_ts:
+            return
+        await self.catalog.ensure_loaded(self._mount_from)
+        target = max(ts, self.catalog.schemas.unsettled_until())
+        while True:
+            tracker = await self._ddl_tracker(self._mount_from)
+            if tracker is None:
+                return  # the source is closing
+            try:
+                await tracker.wait_resolved(target)
+            except TrackerSuperseded:
+                continue
+            self._schema_ready_ts = max(self._schema_ready_ts, tracker.resolved)
+            return
 
     async def current_ts(self) -> int:
         return await self.pd.tso()
+
+
+class _TrackedMounter(Mounter):
+    """A TiDB mounter that waits for the schema of each event's commit ts first."""
+
+    def __init__(self, inner: Mounter, ready: Callable[[int], Awaitable[None]]) -> None:
+        self._inner = inner
+        self._ready = ready
+
+    async def mount(self, event: RawKVEvent) -> RowChange | None:
+        await self._ready(event.commit_ts)
+        return await self._inner.mount(event)
 
 
 @hookimpl

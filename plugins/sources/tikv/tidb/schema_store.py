@@ -191,6 +191,11 @@ class SchemaStore:
             self.apply_job(job, self._loaded_at, exact=True)
         return len(due)
 
+    def unsettled_until(self) -> int:
+        """The highest ``FinishedTS`` of a job still provisional (0 when none): once the DDL
+        job spans are resolved past it, every version is at its exact ts."""
+        return max((job.finished_ts for job in self._provisional.values()), default=0)
+
     def _drop_schema(self, schema_id: int, ts: int, job_id: int, exact: bool) -> None:
         for logical_id in list(self._logical):
             pids = self._logical[logical_id]

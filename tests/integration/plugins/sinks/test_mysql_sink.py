@@ -15,7 +15,7 @@ import pymysql
 import pytest
 
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode
-from cdcflow.core.events import MicroBatch
+from cdcflow.core.events import DDLEvent, MicroBatch, TableName
 from cdcflow.core.sink import SinkContext
 from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert, update
 from cdcflow.plugins.sinks.mysql import ConstraintViolationError, MySQLSink, MySQLSinkConfig
@@ -116,6 +116,81 @@ def test_crash_mid_batch_then_resume_from_checkpoint(
     )
     assert resumed.checkpoint_ts == w.last_ts
     assert_replicated(mariadb, w)
+
+
+class CrashAfterDDL(MySQLSink):
+    """Dies right after the first DDL it ran, before the batch is recorded as flushed."""
+
+    crashed = False
+
+    def _apply_ddl(self, ddl: DDLEvent) -> None:
+        super()._apply_ddl(ddl)
+        if not self.crashed:
+            self.crashed = True
+            raise SimulatedCrash(f"crash after the DDL at ts {ddl.commit_ts}")
+
+
+@pytest.mark.parametrize("resume", ["retried", "restarted"])
+def test_a_batch_written_again_after_its_drop_column_ran_converges(
+    mariadb: MariaDB, mysql_database: str, resume: str
+) -> None:
+    """The batch's rows still have the dropped column: written again after the DROP COLUMN
+    (the runtime's retry on the same sink, or a replay after a restart) they must not be."""
+    db, cid = mysql_database, f"ddl-{mysql_database}"
+    with mariadb.connect(db, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(8), gone VARCHAR(8))")
+    rows = [
+        insert(db, "t", {"id": 1, "v": "a", "gone": "x"}, commit_ts=50),
+        update(db, "t", {"id": 1, "v": "a", "gone": "x"}, {"id": 1, "v": "b", "gone": "y"}, commit_ts=55),
+        insert(db, "t", {"id": 2, "v": "c", "gone": "z"}, commit_ts=55),
+    ]
+    drop = DDLEvent(60, f"ALTER TABLE `{db}`.`t` DROP COLUMN `gone`", TableName(db, "t"))
+    batch = MicroBatch(cid, 1, 10, 60, rows, [drop])
+    crashing = CrashAfterDDL(MySQLSinkConfig(uri=mariadb.uri))
+    crashing.open(SinkContext(cid, restart_ts=10))
+    with pytest.raises(SimulatedCrash):
+        crashing.write_batch(batch)
+    if resume == "retried":
+        crashing.write_batch(batch)  # the runtime's retry, on the same sink
+        crashing.close()
+    else:
+        crashing.close()
+        sink = sink_for(mariadb)
+        sink.open(SinkContext(cid, restart_ts=10))
+        sink.write_batch(batch)
+        sink.close()
+    assert fetch(mariadb, f"SELECT * FROM `{db}`.t") == [(1, "b"), (2, "c")]
+    query = f"SELECT flushed_ts, applying_ts FROM cdcflow.checkpoint WHERE changefeed_id = '{cid}'"
+    assert fetch(mariadb, query) == [(60, None)]
+
+
+class FailMidRows(MySQLSink):
+    """Applies half of the first batch's rows, then fails (as when the server goes away)."""
+
+    failed = False
+
+    def _apply_rows(self, rows: Any) -> None:
+        if self.failed:
+            super()._apply_rows(rows)
+            return
+        self.failed = True
+        super()._apply_rows(rows[: len(rows) // 2])
+        raise DownstreamUnavailableError("the server went away")
+
+
+def test_a_batch_retried_by_the_same_sink_after_a_partial_write_upserts(mariadb: MariaDB, mysql_database: str) -> None:
+    db, cid = mysql_database, f"retry-{mysql_database}"
+    with mariadb.connect(db, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(8))")
+    rows = [insert(db, "t", {"id": i, "v": f"v{i}"}, commit_ts=50 + i) for i in range(6)]
+    sink = FailMidRows(MySQLSinkConfig(uri=mariadb.uri))
+    sink.open(SinkContext(cid, restart_ts=10))
+    batch = MicroBatch(cid, 1, 10, 60, rows)
+    with pytest.raises(DownstreamUnavailableError):
+        sink.write_batch(batch)
+    sink.write_batch(batch)  # the runtime's retry: the first three rows are downstream already
+    sink.close()
+    assert fetch(mariadb, f"SELECT id, v FROM `{db}`.t") == [(i, f"v{i}") for i in range(6)]
 
 
 def progress(server: MariaDB, query: str) -> int:

@@ -4,6 +4,7 @@ needed: the start is held by a session that waits, like a slow Spark startup).""
 import asyncio
 import threading
 
+from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.executor import SpanState
 from cdcflow.core.pipeline.executor import PipelineSpanExecutor
 from cdcflow.core.testing import ListSink, ListSource, insert
@@ -120,3 +121,40 @@ def test_a_span_new_after_a_restart_waits_for_a_batch_that_covers_it(tmp_path):
 
 async def _spans(source):
     return [s for t in await source.list_tables() for s in await source.spans_for(t)]
+
+
+class _Unreachable(ListSink):
+    """A sink whose downstream never answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusals = 0
+
+    def open(self, context):
+        self.refusals += 1
+        raise DownstreamUnavailableError("downstream refused the connection")
+
+
+def test_a_sink_that_cannot_open_is_retried_until_the_executor_closes(tmp_path):
+    source = _source()
+    sink = _Unreachable()
+
+    async def run():
+        executor = PipelineSpanExecutor("down", source, [sink], data_dir=tmp_path, start_ts=50, spark=_SlowSession())
+        for span in await _spans(source):
+            await executor.add_span(span, 50, prepare=False)
+
+        async def refused_thrice():
+            while sink.refusals < 3:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(refused_thrice(), 60)  # retried with backoff, not given up after a refusal
+        assert isinstance(executor.error(), DownstreamUnavailableError)  # retryable: the changefeed goes Warning
+        # The next attempt is seconds away; closing ends the retries without waiting for it.
+        await asyncio.wait_for(executor.close(), 60)
+        refusals = sink.refusals
+        await asyncio.sleep(0.1)
+        return refusals
+
+    assert asyncio.run(run()) == sink.refusals
+    assert sink.closed

@@ -261,6 +261,57 @@ def test_a_feed_below_the_schema_load_ts_gets_the_ddl_in_between() -> None:
     asyncio.run(asyncio.wait_for(body(), 120))
 
 
+def test_a_mounter_prepared_below_a_ddl_decodes_each_row_with_the_schema_of_its_commit_ts() -> None:
+    """As after a restart: events stored from ``start`` on are mounted by a new source
+    that feeds nothing below the published ts. Prepared at ``start``, its mounter decodes
+    rows before the ADD COLUMN without the column, and waits for the DDL tracker so that
+    rows after it use the version at the DDL's exact commit ts (not the status API's
+    FinishedTS estimate)."""
+
+    async def body() -> None:
+        async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
+            first = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await first.open()
+            try:
+                orders = next(t for t in await first.list_tables() if t.table == "orders")
+                (span,) = await first.spans_for(orders)
+                start = await first.current_ts()
+                await asyncio.to_thread(pg.run_workload, 30)
+                await asyncio.to_thread(pg.ddl.add_column, "shop", "orders", "extra", VARCHAR, "n/a")
+                last = (await asyncio.to_thread(pg.run_workload, 30)).last_commit_ts
+                events: list[RawKVEvent] = []
+                resolved: dict[Span, int] = {}
+                ddl: list[DDLEvent] = []
+                task = asyncio.create_task(_collect(first, span, start, events, resolved, ddl))
+                try:
+                    await _wait_resolved(resolved, [span], last)
+                finally:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            finally:
+                await first.close()
+            [add] = ddl
+
+            second = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await second.open()
+            try:
+                await second.prepare_mounter(start)
+                mounter = second.mounter()
+                assert mounter is not None
+                rows = [await mounter.mount(ev) for ev in sorted(events, key=lambda e: e.sort_key())]
+                before = [r for r in rows if r is not None and r.commit_ts < add.commit_ts]
+                after = [r for r in rows if r is not None and r.commit_ts > add.commit_ts]
+                assert before and after
+                assert all("extra" not in r.image() for r in before)
+                assert all("extra" in r.image() for r in after)
+                version = second.catalog.schemas.table_for_row(orders.table_id, after[0].commit_ts)
+                assert version is not None and version.exact and version.ts == add.commit_ts
+            finally:
+                await second.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
 def test_the_ddl_span_feed_yields_the_ddl_no_table_feed_carries() -> None:
     async def body() -> None:
         async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
