@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdcflow.core.events import DDLEvent, RawKVEvent, RowChange, Span
+from cdcflow.core.events import DDLEvent, RawKVEvent, RowChange, Span, TableName
 from cdcflow.core.frontier import SpanFrontier
 from cdcflow.core.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
 from cdcflow.core.logservice.records import (
@@ -260,9 +260,15 @@ class EventStore:
             return True
 
     def put_ddl(self, ddl: DDLEvent) -> bool:
-        """Record a DDL barrier at ``ddl.commit_ts``; returns False for a repeat."""
+        """Record a DDL barrier at ``ddl.commit_ts``; returns False for a repeat.
+
+        A repeat is the same statement on the same table at the same commit ts,
+        whatever schema it carries: a source that sends a DDL again after a
+        restart may describe the schema in more detail than the copy stored by
+        an earlier version (column defaults), and sinks must not run it twice."""
+        identity = _ddl_identity(ddl)
         with self._lock:
-            if ddl.commit_ts <= self._manifest.published_ts or ddl in self._ddl:
+            if ddl.commit_ts <= self._manifest.published_ts or any(_ddl_identity(d) == identity for d in self._ddl):
                 return False
             self._ddl.append(ddl)
             self._ddl.sort(key=lambda d: d.commit_ts)
@@ -627,3 +633,8 @@ class _Counter(Iterator[Record]):
         record = next(self._inner)
         self.count += 1
         return record
+
+
+def _ddl_identity(ddl: DDLEvent) -> tuple[int, str, TableName | None, int]:
+    """What makes two DDL events the same schema change (see :meth:`EventStore.put_ddl`)."""
+    return ddl.commit_ts, ddl.query, ddl.table, ddl.action_type

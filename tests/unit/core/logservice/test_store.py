@@ -1,9 +1,10 @@
+import dataclasses
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.core.events import DDLEvent, RawKVEvent, Span, TableName
+from cdcflow.core.events import ColumnInfo, DDLEvent, RawKVEvent, Span, TableName, TableSchema
 from cdcflow.core.logservice import EventStore, event_from_record, read_manifest
 from cdcflow.core.logservice.records import batch_to_records, read_record_batches
 from cdcflow.core.testing import insert
@@ -135,13 +136,17 @@ def test_cut_at_every_ddl_barrier(tmp_path):
     ddl = DDLEvent(10, "ALTER TABLE t ADD c INT", TableName("s", "t", 1))
     assert store.put_ddl(ddl)
     assert not store.put_ddl(ddl)
+    # The same change sent again with a richer schema (a newer source after a restart) is a repeat too.
+    richer = TableSchema(TableName("s", "t", 1), (ColumnInfo("c", 3, origin_default=7),))
+    assert not store.put_ddl(dataclasses.replace(ddl, schema_after=richer))
+    assert store.put_ddl(dataclasses.replace(ddl, commit_ts=12))  # another change
     store.resolve(SPAN_A, 20)
     assert store.published_ts == 20
-    assert read_manifest(store.directory).ddl_ts == [10]
+    assert read_manifest(store.directory).ddl_ts == [10, 12]
     assert [e.commit_ts for e in published_events(store, 0, 10)] == [5, 10]
-    assert [e.commit_ts for e in published_events(store, 10, 20)] == [15]
+    assert [e.commit_ts for e in published_events(store, 12, 20)] == [15]
     assert store.ddl_between(0, 10) == [ddl]
-    assert store.ddl_between(10, 20) == []
+    assert store.ddl_between(12, 20) == []
 
 
 def test_barrier_caps_publishing(tmp_path):
