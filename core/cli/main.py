@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -37,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # gRPC's C core writes INFO lines straight to stderr (e.g. "skipping fork() handlers" each
+    # time Spark launches a process); it reads this before its first import, which is later.
+    os.environ.setdefault("GRPC_VERBOSITY", "DEBUG" if args.log_level == "debug" else "ERROR")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         code: int = args.func(args)
