@@ -49,6 +49,8 @@ class _Run:
     maintainer_capture: str
     epoch: int
     error_sent: bool = False
+    #: The newest barrier taken, as (epoch, ts): the executor publishes nothing above ts.
+    barrier: tuple[int, int] | None = None
 
 
 class SpanAgent:
@@ -76,8 +78,11 @@ class SpanAgent:
         self._task = asyncio.create_task(self._tick_loop(), name=f"span-agent-{capture_id}")
 
     async def on_request(self, message: SchedulingMessage) -> None:
-        """A maintainer's heartbeat or dispatch request."""
+        """A maintainer's heartbeat or dispatch request (or a new barrier alone)."""
         if message.payload is None:
+            run = self.runs.get(message.changefeed_id)
+            if run is not None and message.epoch >= run.epoch:
+                await self._take_barrier(run, message)
             return
         request = decode(message.payload)
         if not isinstance(request, HeartbeatRequest | DispatchTableRequest):
@@ -96,10 +101,23 @@ class SpanAgent:
                 return
         if message.epoch >= run.epoch:
             run.maintainer_capture, run.epoch = message.sender, message.epoch
+            await self._take_barrier(run, message)  # before an add: the span never publishes past it
         self._send(message.changefeed_id, run, await run.agent.handle([request]))
         removed = isinstance(request, DispatchTableRequest) and isinstance(request.task, RemoveSpan)
         if removed and not run.executor.spans() and not run.agent.pending:
             await self._close(message.changefeed_id)
+
+    @staticmethod
+    async def _take_barrier(run: _Run, message: SchedulingMessage) -> None:
+        """Pass the maintainer's barrier to the executor: a newer epoch's replaces the
+        last one; within an epoch it only moves forward (a late copy is ignored)."""
+        ts = message.barrier_ts
+        if ts is None:
+            return
+        if run.barrier is not None and (message.epoch, ts) <= run.barrier:
+            return
+        run.barrier = (message.epoch, ts)
+        await run.executor.set_barrier(ts)
 
     def _start(self, message: SchedulingMessage, request: HeartbeatRequest | DispatchTableRequest) -> _Run | None:
         assert message.info is not None
