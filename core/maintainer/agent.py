@@ -11,6 +11,11 @@ another capture, so a new maintainer adopts the running spans. Every tick
 maintainer that sent the newest request. An executor error is reported to it
 instead (the maintainer, then the coordinator, decide what it means).
 
+Requests carry the changefeed's barrier (``SchedulingMessage.barrier_ts``);
+the agent passes it to the executor before it acts on the request, so a span
+it adds never publishes past it: the newest epoch's barrier replaces an older
+one, and within an epoch a late copy never moves it back.
+
 The changefeed's agent here is closed when its last span is removed, when the
 changefeed's maintainer is removed (pause, remove, restart) and when the
 maintainer's capture is gone from the cluster.
