@@ -83,6 +83,10 @@ def replicating(m: Maintainer, span: Span) -> bool:
     )
 
 
+def span_checkpoint(m: Maintainer, span: Span) -> int:
+    return max((r.checkpoint_ts for r in m.replication_status() if r.span == span), default=0) if m.placement else 0
+
+
 def test_a_changefeed_whose_filter_matches_no_table_yet_advances(tmp_path):
     async def main():
         capture = Capture(tmp_path)
@@ -107,21 +111,28 @@ def test_a_table_created_while_running_is_added_at_its_create_ts(tmp_path):
         start = now_ts()
         created = later(start, 2.0)
         capture.add(changefeed(tmp_path / "out", created), start)
-        samples: list[tuple[int, bool]] = []  # (checkpoint, t1 replicating)
+        samples: list[tuple[int, bool, bool]] = []  # (checkpoint, t1's span wanted, t1 replicating)
+        flushed: list[tuple[int, bool]] = []  # (the trigger span's checkpoint, t1 replicating)
         try:
             m = await capture.maintainer()
             while m.checkpoint_ts <= later(created, 1.0) and m.error is None:
-                samples.append((m.checkpoint_ts, replicating(m, T1)))
+                wanted = m.placement is not None and T1 in m.placement.spans
+                samples.append((m.checkpoint_ts, wanted, replicating(m, T1)))
+                flushed.append((span_checkpoint(m, TRIGGER), samples[-1][2]))
                 await asyncio.sleep(0.01)
             assert m.error is None
             final = m.checkpoint_ts
         finally:
             await capture.close()
-        # The checkpoint moved before the table existed, and never passed its CREATE TABLE
-        # before the table's span replicated.
-        assert any(start < ckpt < created for ckpt, _ in samples)
-        assert all(ckpt <= created for ckpt, t1 in samples if not t1)
-        assert any(t1 for _, t1 in samples)
+        # The checkpoint moved before the table existed; the table's span was added only once
+        # the checkpoint reached its CREATE TABLE (the DDL was flushed), and the checkpoint did
+        # not pass the CREATE TABLE before the span replicated.
+        assert any(start < ckpt < created for ckpt, _, _ in samples)
+        assert all(ckpt >= created for ckpt, wanted, _ in samples if wanted)
+        assert all(ckpt <= created for ckpt, _, t1 in samples if not t1)
+        assert any(t1 for _, _, t1 in samples)
+        # The barrier: no span was flushed past the CREATE TABLE before t1 replicated.
+        assert all(ckpt <= created for ckpt, t1 in flushed if not t1)
         return final
 
     final = asyncio.run(asyncio.wait_for(main(), 60))
