@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
@@ -83,6 +83,13 @@ class ColumnInfo:
 
     ``type_code`` is the MySQL type byte (Open Protocol §2.4) and ``flags``
     the Open Protocol column flag bits (§2.5), so codecs need no other schema.
+
+    ``origin_default`` is the value a row written before the column existed
+    reads (TiDB's ``origin_default``, fixed at ADD COLUMN time; a NOT NULL
+    column without one reads its type's zero value), as a Python value of the
+    same type as the column's values in :class:`RowChange` images. It is not
+    the ``DEFAULT`` new inserts get: the upstream writes that into the row.
+    None when the column reads NULL there, or when the source does not know.
     """
 
     name: str
@@ -91,6 +98,7 @@ class ColumnInfo:
     #: Free-form type text for DDL-aware sinks, e.g. ``varchar(64)``.
     sql_type: str = ""
     nullable: bool = True
+    origin_default: Any = None
 
     BINARY = 0x01
     HANDLE_KEY = 0x02
@@ -104,6 +112,19 @@ class ColumnInfo:
     @property
     def is_handle_key(self) -> bool:
         return bool(self.flags & self.HANDLE_KEY)
+
+    # The event store pickles schemas (schemas.pkl, ddl.pkl). A store written
+    # before a field was added holds fewer values; those columns take the
+    # field's default, so such a store still loads. New fields go last.
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        known = fields(self)
+        if len(state) > len(known):
+            raise ValueError(f"ColumnInfo state has {len(state)} values, more than its {len(known)} fields")
+        for i, f in enumerate(known):
+            object.__setattr__(self, f.name, state[i] if i < len(state) else f.default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,20 @@ class SpanExecutor(abc.ABC):
         """Do not write changes with commit ts above ``ts`` downstream until the
         barrier moves (the DDL barrier, set by the maintainer)."""
 
+    async def set_changefeed_checkpoint(self, ts: int) -> None:  # noqa: B027 - optional hook
+        """The changefeed's checkpoint, computed by its maintainer: the minimum
+        checkpoint over *all* the changefeed's spans (on every capture), withheld
+        while a span runs nowhere. Every change at or below ``ts`` has been
+        flushed by every sink of every capture.
+
+        Executors hand it to their sinks (``Sink.write_checkpoint``), which may
+        promise it to consumers (Kafka resolved events); a span's own
+        checkpoint or this capture's frontier may not be promised, since spans
+        elsewhere or joining later can still deliver rows below them. Called
+        with every heartbeat of the maintainer (a repeat or a lower value after
+        a maintainer moved is ignored: it only moves forward). Must not block:
+        writing happens in the background."""
+
     def error(self) -> BaseException | None:
         """The error that stopped this executor's spans, if any (a
         :class:`~cdcflow.core.errors.CdcflowError` for known failures). The span

@@ -13,13 +13,26 @@ The contract (the runtime relies on each point):
   Where the downstream is an append-only log (Kafka), replay is inherently
   at-least-once: the batch's messages are produced again, duplicates are
   allowed (as TiCDC documents), and consumers deduplicate by the resolved
-  ts the sink writes after each batch's rows.
+  ts the sink writes at each changefeed checkpoint (see below).
 * **order** — rows arrive in ``(commit_ts, start_ts, key)`` order; a sink keeps
   the order of rows of one key downstream. DDL in ``batch.ddl`` is applied
   after the batch's rows.
 * **errors** — raise a :class:`~cdcflow.core.errors.CdcflowError`
   (``DownstreamUnavailableError`` for a downstream that cannot be reached: the
   runtime retries with backoff and the changefeed goes Warning).
+* **checkpoints (opt-in)** — :meth:`Sink.write_checkpoint` receives the
+  *changefeed* checkpoint: every row of every span of the changefeed with a
+  commit ts at or below it has been flushed by every sink of every capture.
+  It is the value a sink may promise downstream consumers (Open Protocol's
+  resolved events, canal-json and Avro watermarks). A batch's ``end_ts`` is
+  not: it is only this capture's frontier, and spans that run elsewhere or
+  join later may still deliver rows below it. ``write_checkpoint`` is called
+  only with a ts above the last one it accepted, never during a batch's
+  writes, and must flush before it returns; errors are raised and retried
+  as for batches. Before the first call nothing has been promised: a consumer
+  that waits for a resolved ts applies nothing yet. Not every checkpoint is
+  delivered (a newer one replaces one not yet written), and none is written
+  after a crash until the changefeed runs again.
 * **parts (opt-in)** — a sink with ``accepts_partial_batches = True`` may get
   a large batch as several parts with the same ``batch_id`` (``part`` 0, 1, …;
   ``last_part`` on the last, which alone carries the DDL), so that a huge
@@ -29,8 +42,10 @@ The contract (the runtime relies on each point):
 
 Where it runs: the Spark pipeline calls ``write_batch`` on the capture's
 driver process, from Spark's micro-batch thread (``foreachBatch``), one batch
-at a time per changefeed; ``open`` and ``close`` are called from the same
-process.
+at a time per changefeed, and ``write_checkpoint`` from a thread of its own,
+never at the same time as ``write_batch``; ``open`` and ``close`` are called
+from the same process. Every capture that runs spans of a changefeed has its
+own sink instances, and each of them gets the changefeed checkpoint.
 """
 
 from __future__ import annotations
@@ -99,6 +114,14 @@ class Sink(Plugin[ConfigT], abc.ABC):
     @abc.abstractmethod
     def write_batch(self, batch: MicroBatch) -> None:
         """Write ``batch`` (rows, then DDL) and flush it before returning."""
+
+    def write_checkpoint(self, ts: int) -> None:
+        """Tell the downstream that the changefeed is complete up to ``ts``
+        (see "checkpoints" in the module docs) and flush before returning.
+
+        Called after :meth:`open`, with ``ts`` rising, never during a batch's
+        writes. The default does nothing: sinks whose downstream keeps no
+        progress marker ignore it."""
 
     def close(self) -> None:
         """Flush and release the downstream. Not called on abrupt shutdown."""

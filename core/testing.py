@@ -11,7 +11,9 @@ Typical test of a third-party sink::
 
 The driver keeps the runtime's contract: batches cover ``(previous, resolved]``
 in ``(commit_ts, start_ts, key)`` order, end at DDL barriers, and the
-checkpoint only moves after every sink returned. :class:`ListSink` can crash
+checkpoint only moves after every sink returned; then every sink gets it
+through ``write_checkpoint`` (the driver runs every span of the changefeed,
+so its frontier is the changefeed checkpoint). :class:`ListSink` can crash
 on a chosen batch, so that a test can check that a plugin recovers by replay.
 """
 
@@ -241,7 +243,8 @@ class ListSink(Sink[ListSinkConfig]):
 
     ``batches`` holds the last delivery of each batch id; ``deliveries``
     counts deliveries per batch id, so a test can see replays. ``rows`` is the
-    concatenation of the current batches in batch order.
+    concatenation of the current batches in batch order. ``checkpoints``
+    lists the changefeed checkpoints written to it, in order.
     """
 
     type_name = "list"
@@ -252,6 +255,7 @@ class ListSink(Sink[ListSinkConfig]):
         self.batches: dict[int, MicroBatch] = {}
         self.deliveries: dict[int, int] = {}
         self.partial: list[RowChange] = []
+        self.checkpoints: list[int] = []
         self.opened = False
         self.closed = False
 
@@ -264,6 +268,9 @@ class ListSink(Sink[ListSinkConfig]):
             self.partial = list(batch.rows[: len(batch.rows) // 2])
             raise SimulatedCrash(f"simulated crash in batch {batch.batch_id}")
         self.batches[batch.batch_id] = batch
+
+    def write_checkpoint(self, ts: int) -> None:
+        self.checkpoints.append(ts)
 
     def close(self) -> None:
         self.closed = True
@@ -299,7 +306,8 @@ async def drive(
     reaches ``until_ts``); return the checkpoint and the batches written.
 
     Feeds run concurrently. A batch is cut each time the span frontier moves
-    forward, and at every DDL barrier. A sink that raises stops the run and the
+    forward, and at every DDL barrier; after each batch every sink gets its
+    end ts as the changefeed checkpoint. A sink that raises stops the run and the
     exception propagates; ``DriveResult`` is then lost, but the sinks have seen
     every batch up to the checkpoint a restart would resume from.
     """
@@ -372,3 +380,5 @@ class _Batcher:
                 sink.write_batch(batch)
             self.written.append(batch)
             self.checkpoint_ts = end
+            for sink in self.sinks:
+                sink.write_checkpoint(end)

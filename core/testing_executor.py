@@ -13,6 +13,12 @@ resolved ts once every sink returned. Batch ids increase per executor, so a
 restarted changefeed may write a range again under new ids (sinks see an
 at-least-once replay, which their contract makes idempotent).
 
+The changefeed checkpoint from the maintainer's heartbeats
+(:meth:`~cdcflow.core.executor.SpanExecutor.set_changefeed_checkpoint`) is
+written to every sink (``Sink.write_checkpoint``) at once, on the event loop,
+where batches are written too, so the two never interleave; a sink error is
+the executor's error, like a batch's.
+
 Two-phase scheduling: a span added with ``prepare=True`` runs its feed and
 buffers rows but writes nothing (state ``PREPARED``); added again with
 ``prepare=False`` it drops what is at or below the given checkpoint (the
@@ -62,6 +68,9 @@ class InProcessSpanExecutor(SpanExecutor):
         self._error: BaseException | None = None
         self._batch_ids = itertools.count()
         self.barrier_ts: int | None = None
+        #: The newest changefeed checkpoint written to the sinks (0: none yet).
+        self.changefeed_checkpoint = 0
+        self._wanted_checkpoint = 0
 
     async def _open(self, restart_ts: int) -> None:
         if self._opened:
@@ -70,6 +79,7 @@ class InProcessSpanExecutor(SpanExecutor):
         for sink in self.sinks:
             sink.open(SinkContext(self.context.changefeed_id, restart_ts=restart_ts, plugins=self.context.plugins))
         self._opened = True
+        self._write_checkpoint()
 
     async def add_span(self, span: Span, checkpoint_ts: int, *, prepare: bool) -> bool:
         current = self._spans.get(span)
@@ -153,6 +163,22 @@ class InProcessSpanExecutor(SpanExecutor):
                 self._flush(run)  # what waited for the barrier goes now, not at the next resolved ts
         except Exception as exc:  # noqa: BLE001 - reported through error(), as a feed's would be
             self._error = exc
+
+    async def set_changefeed_checkpoint(self, ts: int) -> None:
+        self._wanted_checkpoint = max(self._wanted_checkpoint, ts)
+        self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        ts = self._wanted_checkpoint
+        if ts <= self.changefeed_checkpoint or not self._opened or self._error is not None:
+            return  # not open yet: written once the sinks are
+        try:
+            for sink in self.sinks:
+                sink.write_checkpoint(ts)
+        except Exception as exc:  # noqa: BLE001 - reported through error(), not lost
+            self._error = exc
+            return
+        self.changefeed_checkpoint = ts
 
     def error(self) -> BaseException | None:
         return self._error

@@ -14,6 +14,16 @@ commit ts (:mod:`~cdcflow.core.maintainer.tables`): the changefeed's barrier,
 sent with every request to the agents, holds the captures at the change, and
 the checkpoint never passes it before the spans are in place.
 
+Its heartbeat requests carry its checkpoint to every capture (the executors
+hand it to their sinks: Kafka resolved events). That value is safe to promise
+consumers: it is either the checkpoint the changefeed started from (flushed
+by the previous run, or the start ts) or a watermark, the minimum of the
+spans' checkpoints, each of which moves only once every sink of the capture
+running the span flushed its rows. It is sent as soon as a tick computes it,
+not after the coordinator persisted it (``CheckpointTsMessage``): persisting
+decides where a restart resumes, not whether rows were written, and the
+persisted value is never above it.
+
 Errors of the source, the scheduler or an executor are kept as the
 maintainer's error and reported in its status; the coordinator decides what
 they mean for the changefeed.
@@ -186,9 +196,13 @@ class Maintainer:
         if tables is not None and tables.joining:
             statuses = {r.span: r for r in self.placement.scheduler.replication_status()}
             tables.settle(statuses.values(), watermark.checkpoint_ts if watermark is not None else None)
-        self._send(requests, tables.barrier() if tables is not None else None)
         if watermark is not None and not stopping:
             self._advance(watermark, statuses)
+        # Heartbeats carry the changefeed checkpoint to every capture's sinks (see the
+        # module docs for why it is safe to promise downstream).
+        self._send(
+            self.placement.outgoing(requests, self.checkpoint_ts), tables.barrier() if tables is not None else None
+        )
         self.block_reason = self._blocked()
 
     def _send(self, requests: list[tuple[str, dict[str, Any]]], barrier: int | None) -> None:
@@ -257,7 +271,9 @@ class Maintainer:
 
     def on_checkpoint(self, checkpoint_ts: int) -> None:
         """The coordinator persisted ``checkpoint_ts`` (CheckpointTsMessage): nothing at
-        or below it will be asked for again."""
+        or below it will be asked for again. The persisted value comes from this
+        maintainer's (or an earlier incarnation's) flushed checkpoints, so the
+        heartbeats may carry it on to the sinks."""
         cap = self.tables.checkpoint_cap({}) if self.tables is not None else None
         ceiling = self.resolved_ts if cap is None else min(self.resolved_ts, cap)
         self.checkpoint_ts = max(self.checkpoint_ts, min(checkpoint_ts, ceiling))

@@ -5,7 +5,9 @@ The maintainer hands :class:`Placement` the agents' responses as they arrive
 and ticks it; each tick returns the requests to send (to the agent on each
 request's capture) and, when every span replicates, the watermark (the
 minimum checkpoint and resolved ts over spans). Messages cross captures as
-JSON (the protocol's ``encode_message`` / ``decode_message``).
+JSON (the protocol's ``encode_message`` / ``decode_message``); on the way out
+heartbeat requests are stamped with the changefeed checkpoint the maintainer
+holds after the tick, so every capture's sinks learn it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cdcflow.core.events import Span
 from cdcflow.core.scheduling import (
     AgentMessage,
     DispatchTableResponse,
+    HeartbeatRequest,
     HeartbeatResponse,
     ReplicationState,
     Scheduler,
@@ -66,8 +69,8 @@ class Placement:
 
     def tick(
         self, checkpoint_ts: int, captures: Collection[str], *, stopping: bool = False
-    ) -> tuple[list[tuple[str, dict[str, Any]]], Watermark | None]:
-        """Requests to send as (capture, JSON), and the watermark if it can advance.
+    ) -> tuple[list[SchedulerMessage], Watermark | None]:
+        """Requests to send (see :meth:`outgoing`), and the watermark if it can advance.
 
         ``stopping``: the changefeed stops here; the scheduler is told it has no
         spans any more, so that it removes them from their captures.
@@ -76,7 +79,17 @@ class Placement:
         result = self.scheduler.tick(
             checkpoint_ts=checkpoint_ts, spans=[] if stopping else self.spans, captures=captures, messages=inbox
         )
-        return [(m.capture_id, encode(m)) for m in result.messages], result.watermark
+        return list(result.messages), result.watermark
+
+    @staticmethod
+    def outgoing(requests: Sequence[SchedulerMessage], checkpoint_ts: int) -> list[tuple[str, dict[str, Any]]]:
+        """``requests`` as (capture, JSON), heartbeat requests carrying the
+        changefeed checkpoint ``checkpoint_ts``."""
+        stamped = (
+            dataclasses.replace(m, checkpoint_ts=checkpoint_ts) if isinstance(m, HeartbeatRequest) else m
+            for m in requests
+        )
+        return [(m.capture_id, encode(m)) for m in stamped]
 
     def absent(self) -> int:
         """How many spans run nowhere now."""

@@ -9,6 +9,13 @@ but not published, so it catches up without writing downstream; adding it
 again with ``prepare=False`` makes it part of the span frontier, and the
 Spark query delivers its events from the next micro-batch on.
 
+The changefeed checkpoint the maintainer sends with its heartbeats
+(:meth:`PipelineSpanExecutor.set_changefeed_checkpoint`) is handed to the
+pipeline, which writes it to the sinks off the event loop, never during a
+batch's writes (Kafka resolved events); one that arrives before the pipeline
+runs is written once it does, and the last one is written when the executor
+closes.
+
 Files live under ``<data-dir>/changefeeds/<changefeed-id>/``: ``store/`` (the
 event store) and ``spark-checkpoint/`` (the query's checkpoint). Both survive
 a restart; removing a changefeed must delete the directory
@@ -144,6 +151,8 @@ class PipelineSpanExecutor(SpanExecutor):
         # lock is held; feeds take it to put events, so the event loop never
         # waits on the store's own lock behind disk I/O.
         self._store_io = asyncio.Lock()
+        #: The newest changefeed checkpoint from the maintainer (0: none yet).
+        self.changefeed_checkpoint = 0
 
     # -- SpanExecutor ----------------------------------------------------------------
 
@@ -213,6 +222,13 @@ class PipelineSpanExecutor(SpanExecutor):
     async def set_barrier(self, ts: int) -> None:
         async with self._store_io:
             await asyncio.to_thread(self.store.set_barrier, ts)
+
+    async def set_changefeed_checkpoint(self, ts: int) -> None:
+        if ts <= self.changefeed_checkpoint:
+            return
+        self.changefeed_checkpoint = ts
+        if self.pipeline is not None:
+            self.pipeline.emit_checkpoint(ts)  # written from the pipeline's own thread
 
     async def close(self) -> None:
         if self._starting is not None:
@@ -292,6 +308,9 @@ class PipelineSpanExecutor(SpanExecutor):
             except Exception as exc:
                 log.exception("changefeed %s: the Spark pipeline did not start", self.changefeed_id)
                 self._start_error = exc
+                return
+            if self.changefeed_checkpoint:
+                self.pipeline.emit_checkpoint(self.changefeed_checkpoint)  # arrived while Spark started
 
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:

@@ -18,6 +18,12 @@ maintainer reports it) → Spark commits the batch. A crash anywhere before
 Spark's commit replays the batch with the same id (at-least-once; sinks
 dedupe by batch id). Chunks of a batch are released only when the next batch
 starts, because until then Spark may replay it.
+
+A batch's end ts is this capture's frontier, not the changefeed's: sinks are
+told the *changefeed* checkpoint separately (:meth:`ChangefeedPipeline.emit_checkpoint`,
+from the maintainer's heartbeats), by a :class:`~cdcflow.core.pipeline.checkpoints.CheckpointWriter`
+that shares a lock with batch delivery, so a checkpoint never lands between
+the writes of a batch.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from cdcflow.core.filter import TableFilter
 from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.records import batch_to_records, event_from_record
 from cdcflow.core.logservice.store import EventStore
+from cdcflow.core.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.pipeline.columns import ColumnSelection
 from cdcflow.core.pipeline.datasource import offset_chunk, offset_ts
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
@@ -117,12 +124,15 @@ class ChangefeedPipeline:
         self.work_dir = Path(work_dir) if work_dir is not None else self.checkpoint_dir.parent / "batches"
         self.on_checkpoint = on_checkpoint
         #: The last retryable error a sink raised, while the batch is retried (None once it succeeds).
-        self.last_error: CdcflowError | None = None
+        self.batch_error: CdcflowError | None = None
         self.batches_flushed = 0
         self.rows_flushed = 0
         self._query: Any = None
         self._initial = (0, 0)
         self._stopping = threading.Event()
+        #: Held while a batch is written to the sinks, and while a checkpoint is.
+        self._delivery_lock = threading.Lock()
+        self.checkpoints = CheckpointWriter(changefeed_id, self.sinks, self._delivery_lock)
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -155,22 +165,36 @@ class ChangefeedPipeline:
     def stop(self, grace: float = 10.0) -> None:
         """Stop the query. Waits up to ``grace`` seconds for a batch in progress to be
         committed by Spark (so a clean stop does not replay it); a batch still
-        running then is interrupted and replayed on the next start."""
+        running then is interrupted and replayed on the next start. Then the
+        newest changefeed checkpoint not written yet is written (one attempt)."""
         query, self._query = self._query, None
-        if query is None:
-            return
-        deadline = time.monotonic() + grace
-        while query.isActive and time.monotonic() < deadline and query.status.get("isTriggerActive"):
-            time.sleep(0.05)
-        self._stopping.set()
-        query.stop()
+        if query is not None:
+            deadline = time.monotonic() + grace
+            while query.isActive and time.monotonic() < deadline and query.status.get("isTriggerActive"):
+                time.sleep(0.05)
+            self._stopping.set()
+            query.stop()
+        self.checkpoints.stop(grace)
+
+    def emit_checkpoint(self, ts: int) -> None:
+        """Tell every sink the changefeed checkpoint ``ts`` (``Sink.write_checkpoint``) soon,
+        from the checkpoint writer's thread; a ts not above the last offered is ignored."""
+        self.checkpoints.offer(ts)
+
+    @property
+    def last_error(self) -> CdcflowError | None:
+        """The retryable sink error being retried now (a batch's or a checkpoint's), if any."""
+        return self.batch_error or self.checkpoints.last_error
 
     @property
     def running(self) -> bool:
         return self._query is not None and bool(self._query.isActive)
 
     def failure(self) -> BaseException | None:
-        """The error that ended the query, or None while it runs (or was stopped)."""
+        """The error that ended the query (or the checkpoint writer), or None while
+        it runs (or was stopped)."""
+        if self.checkpoints.failure is not None:
+            return self.checkpoints.failure
         if self._query is None or self._query.isActive:
             return None
         error: BaseException | None = self._query.exception()
@@ -203,11 +227,12 @@ class ChangefeedPipeline:
         attempt = 0
         while True:
             try:
-                rows = self._deliver(frame, batch_id, start, end)
+                with self._delivery_lock:
+                    rows = self._deliver(frame, batch_id, start, end)
             except CdcflowError as exc:
                 if exc.retryable is Retryable.NONE or self._stopping.is_set():
                     raise
-                self.last_error = exc
+                self.batch_error = exc
                 delay = min(_MAX_RETRY_DELAY, 0.5 * 2**attempt)
                 attempt += 1
                 log.warning(
@@ -217,7 +242,7 @@ class ChangefeedPipeline:
                 if self._stopping.wait(delay):
                     raise
                 continue
-            self.last_error = None
+            self.batch_error = None
             return rows
 
     def _deliver(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:

@@ -45,8 +45,9 @@ executes requests::
 **Messages** (:mod:`cdcflow.core.scheduling.protocol`) are frozen dataclasses
 carrying ``changefeed_id``, ``capture_id`` (the agent's capture) and the
 maintainer ``epoch``; :func:`encode_message` / :func:`decode_message` give a
-JSON-able form for transports. Requests: :class:`HeartbeatRequest`,
-:class:`DispatchTableRequest` with an :class:`AddSpan` (``checkpoint_ts``,
+JSON-able form for transports. Requests: :class:`HeartbeatRequest` (with
+the changefeed checkpoint, which the maintainer fills in and the agent hands
+to its executor), :class:`DispatchTableRequest` with an :class:`AddSpan` (``checkpoint_ts``,
 ``is_secondary``: True = phase one, prepare; False = phase two, replicate)
 or a :class:`RemoveSpan`. Responses: :class:`HeartbeatResponse` (status of
 every span loaded there: state, checkpoint ts, resolved ts; and the capture's

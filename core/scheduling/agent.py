@@ -17,7 +17,11 @@ What the agent guarantees:
 * an add for a span that is being removed is not started: the scheduler
   sees ``STOPPING`` and decides again once the remove is over;
 * a repeated request is harmless: the executor's add/remove are idempotent
-  and the answer reports the span's current status.
+  and the answer reports the span's current status;
+* the changefeed checkpoint a heartbeat request carries reaches the executor
+  (``SpanExecutor.set_changefeed_checkpoint``) only when it is above every
+  one handed before, so the sinks never see it go back, even when a new
+  maintainer starts from an older persisted checkpoint.
 
 It does not decide anything: which span runs where is the scheduler's call.
 """
@@ -55,6 +59,8 @@ class Agent:
         self.epoch: int | None = None
         #: Newest request seq accepted in :attr:`epoch`.
         self.ack = 0
+        #: The newest changefeed checkpoint handed to the executor (0: none yet).
+        self.changefeed_checkpoint = 0
         self._seq = 0
         # Tasks the executor has not finished yet, by span (one task per span).
         self._pending: dict[Span, AddSpan | RemoveSpan] = {}
@@ -83,6 +89,7 @@ class Agent:
                 continue  # a stale maintainer, a duplicate, or overtaken by a later request
             self.epoch, self.ack = msg.epoch, msg.seq
             if isinstance(msg, HeartbeatRequest):
+                await self._checkpoint(msg.checkpoint_ts)
                 out.append(self._heartbeat())
             else:
                 response = await self._dispatch(msg)
@@ -90,6 +97,11 @@ class Agent:
                     out.append(response)
         out.extend(await self._poll())
         return out
+
+    async def _checkpoint(self, ts: int) -> None:
+        if ts > self.changefeed_checkpoint:
+            self.changefeed_checkpoint = ts
+            await self.executor.set_changefeed_checkpoint(ts)
 
     def _heartbeat(self) -> HeartbeatResponse:
         spans = tuple(self.executor.status(s) for s in self.executor.spans())

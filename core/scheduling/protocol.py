@@ -5,7 +5,9 @@ capture's agent and a response back:
 
 * ``HeartbeatRequest`` → ``HeartbeatResponse``: the agent reports every span
   of the changefeed loaded on its capture, with state, checkpoint ts and
-  resolved ts, and whether the capture is shutting down.
+  resolved ts, and whether the capture is shutting down. The request carries
+  the changefeed checkpoint the maintainer holds (the minimum over all spans),
+  which the agent hands to its executor for the sinks.
 * ``DispatchTableRequest`` → ``DispatchTableResponse``: add a span (phase one:
   ``is_secondary=True``, load and catch up without writing downstream; phase
   two: ``is_secondary=False``, replicate) or remove it; the response carries
@@ -87,12 +89,18 @@ class RemoveSpan:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
-    """Scheduler → agent: report your spans."""
+    """Scheduler → agent: report your spans.
+
+    ``checkpoint_ts``: the changefeed checkpoint (every change of every span at
+    or below it is flushed by every sink of every capture); 0 when the sender
+    does not know it. Schedulers leave it 0: the maintainer fills it in.
+    """
 
     changefeed_id: str
     capture_id: str
     epoch: int
     seq: int = 0
+    checkpoint_ts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +184,7 @@ def encode_message(msg: SchedulerMessage | AgentMessage) -> dict[str, Any]:
     if isinstance(msg, HeartbeatResponse | DispatchTableResponse):
         head["ack"] = msg.ack
     if isinstance(msg, HeartbeatRequest):
-        return {"type": "heartbeat-request", **head}
+        return {"type": "heartbeat-request", **head, "checkpoint_ts": msg.checkpoint_ts}
     if isinstance(msg, HeartbeatResponse):
         spans = [_status_dict(s) for s in msg.spans]
         return {"type": "heartbeat-response", **head, "spans": spans, "liveness": msg.liveness.value}
@@ -204,7 +212,7 @@ def decode_message(d: dict[str, Any]) -> SchedulerMessage | AgentMessage:
     head = (str(d["changefeed_id"]), str(d["capture_id"]), int(d["epoch"]))
     kind = d.get("type")
     if kind == "heartbeat-request":
-        return HeartbeatRequest(*head)
+        return HeartbeatRequest(*head, checkpoint_ts=int(d.get("checkpoint_ts", 0)))
     if kind == "heartbeat-response":
         spans = tuple(_status(s) for s in d["spans"])
         return HeartbeatResponse(*head, spans, CaptureLiveness(d.get("liveness", "alive")))

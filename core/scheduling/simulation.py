@@ -45,6 +45,8 @@ class MemorySpanExecutor(SpanExecutor):
         self._spans: dict[Span, _Loaded] = {}
         #: Every (span, from_ts) this executor started writing downstream, in order.
         self.replication_starts: list[tuple[Span, int]] = []
+        #: Every changefeed checkpoint handed to this executor, in order.
+        self.changefeed_checkpoints: list[int] = []
 
     async def add_span(self, span: Span, checkpoint_ts: int, *, prepare: bool) -> bool:
         loaded = self._spans.get(span)
@@ -88,6 +90,9 @@ class MemorySpanExecutor(SpanExecutor):
 
     def spans(self) -> list[Span]:
         return sorted(self._spans)
+
+    async def set_changefeed_checkpoint(self, ts: int) -> None:
+        self.changefeed_checkpoints.append(ts)
 
     def advance(self, ts: int) -> None:
         """Resolved ts of every loaded span, and checkpoint of replicating ones, move to ``ts``."""

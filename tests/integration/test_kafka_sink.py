@@ -20,7 +20,7 @@ from cdcflow.plugins.codecs.open_protocol import MessageTooLargeError
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
 from cdcflow.plugins.sinks.kafka.mock import mock_cluster
-from tests.integration.open_protocol_consumer import read_topic, rebuild
+from tests.integration.open_protocol_consumer import decode, read_topic, rebuild
 
 pytestmark = pytest.mark.integration
 
@@ -224,6 +224,7 @@ def test_brokers_down_is_downstream_unavailable_then_recovers():
             time.sleep(0.5 * attempt)
     else:
         pytest.fail("the sink never recovered after the brokers came back")
+    sink.write_checkpoint(10)
     sink.close()
     ops = rebuild(read_topic(sink.bootstrap_servers, topic))
     assert [row for rows in ops.tables.values() for row in rows.values()] == [{"id": 1, "name": "a"}]
@@ -250,6 +251,9 @@ def test_canal_json_over_kafka_with_watermarks():
     sink.open(SinkContext("cf"))
     rows = tuple(with_schema(insert("shop", "users", {"id": i, "name": f"n{i}"}, commit_ts=10 + i)) for i in range(10))
     sink.write_batch(MicroBatch("cf", 0, 0, 30, rows))
+    watermarks = [v for ms in read_topic(sink.bootstrap_servers, topic).values() for _, v in ms if b"WATERMARK" in v]
+    assert watermarks == []  # a batch's end is no watermark: only the changefeed checkpoint is
+    sink.write_checkpoint(30)
     partitions = read_topic(sink.bootstrap_servers, topic)
     assert len(partitions) == 4
     docs = [json.loads(value) for messages in partitions.values() for _, value in messages]
@@ -260,7 +264,7 @@ def test_canal_json_over_kafka_with_watermarks():
     sink.close()
 
 
-def test_parts_of_a_batch_get_one_resolved_event_after_the_last():
+def test_parts_of_a_batch_get_no_resolved_event_the_checkpoint_past_them_does():
     from types import SimpleNamespace
 
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
@@ -280,7 +284,62 @@ def test_parts_of_a_batch_get_one_resolved_event_after_the_last():
     sink.write_batch(part(0, False, rows[:2]))
     assert resolved_count() == 0
     sink.write_batch(part(1, True, rows[2:]))
+    assert resolved_count() == 0
+    sink.write_checkpoint(20)
     assert resolved_count() == 2  # one per partition
     replica = rebuild(read_topic(sink.bootstrap_servers, topic))
     assert sorted(k[0] for rows_ in replica.tables.values() for k in rows_) == [0, 1, 2, 3]
     sink.close()
+
+
+def resolved_and_rows(messages: list[tuple[bytes, bytes]]) -> list[tuple[str, int]]:
+    """("resolved" | "row", ts) of every event of a partition, in offset order."""
+    out = []
+    for key, value in messages:
+        for k, _ in decode(key, value):
+            if k["t"] in (1, 3):
+                out.append(("resolved" if k["t"] == 3 else "row", k["ts"]))
+    return out
+
+
+def test_resolved_events_come_only_from_changefeed_checkpoints_after_the_rows():
+    """A batch's end ts is one capture's frontier: a span joining behind it delivers rows
+    below it later. Only the changefeed checkpoint becomes a resolved event, on every
+    partition of every known topic, after the rows it covers."""
+    topic = f"cdc-{uuid.uuid4().hex[:8]}"
+    orders_topic = f"shop_orders_{topic}"
+    sink = sink_for(topic)
+    sink.open(SinkContext("cf"))
+    bootstrap = sink.bootstrap_servers
+
+    def orders(ids, ts):
+        image = {"note": "n", "price": None, "raw": None}
+        return [with_schema(insert("shop", "orders", {"id": i, **image}, commit_ts=ts + i)) for i in ids]
+
+    def users(ids, ts):
+        return [with_schema(insert("shop", "users", {"id": i, "name": "u"}, commit_ts=ts + i)) for i in ids]
+
+    sink.write_batch(MicroBatch("cf", 0, 0, 40, (*orders(range(4), 10), *users(range(4), 10))))
+    reps = replicas(bootstrap, [topic, orders_topic])
+    assert all(r.resolved_ts == 0 and r.rows_applied == 0 for r in reps.values())  # nothing promised yet
+    sink.write_checkpoint(25)  # the changefeed is complete up to 25 only: another span is behind
+    # The span that was behind joins: its rows (ts 30..33) are below the first batch's end.
+    late = sorted((*orders(range(10, 14), 20), *users(range(10, 14), 20)), key=lambda r: r.commit_ts)
+    sink.write_batch(MicroBatch("cf", 1, 40, 60, (*late, *orders([20], 35))))
+    sink.write_checkpoint(60)
+    sink.close()
+
+    for name in (topic, orders_topic):
+        partitions = read_topic(bootstrap, name)
+        assert len(partitions) == 4
+        for partition, messages in partitions.items():
+            events = resolved_and_rows(messages)
+            assert [ts for kind, ts in events if kind == "resolved"] == [25, 60], (name, partition, events)
+            for n, (kind, ts) in enumerate(events):
+                if kind == "resolved":  # every row at or below it came before it
+                    assert not [e for e in events[n + 1 :] if e[0] == "row" and e[1] <= ts], (name, partition)
+    reps = replicas(bootstrap, [topic, orders_topic])
+    assert all(r.resolved_ts == 60 and r.duplicates_dropped == 0 for r in reps.values())
+    tables = merged_tables(reps)
+    assert sorted(tables[("shop", "orders")]) == [0, 1, 2, 3, 10, 11, 12, 13, 20]
+    assert sorted(tables[("shop", "users")]) == [0, 1, 2, 3, 10, 11, 12, 13]

@@ -127,3 +127,69 @@ def test_a_small_batch_costs_one_spark_job_and_an_empty_one_none(tmp_path, spark
     assert [r.after["id"] for r in sink.rows] == list(range(30))
     assert any(not b.rows for b in sink.batches.values())
     assert len(jobs) == len([b for b in sink.batches.values() if b.rows])
+
+
+class LoggingSink(ListSink):
+    """A list sink taking batches in parts, logging parts and checkpoints in arrival order.
+
+    At the first part of a batch it calls ``during_batch(batch)`` and dwells a moment,
+    as when the maintainer's heartbeat arrives while a batch is being written."""
+
+    accepts_partial_batches = True
+
+    def __init__(self, during_batch):
+        super().__init__()
+        self.during_batch = during_batch
+        self.log: list[tuple[str, int, bool]] = []  # ("part", batch end, last) | ("checkpoint", ts, True)
+        self.ids: list[int] = []
+
+    def write_batch(self, batch):
+        if batch.part == 0:
+            self.during_batch(batch)
+            time.sleep(0.3)  # room for a checkpoint write that ignores the batch to land now
+        self.log.append(("part", batch.end_ts, batch.last_part))
+        self.ids += [row.after["id"] for row in batch.rows]
+
+    def write_checkpoint(self, ts):
+        self.log.append(("checkpoint", ts, True))
+        super().write_checkpoint(ts)
+
+
+def test_the_changefeed_checkpoint_reaches_the_sinks_between_batches_and_at_close(tmp_path, spark):
+    rows = [insert("shop", "orders", {"id": i}, commit_ts=100 + i * 10) for i in range(30)]
+    source = ListSource.of([*rows, ListSource.resolved(500)])
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        executor = PipelineSpanExecutor(
+            "cf", source, [], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2, part_rows=4
+        )
+
+        def heartbeat_during(batch):
+            # One span: the changefeed checkpoint during a batch is where the batch starts.
+            handed = asyncio.run_coroutine_threadsafe(executor.set_changefeed_checkpoint(batch.start_ts), loop)
+            handed.result(timeout=30)
+
+        sink = LoggingSink(heartbeat_during)
+        executor.sinks.append(sink)
+        [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
+        await executor.set_changefeed_checkpoint(50)  # before the pipeline runs: written once it does
+        await executor.set_barrier(300)
+        assert await executor.add_span(span, 50, prepare=False)
+        await wait_until(lambda: executor.checkpoint_ts == 300)
+        await executor.set_barrier(None)  # the next batch, (300, 500], comes in parts
+        await wait_until(lambda: executor.checkpoint_ts == 500)
+        await executor.set_changefeed_checkpoint(executor.status(span).checkpoint_ts)
+        await executor.set_changefeed_checkpoint(400)  # lower: ignored
+        assert executor.error() is None
+        await executor.close()  # the newest checkpoint is written, at the latest, now
+        return sink
+
+    sink = asyncio.run(run())
+    assert sink.checkpoints == [50, 300, 500]
+    assert sink.ids == list(range(30))
+    # A checkpoint never lands between the parts of a batch: only after a last part (or before any).
+    for before, (kind, _, _) in zip(sink.log, sink.log[1:], strict=False):
+        if kind == "checkpoint":
+            assert before[0] == "checkpoint" or before[2], sink.log
+    assert ("checkpoint", 300, True) in sink.log[sink.log.index(("part", 500, True)) :]

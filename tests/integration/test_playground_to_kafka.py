@@ -93,6 +93,7 @@ def test_playground_workload_through_kafka_equals_the_snapshot():
     sink.open(SinkContext("pg"))
     for batch in batches(rows, final_ts):
         sink.write_batch(batch)
+        sink.write_checkpoint(batch.end_ts)  # one span: its frontier is the changefeed checkpoint
     sink.close()
 
     tables = {}

@@ -24,11 +24,23 @@ Per micro-batch the sink
    up to ``max-batch-size`` rows per message) and produces them;
 3. sends each DDL of the batch to every partition of its topic (schema-level
    DDL to the default topic);
-4. sends a resolved event for the batch's end ts to every partition of every
-   topic it knows: the default topic, rule topics without placeholders, and
-   every topic it has written to since it opened (a ``{schema}_{table}``
-   topic is known once a row of its table has come by);
-5. flushes, and raises if any message was not acknowledged.
+4. flushes, and raises if any message was not acknowledged.
+
+Resolved events do not follow batches: a batch's end ts is only the frontier
+of the spans on this capture, and a span that joins behind it (added to a
+running changefeed, moved, re-added) or runs on another capture may still
+deliver rows below it. They carry the *changefeed checkpoint* instead
+(``write_checkpoint``, TiCDC's ``WriteCheckpointTs``): the minimum over all
+the changefeed's spans, at or below which every sink of every capture has
+flushed every row; the maintainer sends it to every capture. Each one goes
+to every partition of every topic the sink knows (the default topic, rule
+topics without placeholders, and every topic it has written to since it
+opened: a ``{schema}_{table}`` topic is known once a row of its table has
+come by on this capture), and is flushed before ``write_checkpoint``
+returns. Every capture of the changefeed sends them, so a partition may see
+one ts several times, or a lower one after a higher: consumers keep the
+highest. Codecs without a resolved form (canal-json or Avro without their
+watermark options) send nothing.
 
 Guarantees: the producer is idempotent (``enable.idempotence``, acks=all;
 with ``required-acks`` 0 or 1 it is not), so the messages produced to one
@@ -116,8 +128,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
     Config = KafkaSinkConfig
     uri_schemes = ("kafka", "kafka+ssl")
     #: A huge batch may come in parts (runtimes that split batches read this):
-    #: each part's rows are produced and flushed, and the resolved event goes
-    #: out only after the last part, so consumers never apply half a batch.
+    #: each part's rows are produced and flushed; consumers apply none of them
+    #: before a resolved event, which comes only with a changefeed checkpoint
+    #: past the whole batch, so they never apply half a batch.
     accepts_partial_batches: ClassVar[bool] = True
 
     def __init__(self, config: KafkaSinkConfig) -> None:
@@ -332,12 +345,27 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             ddl_message = codec.encode_ddl(ddl)
             if ddl_message is not None:
                 outgoing += [(topic, p, ddl_message) for p in range(self._partition_count(topic))]
-        resolved = codec.encode_resolved(batch.end_ts) if getattr(batch, "last_part", True) else None
-        if resolved is not None:
-            outgoing += [(t, p, resolved) for t, count in self._partitions.items() for p in range(count)]
         for topic, partition, message in outgoing:
             self._produce(topic, partition, message)
-        self._flush(batch)
+        self._flush(
+            f"batch {batch.batch_id} (ts {batch.start_ts}..{batch.end_ts})",
+            batch_id=batch.batch_id,
+        )
+
+    def write_checkpoint(self, ts: int) -> None:
+        """A resolved event at the changefeed checkpoint ``ts`` to every partition of
+        every known topic (see the module docs), flushed before returning."""
+        codec = self._require_codec()
+        resolved = codec.encode_resolved(ts)
+        if resolved is None:
+            return  # the codec has no resolved form (canal-json, Avro without watermarks)
+        if self._fatal:
+            self._restart_producer()
+        self._errors = []
+        for topic, count in list(self._partitions.items()):
+            for partition in range(count):
+                self._produce(topic, partition, resolved)
+        self._flush(f"resolved event {ts}", resolved_ts=ts)
 
     def _produce(self, topic: str, partition: int, message: EncodedMessage) -> None:
         from confluent_kafka import KafkaException
@@ -366,15 +394,11 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if err.fatal():
             self._fatal = True
 
-    def _flush(self, batch: MicroBatch) -> None:
+    def _flush(self, what: str, **detail: Any) -> None:
         left = self._producer.flush(self.config.write_timeout + 5)
         if left or self._errors:
             shown = "; ".join(self._errors[:3]) or f"{left} messages not acknowledged in time"
-            raise self._unavailable(
-                f"batch {batch.batch_id} (ts {batch.start_ts}..{batch.end_ts}) not fully delivered: {shown}",
-                batch_id=batch.batch_id,
-                failed=len(self._errors) + left,
-            )
+            raise self._unavailable(f"{what} not fully delivered: {shown}", **detail, failed=len(self._errors) + left)
 
     def _unavailable(self, message: str, **detail: Any) -> CdcflowError:
         return DownstreamUnavailableError(
@@ -383,7 +407,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def _require_codec(self) -> Codec[Any]:
         if self._codec is None or self._producer is None:
-            raise RuntimeError("KafkaSink.write_batch called before open()")
+            raise RuntimeError("KafkaSink written to before open()")
         return self._codec
 
 

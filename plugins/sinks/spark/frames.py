@@ -20,6 +20,7 @@ __all__ = [
     "CHANGE_META",
     "change_records",
     "changelog_records",
+    "column_type",
     "decimal_ints",
     "delta_records",
     "image_columns",
@@ -66,6 +67,14 @@ def _from_schema(column: ColumnInfo) -> str | None:
         # Only BIGINT UNSIGNED outgrows Spark's bigint; INT UNSIGNED (type 3) fits in it.
         return "decimal(20,0)" if column.type_code == 8 else "bigint"
     return name
+
+
+def column_type(column: ColumnInfo) -> str:
+    """The Spark type of an upstream column (from its origin default's value when the type is unknown)."""
+    known = _from_schema(column)
+    if known is not None:
+        return known
+    return spark_type_of(column.origin_default) if column.origin_default is not None else "string"
 
 
 def image_columns(rows: Sequence[RowChange]) -> dict[str, str]:

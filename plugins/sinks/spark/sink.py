@@ -23,23 +23,36 @@ Lake, Iceberg) the snapshot is merged into the catalog table instead of
 written as versions (see :mod:`.merge`); ``auto`` detects it from the
 existing table's provider. Plain Parquet never supports it.
 
-Not guaranteed: DDL other than TRUNCATE and DROP TABLE is not interpreted —
-new columns appear when rows carry them, and dropped columns stay in the
-snapshot's old rows.
+DDL, from the upstream schema a DDL event carries (``schema_after``): the
+snapshot follows ADD, DROP, RENAME and MODIFY/CHANGE COLUMN at the DDL's
+place among the rows — after the rows below its commit ts, before those at or
+above it — in the batch's new version (see :mod:`.evolve`): rows written
+before an ADD COLUMN get the column's origin default, as the upstream reads
+them; a type change Spark cannot cast stops the sink with ``DDLBlockedError``
+(2003) naming table, column and DDL. TRUNCATE and DROP TABLE empty it. The
+change log keeps each change's images as they were: a new column appears
+from the first batch whose rows carry it (older changes read NULL there), a
+dropped one stays (NULL in newer changes). Partitions of a table share its
+directories.
+
+Not interpreted: RENAME TABLE (the new name gets new directories), and a
+DDL event without ``schema_after`` (columns then appear when rows carry them).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.core.errors import DownstreamUnavailableError, Retryable
+from cdcflow.core.errors import CdcflowError, DownstreamUnavailableError, Retryable
 from cdcflow.core.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.plugins.sinks.spark.config import SparkSinkConfig, describe_issues, path_of
+from cdcflow.plugins.sinks.spark.evolve import TargetColumn, column_plan, cut_at_ddl, ddl_by_table, ddl_error, evolve
 from cdcflow.plugins.sinks.spark.frames import (
     change_records,
     changelog_records,
@@ -47,7 +60,7 @@ from cdcflow.plugins.sinks.spark.frames import (
     delta_records,
     image_columns,
 )
-from cdcflow.plugins.sinks.spark.merge import MERGE_PROVIDERS, merge_sql, provider_of
+from cdcflow.plugins.sinks.spark.merge import MERGE_PROVIDERS, alter_table, merge_sql, provider_of
 from cdcflow.plugins.sinks.spark.session import spark_session
 from cdcflow.plugins.sinks.spark.snapshot import latest_per_key, next_state, next_state_keyless, write_snapshot_version
 from cdcflow.plugins.sinks.spark.storage import Storage
@@ -66,6 +79,19 @@ def _q(name: str) -> str:
 
 def table_dir(storage: Storage, table: TableName) -> str:
     return storage.path(table.schema, table.table)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """Rows of one table with their Spark column types (unsigned BIGINT values as Decimal)."""
+
+    rows: list[RowChange]
+    types: dict[str, str]
+
+    @classmethod
+    def of(cls, rows: list[RowChange]) -> _Prepared:
+        types = image_columns(rows)
+        return cls(decimal_ints(rows, types), types)
 
 
 class SparkSink(Sink[SparkSinkConfig]):
@@ -104,16 +130,17 @@ class SparkSink(Sink[SparkSinkConfig]):
             log.info("Spark sink: batch %d (end ts %d) was written before; skipped", batch.batch_id, batch.end_ts)
             return
         try:
-            by_table: dict[TableName, list[RowChange]] = {}
+            # Partitions of one table share its directories: one write per logical table.
+            rows_of: dict[tuple[str, str], list[RowChange]] = {}
+            tables: dict[tuple[str, str], TableName] = {}
             for row in batch.rows:
-                by_table.setdefault(row.table, []).append(row)
-            # A TRUNCATE/DROP at the batch's end makes the rows before it moot for the snapshot.
-            emptied = {d.table for d in batch.ddl if d.table is not None and _empties(d)}
-            for table, rows in by_table.items():
-                self._write_table(storage, table, rows, batch, emptied=table in emptied)
-            for ddl in batch.ddl:
-                if ddl.table in emptied and self.config.mode != "changelog":
-                    self._empty_snapshot(storage, ddl.table, batch)
+                rows_of.setdefault((row.table.schema, row.table.table), []).append(row)
+                tables.setdefault((row.table.schema, row.table.table), row.table)
+            ddl_of = ddl_by_table(batch.ddl)
+            for name, events in ddl_of.items():
+                tables.setdefault(name, events[-1].table or TableName(*name))
+            for name, table in tables.items():
+                self._write_table(storage, table, rows_of.get(name, []), ddl_of.get(name, []), batch)
             storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
         except Exception as exc:
             if not _is_spark_or_io_error(exc):
@@ -143,27 +170,61 @@ class SparkSink(Sink[SparkSinkConfig]):
         return self.config.keys_for(table.schema, table.table)
 
     def _write_table(
-        self, storage: Storage, table: TableName, rows: list[RowChange], batch: MicroBatch, *, emptied: bool
+        self, storage: Storage, table: TableName, rows: list[RowChange], ddl: list[DDLEvent], batch: MicroBatch
     ) -> None:
-        types = image_columns(rows)
-        rows = decimal_ints(rows, types)
+        """The table's part of ``batch``: its rows, and its DDL at their place among them."""
         base = table_dir(storage, table)
-        if self.config.mode in ("changelog", "both"):
-            self._write_changelog(base, table, rows, types, batch.batch_id)
-        if self.config.mode in ("snapshot", "both") and not emptied and self._merges(table, rows):
-            self._merge_snapshot(table, rows, types)
-        elif self.config.mode in ("snapshot", "both") and not emptied:
+        prepared = _Prepared.of(rows)
+        if self.config.mode in ("changelog", "both") and rows:
+            self._write_changelog(base, table, prepared.rows, prepared.types, batch.batch_id)
+        if self.config.mode == "changelog":
+            return
+        steps = [(_Prepared.of(part) if ddl else prepared, event) for part, event in cut_at_ddl(rows, ddl)]
+        if self._merges(table, rows):
+            self._merge_steps(table, steps)
+            return
+        casts: list[tuple[DDLEvent, TargetColumn]] = []
+        try:
             version = write_snapshot_version(
                 self.spark,
                 storage,
                 f"{base}/snapshot",
-                self._state_function(table, rows, types),
+                lambda existing: self._next_state(table, existing, steps, casts),
                 end_ts=batch.end_ts,
                 batch_id=batch.batch_id,
                 keep_versions=self.config.keep_versions,
             )
-            if version and self.config.catalog_database:
-                self._register_snapshot(table, f"{base}/snapshot/{version}")
+        except Exception as exc:
+            # Under ANSI, a cast Spark allows can still fail on a value, when the version is written.
+            if casts and not isinstance(exc, CdcflowError) and _is_cast_failure(exc):
+                event, column = casts[0]
+                raise ddl_error(table, event, column, _first_line(exc)) from exc
+            raise
+        if version and self.config.catalog_database:
+            self._register_snapshot(table, f"{base}/snapshot/{version}")
+
+    def _next_state(
+        self,
+        table: TableName,
+        existing: Any | None,
+        steps: list[tuple[_Prepared, DDLEvent | None]],
+        casts: list[tuple[DDLEvent, TargetColumn]],
+    ) -> Any | None:
+        """The table after the batch: each run of rows applied, then the DDL that follows it."""
+        state = existing
+        for part, event in steps:
+            if part.rows:
+                state = self._state_function(table, part.rows, part.types)(state)
+            if event is None or state is None:
+                continue
+            if _empties(event):
+                state = state.limit(0)
+            plan = column_plan([(f.name, f.dataType.simpleString()) for f in state.schema.fields], event)
+            if plan is not None:
+                log.info("Spark sink: %s follows %r (commit ts %d)", table, event.query, event.commit_ts)
+                casts.extend((event, column) for column in plan.cast)
+                state = evolve(state, plan, table)
+        return state
 
     def _snapshot_table_name(self, table: TableName) -> str:
         return f"{self.config.catalog_database}.{_q(f'{table.schema}__{table.table}')}"
@@ -174,7 +235,7 @@ class SparkSink(Sink[SparkSinkConfig]):
         if fmt == "versioned" or not self.config.catalog_database:
             return False
         if not self.keys_of(table, rows):
-            if fmt == "merge":
+            if fmt == "merge" and rows:
                 raise DownstreamUnavailableError(
                     f"Spark sink: {table} has no key, and MERGE INTO needs one; set key-columns for it",
                     detail={"table": str(table)},
@@ -193,9 +254,32 @@ class SparkSink(Sink[SparkSinkConfig]):
             return True
         return provider in MERGE_PROVIDERS
 
-    def _merge_snapshot(self, table: TableName, rows: list[RowChange], types: dict[str, str]) -> None:
+    def _merge_steps(self, table: TableName, steps: list[tuple[_Prepared, DDLEvent | None]]) -> None:
+        """MERGE each run of rows, then ALTER the table for the DDL after it (statement by statement)."""
+        target = self._snapshot_table_name(table)
+        follows_ddl = len(steps) > 1
+        for part, event in steps:
+            if part.rows:
+                self._merge_snapshot(table, part.rows, part.types, only_existing_columns=follows_ddl)
+            if event is None or provider_of(self.spark, target) is None:
+                continue
+            if _empties(event):
+                self.spark.sql(f"DELETE FROM {target}")
+            current = [(f.name, f.dataType.simpleString()) for f in self.spark.table(target).schema.fields]
+            plan = column_plan(current, event)
+            if plan is not None:
+                alter_table(self.spark, target, plan, table)
+
+    def _merge_snapshot(
+        self, table: TableName, rows: list[RowChange], types: dict[str, str], *, only_existing_columns: bool = False
+    ) -> None:
         keys = self.keys_of(table, rows)
+        target = self._snapshot_table_name(table)
         columns = list(types)
+        if only_existing_columns and provider_of(self.spark, target) is not None:
+            # A replay after the DDL was applied: the rows before it may name dropped or renamed columns.
+            existing = {c.lower() for c in self.spark.table(target).columns}
+            columns = [c for c in columns if c.lower() in existing]
         fields = ", ".join(f"{_q(c)} {t}" for c, t in types.items())
         changes = self.spark.createDataFrame(
             change_records(rows, columns, keys),
@@ -203,7 +287,6 @@ class SparkSink(Sink[SparkSinkConfig]):
             verifySchema=False,
         )
         latest = latest_per_key(changes, keys)
-        target = self._snapshot_table_name(table)
         if provider_of(self.spark, target) is None:
             # First batch: the table takes the session's default provider for CREATE TABLE.
             latest.filter("NOT _deleted").drop("_deleted", "_commit_ts", "_seq").writeTo(
@@ -252,38 +335,43 @@ class SparkSink(Sink[SparkSinkConfig]):
             .parquet(path)
         )
         if self.config.catalog_database:
-            name = f"{self.config.catalog_database}.{_q(f'{table.schema}__{table.table}__changelog')}"
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING parquet LOCATION {_literal(path)}")
-            self.spark.sql(f"ALTER TABLE {name} RECOVER PARTITIONS")
+            self._register_changelog(table, path, types)
+
+    def _register_changelog(self, table: TableName, path: str, types: dict[str, str]) -> None:
+        """The catalog table of the change log, re-created when the batch brings new columns or types.
+
+        Its images keep every column any batch had (older rows read NULL in newer
+        columns; newer rows in dropped ones), each with its latest type: Spark reads
+        older files through a widened type (INT → BIGINT, FLOAT → DOUBLE …).
+        """
+        name = f"{self.config.catalog_database}.{_q(f'{table.schema}__{table.table}__changelog')}"
+        image: dict[str, str] = {}
+        if self.spark.catalog.tableExists(name.replace("`", "")):
+            after = self.spark.table(name).schema["after"].dataType
+            image = {f.name: f.dataType.simpleString() for f in after.fields}
+            if all(image.get(c) == t for c, t in types.items()):
+                self.spark.sql(f"ALTER TABLE {name} RECOVER PARTITIONS")
+                return
+            self.spark.sql(f"DROP TABLE {name}")  # external: the files stay
+        image.update(types)
+        struct = "struct<" + ", ".join(f"{_q(c)}: {t}" for c, t in image.items()) + ">"
+        self.spark.sql(
+            f"CREATE TABLE {name} (op string, commit_ts bigint, start_ts bigint, seq bigint, before {struct}, "
+            f"after {struct}, commit_date date, batch_id bigint) USING parquet PARTITIONED BY (commit_date, batch_id) "
+            f"LOCATION {_literal(path)}"
+        )
+        self.spark.sql(f"ALTER TABLE {name} RECOVER PARTITIONS")
 
     def _register_snapshot(self, table: TableName, location: str) -> None:
         name = f"{self.config.catalog_database}.{_q(f'{table.schema}__{table.table}')}"
         if self.spark.catalog.tableExists(name.replace("`", "")):
-            current = set(self.spark.table(name).columns)
-            if current == set(self.spark.read.parquet(location).columns):
+            current = [(f.name, f.dataType) for f in self.spark.table(name).schema.fields]
+            if current == [(f.name, f.dataType) for f in self.spark.read.parquet(location).schema.fields]:
                 self.spark.sql(f"ALTER TABLE {name} SET LOCATION {_literal(location)}")
                 self.spark.sql(f"REFRESH TABLE {name}")
                 return
             self.spark.sql(f"DROP TABLE {name}")  # columns changed: re-create with the new schema
         self.spark.sql(f"CREATE TABLE {name} USING parquet LOCATION {_literal(location)}")
-
-    # -- DDL ---------------------------------------------------------------------
-
-    def _empty_snapshot(self, storage: Storage, table: TableName, batch: MicroBatch) -> None:
-        if self.config.catalog_database and self.config.table_format != "versioned":
-            target = self._snapshot_table_name(table)
-            if provider_of(self.spark, target) in MERGE_PROVIDERS:
-                self.spark.sql(f"DELETE FROM {target}")
-                return
-        write_snapshot_version(
-            self.spark,
-            storage,
-            f"{table_dir(storage, table)}/snapshot",
-            None,
-            end_ts=batch.end_ts,
-            batch_id=batch.batch_id,
-            keep_versions=self.config.keep_versions,
-        )
 
 
 def _empties(ddl: DDLEvent) -> bool:
@@ -300,6 +388,17 @@ def _is_spark_or_io_error(exc: Exception) -> bool:
     """A failure of Spark, the JVM bridge or the file system (not a bug of ours)."""
     module = type(exc).__module__
     return isinstance(exc, OSError) or module.startswith(("py4j", "pyspark.errors"))
+
+
+def _is_cast_failure(exc: Exception) -> bool:
+    """A Spark error raised by a CAST on a value (ANSI mode), e.g. 'abc' to BIGINT."""
+    text = str(exc)
+    return any(f"[{kind}" in text for kind in ("CAST_INVALID_INPUT", "CAST_OVERFLOW", "NUMERIC_VALUE_OUT_OF_RANGE"))
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if "[" in line] or str(exc).splitlines() or [type(exc).__name__]
+    return lines[0].strip()
 
 
 def _literal(text: str) -> str:

@@ -6,8 +6,9 @@ the current version, adds back the keys whose latest change is not a delete,
 and writes the result as a new version directory named after the batch's
 end ts. The version becomes visible when its ``_COMMITTED`` marker is
 written (see :mod:`.storage`), so readers see the state as of one resolved
-ts or the previous one, never a half-applied batch. A replayed batch whose
-version already exists is skipped. A table without a key is kept as a
+ts or the previous one, never a half-applied batch; a column DDL in the
+batch (see :mod:`.evolve`) is part of the same version. A replayed batch
+whose version already exists is skipped. A table without a key is kept as a
 multiset: per distinct row, the old count plus inserts minus deletes.
 
 Cost: each version rewrites the whole table (plain Parquet has no row-level
@@ -89,29 +90,26 @@ def write_snapshot_version(
     spark: Any,
     storage: Storage,
     snapshot_dir: str,
-    compute: Callable[[Any | None], Any] | None,
+    compute: Callable[[Any | None], Any | None],
     *,
     end_ts: int,
     batch_id: int,
     keep_versions: int,
 ) -> str | None:
-    """Write and commit the version for ``end_ts``; None when it exists already.
+    """Write and commit the version for ``end_ts``; None when it exists already or nothing changed.
 
     ``compute(existing)`` returns the new state from the current one (None
-    before the first version); ``compute`` None empties the table (TRUNCATE /
-    DROP TABLE upstream).
+    before the first version); returning ``existing`` itself, or None, means
+    that the batch changed nothing (a DDL that leaves the columns as they are).
     """
     version = version_name(end_ts)
     current = storage.current_version(snapshot_dir)
     if current is not None and current >= version:
         return None
     existing = spark.read.parquet(f"{snapshot_dir}/{current}") if current else None
-    if compute is None:
-        if existing is None:
-            return None
-        state = existing.limit(0)
-    else:
-        state = compute(existing)
+    state = compute(existing)
+    if state is None or state is existing:
+        return None
     state.write.mode("overwrite").parquet(f"{snapshot_dir}/{version}")
     storage.commit_version(snapshot_dir, version, {"batch-id": batch_id, "resolved-ts": end_ts})
     storage.prune_versions(snapshot_dir, keep_versions)

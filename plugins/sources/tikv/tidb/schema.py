@@ -13,9 +13,10 @@ and the Open Protocol flag bits:
 * handle key — the PK-is-handle column; else the columns of the primary key
   index; else of the first unique index whose columns are all NOT NULL;
 * primary / unique / multiple key, unsigned — from the column's MySQL flags;
-* nullable — no NotNullFlag; binary — charset ``binary``; generated — has an expression.
-
-Column defaults for columns absent from a row: :meth:`TiDBColumn.origin_default_value`.
+* nullable — no NotNullFlag; binary — charset ``binary``; generated — has an expression;
+* origin default — :meth:`TiDBColumn.origin_default_value`, the value of the column in
+  rows written before it existed (what the mounter fills in for it, and what a sink
+  gives existing rows on ADD COLUMN).
 """
 
 from __future__ import annotations
@@ -410,4 +411,8 @@ def _column_info(col: TiDBColumn, handle_key: bool) -> ColumnInfo:
     for present, bit in checks:
         if present:
             flags |= bit
-    return ColumnInfo(col.name, ft.tp, flags, ft.sql_type(), not ft.not_null)
+    try:
+        origin_default = col.origin_default_value()
+    except (ValueError, ArithmeticError):  # decimal.InvalidOperation is an ArithmeticError
+        origin_default = None  # unparsable text: unknown (mounting a row that needs it fails loudly)
+    return ColumnInfo(col.name, ft.tp, flags, ft.sql_type(), not ft.not_null, origin_default)

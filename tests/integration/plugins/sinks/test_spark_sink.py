@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.events import DDLEvent, MicroBatch, RowChange, TableName
-from cdcflow.core.testing import ListSource, SimulatedCrash, drive
+from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig, Storage, read_snapshot
 from cdcflow.plugins.sinks.spark.sink import table_dir
 from tests.fixtures.workload import Workload, make_workload
@@ -71,8 +72,8 @@ class CrashingSparkSink(SparkSink):
 
     crash_on = -1
 
-    def _write_table(self, storage: Storage, table: TableName, rows: Any, batch: MicroBatch, *, emptied: bool) -> None:
-        super()._write_table(storage, table, rows, batch, emptied=emptied)
+    def _write_table(self, storage: Storage, table: TableName, rows: Any, ddl: Any, batch: MicroBatch) -> None:
+        super()._write_table(storage, table, rows, ddl, batch)
         if batch.batch_id == self.crash_on:
             raise SimulatedCrash(f"crash in batch {batch.batch_id}")
 
@@ -140,3 +141,16 @@ def test_merge_into_a_parquet_catalog_table_is_refused_clearly(spark: Any, tmp_p
     with pytest.raises(DownstreamUnavailableError, match="does not support MERGE INTO"):
         asyncio.run(drive(ListSource.of(w.events), [sink]))
     spark.sql("DROP DATABASE cdc_merge_test CASCADE")
+
+
+def test_partitions_of_one_table_share_its_tables(spark: Any, tmp_path: Path) -> None:
+    """Rows of several partitions of one table in one batch: all of them in its snapshot and change log."""
+    events: list[Any] = []
+    for n in range(6):
+        row = insert("shop", "parts", {"id": n, "v": f"v{n}"}, commit_ts=10 + n)
+        part = dataclasses.replace(row.table, partition_id=row.table.table_id + 1 + n % 2)
+        events.append(dataclasses.replace(row, table=part, key=b"%d" % n))
+    sink = SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path}", key_columns={"shop.parts": ["id"]}))
+    asyncio.run(drive(ListSource.of([*events, ListSource.resolved(30)]), [sink]))
+    assert snapshot_rows(spark, tmp_path, events[0].table, ["id", "v"]) == [(n, f"v{n}") for n in range(6)]
+    assert sorted(r["after"]["id"] for r in changelog(spark, tmp_path, events[0].table)) == list(range(6))

@@ -24,7 +24,7 @@ from cdcflow.core.messaging.messages import (
 from cdcflow.core.model import ChangeFeedInfo
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.scheduling import Watermark
-from cdcflow.core.testing_executor import executor_factory
+from cdcflow.core.testing_executor import InProcessSpanExecutor, executor_factory
 from cdcflow.plugins.schedulers.round_robin import RoundRobinConfig, RoundRobinScheduler
 from tests import ticker_source
 
@@ -145,5 +145,71 @@ def test_the_agent_passes_the_newest_barrier_of_the_newest_epoch_to_the_executor
         assert agent.runs["cf"].executor is executor and executor.barrier_ts == 90
         await agent.close()
         await center.close()
+
+    asyncio.run(main())
+
+
+class RecordingExecutor(InProcessSpanExecutor):
+    """The in-process executor, noting what it holds whenever a changefeed checkpoint arrives."""
+
+    def __init__(self, context):
+        super().__init__(context)
+        #: (checkpoint handed, spans loaded here, their lowest own checkpoint)
+        self.handed: list[tuple[int, int, int | None]] = []
+
+    async def set_changefeed_checkpoint(self, ts):
+        statuses = [self.status(s) for s in self.spans()]
+        self.handed.append((ts, len(statuses), min((s.checkpoint_ts for s in statuses), default=None)))
+        await super().set_changefeed_checkpoint(ts)
+
+
+def test_the_changefeed_checkpoint_reaches_the_executor_with_heartbeats(tmp_path):
+    """Maintainer → heartbeat request → span agent → executor → sinks, over the message center.
+
+    Spans join one per tick: while one is absent the maintainer withholds progress and the
+    executor holds the start checkpoint; then it follows the maintainer's checkpoint, never
+    above it, never above a span's own checkpoint, never back."""
+
+    async def main():
+        pm = plugins()
+        center = MessageCenter("c1")
+
+        async def coordinator(message):
+            pass
+
+        center.register(Topic.COORDINATOR, coordinator)
+        agent = SpanAgent("c1", center, RecordingExecutor, pm, str(tmp_path), lambda: ["c1"])
+        manager = MaintainerManager("c1", center, agent, pm, lambda: ["c1"])
+        live = ChangeFeedInfo(
+            "cf",
+            {"type": "ticker", "interval": 0.05, "tables": 3},
+            [{"type": "file", "path": str(tmp_path / "out"), "protocol": "json"}],
+            scheduler={"type": "two-phase", "max-adds-per-tick": 1},
+        )
+        start = 100
+        center.send("c1", Topic.MAINTAINER_MANAGER, CoordinatorBootstrapRequest("c1", "c1", 1))
+        center.send("c1", Topic.MAINTAINER_MANAGER, AddMaintainerRequest("c1", "c1", 1, "cf", 1, live.to_json(), start))
+        executor = None
+        for _ in range(600):
+            await asyncio.sleep(0.05)
+            maintainer, run = manager.maintainers.get("cf"), agent.runs.get("cf")
+            if maintainer is None or run is None:
+                continue
+            executor = run.executor
+            assert executor.changefeed_checkpoint <= maintainer.checkpoint_ts  # never ahead of the maintainer
+            if len(executor.handed) >= 4:
+                break
+        await manager.close()
+        await center.close()
+        assert executor is not None
+        handed = executor.handed
+        assert len(handed) >= 4, handed  # it followed the maintainer's checkpoint
+        assert handed[0] == (start, 0, None)  # the first heartbeat: the start checkpoint, before any span
+        ts = [t for t, _, _ in handed]
+        assert ts == sorted(set(ts))  # only forward, each once
+        later = handed[1:]
+        assert all(n == 3 for _, n, _ in later)  # nothing past the start while a span was absent
+        assert all(t <= lowest for t, _, lowest in later)  # never past a span's own checkpoint
+        assert executor.changefeed_checkpoint == ts[-1]  # written to the sinks
 
     asyncio.run(main())

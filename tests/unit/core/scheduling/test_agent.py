@@ -35,8 +35,8 @@ def _remove(epoch):
     return DispatchTableRequest("cf", "c1", epoch, RemoveSpan(SPAN), seq=next(_SEQ))
 
 
-def _hb(epoch, cf="cf", capture="c1"):
-    return HeartbeatRequest(cf, capture, epoch, seq=next(_SEQ))
+def _hb(epoch, cf="cf", capture="c1", checkpoint=0):
+    return HeartbeatRequest(cf, capture, epoch, seq=next(_SEQ), checkpoint_ts=checkpoint)
 
 
 def test_two_phase_add_reports_prepared_then_replicating():
@@ -106,3 +106,18 @@ def test_prepare_after_replicating_never_steps_back():
     _run(agent, _add(1, False))
     [r] = _run(agent, _add(1, True))
     assert r.status.state is SpanState.REPLICATING
+
+
+def test_heartbeats_hand_the_changefeed_checkpoint_to_the_executor_only_forward():
+    agent = _agent()
+    _run(agent, _hb(1))  # a maintainer that knows no checkpoint yet: nothing handed
+    assert agent.executor.changefeed_checkpoints == []
+    _run(agent, _hb(1, checkpoint=100))
+    _run(agent, _hb(1, checkpoint=100))  # a repeat
+    stale = _hb(1, checkpoint=150)
+    _run(agent, _hb(1, checkpoint=120))
+    assert _run(agent, stale) == []  # overtaken: its checkpoint is dropped with it
+    _run(agent, _hb(2, checkpoint=110))  # a new maintainer from an older persisted checkpoint
+    _run(agent, _hb(2, checkpoint=130))
+    assert _run(agent, _hb(1, checkpoint=500)) == []  # the old maintainer, late
+    assert agent.executor.changefeed_checkpoints == [100, 120, 130]

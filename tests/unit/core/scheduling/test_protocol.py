@@ -23,7 +23,7 @@ ts = st.integers(0, 2**64 - 1)
 statuses = st.builds(SpanStatus, spans, st.sampled_from(SpanState), ts, ts)
 head = (st.text(min_size=1, max_size=8), st.text(min_size=1, max_size=8), st.integers(0, 2**31))
 messages = st.one_of(
-    st.builds(HeartbeatRequest, *head),
+    st.builds(HeartbeatRequest, *head, checkpoint_ts=ts),
     st.builds(HeartbeatResponse, *head, st.tuples(statuses, statuses), st.sampled_from(CaptureLiveness)),
     st.builds(DispatchTableResponse, *head, statuses),
     st.builds(DispatchTableRequest, *head, st.builds(AddSpan, spans, ts, st.booleans())),

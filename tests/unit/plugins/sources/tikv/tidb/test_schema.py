@@ -107,6 +107,22 @@ def test_origin_defaults():
     assert not_null.origin_default_value() == 1
 
 
+def test_table_schema_carries_typed_origin_defaults():
+    data = tj.users_table()
+    data["cols"][2]["origin_default"] = "2.50"  # score decimal(10,2): added later with a default
+    data["cols"][3]["origin_default"] = "2020-01-02 03:04:05"  # ts TIMESTAMP
+    data["cols"][1]["type"]["Flag"] = tj.NOT_NULL  # name: NOT NULL without a default
+    cols = {c.name: c for c in TiDBTable.from_json(data).table_schema("shop").columns}
+    assert cols["email"].origin_default == "none"  # the value rows written before ADD COLUMN read
+    assert cols["score"].origin_default == decimal.Decimal("2.50")
+    assert str(cols["score"].origin_default) == "2.50"
+    assert cols["ts"].origin_default == dt.datetime(2020, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    assert cols["name"].origin_default == ""  # NOT NULL, no origin default: the type's zero value
+    assert cols["id"].origin_default == 0
+    data["cols"][2]["origin_default"] = "not a number"
+    assert TiDBTable.from_json(data).table_schema("shop").columns[2].origin_default is None
+
+
 def test_round_trip_through_to_json():
     t = TiDBTable.from_json(tj.users_table())
     assert TiDBTable.from_json(t.to_json()) == t
