@@ -46,19 +46,18 @@ class Shop:
     db: MariaDB
     run: RunProcess
     lake: Path
-    spark: Any = None
-
-    def spark_session(self) -> Any:
-        if self.spark is None:
-            from cdcflow.plugins.sinks.spark.session import spark_session
-
-            self.spark = spark_session("local[1]", str(self.lake.parent / "reader"), {"spark.ui.enabled": "false"})
-        return self.spark
+    #: The session that reads the Spark sink's snapshot tables.
+    spark: Any
 
 
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
+    from cdcflow.plugins.sinks.spark.session import spark_session
+
     tmp = tmp_path_factory.mktemp("e2e-db")
+    # Before the playground's gRPC servers run in this process: launching Spark's JVM forks,
+    # and a fork while gRPC threads are busy can abort the child (JAVA_GATEWAY_EXITED).
+    reader = spark_session("local[1]", str(tmp / "reader"), {"spark.ui.enabled": "false"})
     with Playground(stores=1, seed=5, ddl_every=20, create_tables=False) as pg, start_mariadb(local=True) as db:
         start_ts = pg.now()
         pg.workload.create_tables()  # after start_ts: the CREATE TABLEs are replicated too
@@ -67,7 +66,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
                          tmp / "run.log")  # fmt: skip
         run.start()
         try:
-            yield Shop(pg, db, run, tmp / "lake")
+            yield Shop(pg, db, run, tmp / "lake", reader)
         finally:
             pg.stop_workload()
             run.stop()
@@ -100,7 +99,7 @@ def spark_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]
     from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
     from cdcflow.plugins.sinks.spark.storage import Storage
 
-    spark = shop.spark_session()
+    spark = shop.spark
     frame = read_snapshot(spark, Storage(spark, str(shop.lake)), str(shop.lake / "shop" / table / "snapshot"))
     assert frame is not None, f"no snapshot version of shop.{table}"
     return list(frame.columns), [row.asDict() for row in frame.collect()]
