@@ -25,6 +25,7 @@ __all__ = [
     "Span",
     "TableName",
     "TableSchema",
+    "TableSetChange",
     "tso_from_ms",
     "tso_physical_ms",
 ]
@@ -221,6 +222,25 @@ class ResolvedEvent:
 
 #: What a source feed yields.
 SourceEvent = RawKVEvent | RowChange | DDLEvent | ResolvedEvent
+
+
+@dataclass(frozen=True, slots=True)
+class TableSetChange:
+    """A DDL committed at ``commit_ts`` that changes which tables exist (CREATE,
+    DROP, TRUNCATE, RENAME TABLE, …), as :meth:`Source.table_changes
+    <cdcflow.core.source.Source.table_changes>` reports it.
+
+    ``dropped``: tables whose rows end at ``commit_ts`` (TRUNCATE drops the
+    old table id, RENAME the old name); ``created``: tables whose rows begin
+    after it (TRUNCATE creates a new table id, RENAME the new name). A table
+    whose physical layout changed (partitions) is in both, under one name.
+    """
+
+    commit_ts: int
+    dropped: tuple[TableName, ...] = ()
+    created: tuple[TableName, ...] = ()
+    #: The DDL text, for logs.
+    query: str = ""
 
 
 @dataclass(frozen=True, slots=True)

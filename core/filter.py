@@ -13,8 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["FilterRuleError", "TableFilter"]
+if TYPE_CHECKING:
+    from cdcflow.core.events import DDLEvent
+
+__all__ = ["FilterRuleError", "TableFilter", "replicates_ddl"]
 
 #: Schemas never replicated, whatever the rules say (TiDB system schemas).
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "metrics_schema", "sys"})
@@ -130,3 +134,13 @@ class TableFilter:
             if rule.schema.fullmatch(schema) and rule.table.fullmatch(table):
                 decision = not rule.exclude
         return decision
+
+
+def replicates_ddl(table_filter: TableFilter, ddl: DDLEvent) -> bool:
+    """Whether a changefeed with ``table_filter`` applies ``ddl`` downstream: DDL of a
+    table the filter matches. Schema-level DDL (no table) is not replicated: the
+    filter cannot tell which schemas it concerns, and a changefeed must not create
+    or drop databases it does not replicate (sinks create a missing database
+    before a table's DDL)."""
+    table = ddl.table
+    return table is not None and bool(table.table) and table_filter.matches(table.schema, table.table)

@@ -14,6 +14,23 @@ Guarantees a feed must give (they are what makes the checkpoint safe):
 
 Not guaranteed: order between changes of different keys before they are
 resolved (the event store sorts), or exactly-once delivery.
+
+Sources whose table set changes while a changefeed runs (TiDB: CREATE,
+DROP, TRUNCATE, RENAME TABLE) implement three more hooks, which the
+changefeed's maintainer uses to follow it (docs/explanation/control-plane.md,
+"Tables that come and go"):
+
+* :meth:`Source.trigger_span` — the *table-trigger span*, scheduled like any
+  other span: its feed yields the DDL that no table's feed can carry (the
+  creation of a table, schema-level DDL) and the DDL resolved ts, so that a
+  changefeed whose filter matches no table yet still advances;
+* :meth:`Source.tables_at` — the tables that existed at a past ts (where a
+  changefeed resumes);
+* :meth:`Source.table_changes` — each table-set change with its commit ts,
+  and how far the changes are known (resolved ts).
+
+Sources without them (raw key-value spans, the test kit's list source) have a
+fixed table set: :meth:`list_tables` once, at the start.
 """
 
 from __future__ import annotations
@@ -22,7 +39,16 @@ import abc
 from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar
 
-from cdcflow.core.events import RawKVEvent, RowChange, SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.events import (
+    RawKVEvent,
+    ResolvedEvent,
+    RowChange,
+    SourceEvent,
+    Span,
+    TableName,
+    TableSchema,
+    TableSetChange,
+)
 from cdcflow.core.gc import GCSafepointKeeper
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
@@ -89,6 +115,42 @@ class Source(Plugin[ConfigT], abc.ABC):
         depends on history (TiDB's schemas over time) loads that history from
         ``ts``; the default does nothing.
         """
+
+    # -- a table set that changes (optional) ----------------------------------------------
+
+    def trigger_span(self) -> Span | None:
+        """The table-trigger span, or None when the table set never changes (the default).
+
+        A changefeed replicates it like a table's span, on one capture. Its
+        :meth:`feed` yields the :class:`DDLEvent` s no table's feed carries
+        (the creation of a table: no feed of it exists yet; schema-level DDL)
+        and resolved timestamps that follow the upstream's DDL, so a
+        changefeed with no table still advances. Only a source that returns a
+        span here and implements :meth:`table_changes` gets tables added and
+        removed while the changefeed runs.
+        """
+        return None
+
+    async def tables_at(self, ts: int) -> Sequence[TableName]:
+        """Every table that existed at ``ts`` (the table filter is applied by the caller).
+
+        A changefeed resuming from checkpoint ``ts`` starts with these tables
+        and takes later changes from :meth:`table_changes`. The default is
+        :meth:`list_tables` (right for a table set that never changes).
+        """
+        return await self.list_tables()
+
+    def table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent] | None:
+        """The table-set changes committed above ``start_ts``, or None when the
+        table set never changes (the default).
+
+        The iterator yields each :class:`TableSetChange` in commit-ts order and
+        ``ResolvedEvent(trigger_span, t)`` promises: no change at or below
+        ``t`` follows. It runs until cancelled or closed; resolved timestamps
+        never go backwards. Its resolved ts bounds the changefeed's progress,
+        so it must move on while nothing changes.
+        """
+        return None
 
     def gc_safepoint_keeper(self) -> GCSafepointKeeper | None:
         """The keeper of this upstream's service GC safepoint (see :mod:`cdcflow.core.gc`),

@@ -38,6 +38,7 @@ from cdcflow.core.events import (
     Span,
     TableName,
     TableSchema,
+    TableSetChange,
 )
 from cdcflow.core.filter import TableFilter
 from cdcflow.core.frontier import SpanFrontier
@@ -50,11 +51,17 @@ __all__ = [
     "ListSink",
     "ListSource",
     "SimulatedCrash",
+    "create_table",
     "delete",
     "drive",
+    "drop_table",
     "insert",
     "update",
 ]
+
+#: TiDB's ActionType numbers (Open Protocol §2.6) of the DDL the list source follows.
+CREATE_TABLE = 3
+DROP_TABLE = 4
 
 
 def _table(schema: str, table: str) -> TableName:
@@ -92,6 +99,18 @@ def delete(
     return RowChange(_table(schema, table), OpType.DELETE, commit_ts, start_ts or commit_ts - 1, None, dict(before))
 
 
+def create_table(schema: str, table: str, *, commit_ts: int) -> DDLEvent:
+    """CREATE TABLE ``schema.table`` committed at ``commit_ts``: in a :class:`ListSource`,
+    the table exists from then on (:meth:`ListSource.tables_at`)."""
+    name = _table(schema, table)
+    return DDLEvent(commit_ts, f"CREATE TABLE `{schema}`.`{table}` (`id` bigint PRIMARY KEY)", name, CREATE_TABLE)
+
+
+def drop_table(schema: str, table: str, *, commit_ts: int) -> DDLEvent:
+    """DROP TABLE ``schema.table`` committed at ``commit_ts``: its rows end there."""
+    return DDLEvent(commit_ts, f"DROP TABLE `{schema}`.`{table}`", _table(schema, table), DROP_TABLE)
+
+
 class ListSourceConfig(PluginConfig):
     """The list source takes its events from code, not from configuration."""
 
@@ -110,19 +129,34 @@ class ListSource(Source[ListSourceConfig]):
     every span at once; a :class:`~cdcflow.core.events.ResolvedEvent` resolves
     one span. A feed started at ``start_ts`` skips changes at or below it, as
     a real upstream does.
+
+    With :func:`create_table` / :func:`drop_table` events in the list, the
+    table set changes over time, as with a TiDB upstream: a table exists from
+    its CREATE to its DROP (:meth:`tables_at`), :meth:`table_changes` reports
+    both (resolved by the resolve-all markers), and the :meth:`trigger_span`'s
+    feed carries the CREATE TABLEs. A table's own feed carries all of its DDL.
     """
 
     type_name = "list"
     Config = ListSourceConfig
+    #: The table-trigger span of a list with CREATE/DROP TABLE events.
+    TRIGGER = Span(0, b"ddl", b"ddl~")
 
     def __init__(self, config: ListSourceConfig, events: Iterable[Any] = ()) -> None:
         super().__init__(config)
         self.events: list[Any] = list(events)
         self._tables: dict[TableName, Span] = {}
+        #: Commit ts of each table's CREATE and DROP TABLE events.
+        self._created: dict[TableName, int] = {}
+        self._dropped: dict[TableName, int] = {}
         for event in self.events:
             table = getattr(event, "table", None)
             if isinstance(table, TableName) and table not in self._tables:
                 self._tables[table] = Span(table.table_id, b"t%d" % table.table_id, b"t%d~" % table.table_id)
+            if _table_set_action(event) == CREATE_TABLE:
+                self._created[event.table] = event.commit_ts
+            elif _table_set_action(event) == DROP_TABLE:
+                self._dropped[event.table] = event.commit_ts
 
     @classmethod
     def of(cls, events: Iterable[Any], **options: Any) -> ListSource:
@@ -142,7 +176,33 @@ class ListSource(Source[ListSourceConfig]):
     async def table_schema(self, table: TableName, ts: int) -> TableSchema:
         return TableSchema(table, ())
 
+    def trigger_span(self) -> Span | None:
+        return self.TRIGGER if self._created or self._dropped else None
+
+    async def tables_at(self, ts: int) -> Sequence[TableName]:
+        """The tables created at or before ``ts`` (or never) and not dropped by then."""
+        never = 1 << 64
+        return [t for t in sorted(self._tables) if self._created.get(t, 0) <= ts < self._dropped.get(t, never)]
+
+    def table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent] | None:
+        return self._table_changes(start_ts) if self.trigger_span() is not None else None
+
+    async def _table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent]:
+        for event in self.events:
+            if isinstance(event, _ResolvedAll):
+                if event.ts > start_ts:
+                    yield ResolvedEvent(self.TRIGGER, event.ts)
+                continue
+            action = _table_set_action(event)
+            if action is None or event.commit_ts <= start_ts:
+                continue
+            if action == CREATE_TABLE:
+                yield TableSetChange(event.commit_ts, created=(event.table,), query=event.query)
+            else:
+                yield TableSetChange(event.commit_ts, dropped=(event.table,), query=event.query)
+
     async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
+        trigger = span == self.trigger_span()
         for n, event in enumerate(self.events, 1):
             if self.config.chunk and n % self.config.chunk == 0:
                 await asyncio.sleep(0)
@@ -152,10 +212,20 @@ class ListSource(Source[ListSourceConfig]):
             elif isinstance(event, ResolvedEvent):
                 if event.span == span and event.ts > start_ts:
                     yield event
+            elif trigger:
+                if _table_set_action(event) == CREATE_TABLE and event.commit_ts > start_ts:
+                    yield event  # no feed of the table exists yet to carry it
             elif isinstance(event, RowChange | DDLEvent):
                 table = event.table
                 if table is not None and self._tables.get(table) == span and event.commit_ts > start_ts:
                     yield event
+
+
+def _table_set_action(event: Any) -> int | None:
+    """CREATE_TABLE or DROP_TABLE for such a DDL event of a table, else None."""
+    if isinstance(event, DDLEvent) and event.table is not None and event.action_type in (CREATE_TABLE, DROP_TABLE):
+        return event.action_type
+    return None
 
 
 class SimulatedCrash(RuntimeError):

@@ -36,6 +36,7 @@ from typing import Any
 from cdcflow.core.events import DDLEvent, MicroBatch, ResolvedEvent, RowChange, Span
 from cdcflow.core.executor import SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.executor_factory import ExecutorContext
+from cdcflow.core.filter import replicates_ddl
 from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.core.source import Source
 
@@ -60,6 +61,7 @@ class InProcessSpanExecutor(SpanExecutor):
         self.context = context
         self.source: Source[Any] = context.connector.source.instantiate()  # type: ignore[assignment]
         self.sinks: list[Sink[Any]] = [s.instantiate() for s in context.connector.sinks]  # type: ignore[misc]
+        self.table_filter = context.connector.settings.filter.table_filter()
         self._spans: dict[Span, _SpanRun] = {}
         self._removed: dict[Span, int] = {}
         self._opened = False
@@ -99,7 +101,7 @@ class InProcessSpanExecutor(SpanExecutor):
                     if event.commit_ts > run.checkpoint_ts:
                         run.rows.append(event)
                 elif isinstance(event, DDLEvent):
-                    if event.commit_ts > run.checkpoint_ts:
+                    if event.commit_ts > run.checkpoint_ts and replicates_ddl(self.table_filter, event):
                         run.ddl.append(event)
                 elif isinstance(event, ResolvedEvent) and event.ts > run.resolved_ts:
                     run.resolved_ts = event.ts
@@ -156,6 +158,11 @@ class InProcessSpanExecutor(SpanExecutor):
 
     async def set_barrier(self, ts: int) -> None:
         self.barrier_ts = ts
+        try:
+            for run in self._spans.values():
+                self._flush(run)  # what waited for the barrier goes now, not at the next resolved ts
+        except Exception as exc:  # noqa: BLE001 - reported through error(), as a feed's would be
+            self._error = exc
 
     async def set_changefeed_checkpoint(self, ts: int) -> None:
         self._wanted_checkpoint = max(self._wanted_checkpoint, ts)

@@ -11,6 +11,11 @@ another capture, so a new maintainer adopts the running spans. Every tick
 maintainer that sent the newest request. An executor error is reported to it
 instead (the maintainer, then the coordinator, decide what it means).
 
+Requests carry the changefeed's barrier (``SchedulingMessage.barrier_ts``);
+the agent passes it to the executor before it acts on the request, so a span
+it adds never publishes past it: the newest epoch's barrier replaces an older
+one, and within an epoch a late copy never moves it back.
+
 The changefeed's agent here is closed when its last span is removed, when the
 changefeed's maintainer is removed (pause, remove, restart) and when the
 maintainer's capture is gone from the cluster.
@@ -49,6 +54,8 @@ class _Run:
     maintainer_capture: str
     epoch: int
     error_sent: bool = False
+    #: The newest barrier taken, as (epoch, ts): the executor publishes nothing above ts.
+    barrier: tuple[int, int] | None = None
 
 
 class SpanAgent:
@@ -76,8 +83,11 @@ class SpanAgent:
         self._task = asyncio.create_task(self._tick_loop(), name=f"span-agent-{capture_id}")
 
     async def on_request(self, message: SchedulingMessage) -> None:
-        """A maintainer's heartbeat or dispatch request."""
+        """A maintainer's heartbeat or dispatch request (or a new barrier alone)."""
         if message.payload is None:
+            run = self.runs.get(message.changefeed_id)
+            if run is not None and message.epoch >= run.epoch:
+                await self._take_barrier(run, message)
             return
         request = decode(message.payload)
         if not isinstance(request, HeartbeatRequest | DispatchTableRequest):
@@ -96,10 +106,23 @@ class SpanAgent:
                 return
         if message.epoch >= run.epoch:
             run.maintainer_capture, run.epoch = message.sender, message.epoch
+            await self._take_barrier(run, message)  # before an add: the span never publishes past it
         self._send(message.changefeed_id, run, await run.agent.handle([request]))
         removed = isinstance(request, DispatchTableRequest) and isinstance(request.task, RemoveSpan)
         if removed and not run.executor.spans() and not run.agent.pending:
             await self._close(message.changefeed_id)
+
+    @staticmethod
+    async def _take_barrier(run: _Run, message: SchedulingMessage) -> None:
+        """Pass the maintainer's barrier to the executor: a newer epoch's replaces the
+        last one; within an epoch it only moves forward (a late copy is ignored)."""
+        ts = message.barrier_ts
+        if ts is None:
+            return
+        if run.barrier is not None and (message.epoch, ts) <= run.barrier:
+            return
+        run.barrier = (message.epoch, ts)
+        await run.executor.set_barrier(ts)
 
     def _start(self, message: SchedulingMessage, request: HeartbeatRequest | DispatchTableRequest) -> _Run | None:
         assert message.info is not None

@@ -56,6 +56,11 @@ class Placement:
         scheduler.bind(changefeed_id, epoch)
         self._inbox: list[AgentMessage] = []
 
+    def set_spans(self, spans: Sequence[Span]) -> None:
+        """The changefeed's spans from now on (tables were created or dropped); the
+        next ticks add the new ones and remove those no longer listed."""
+        self.spans = list(spans)
+
     def receive(self, payload: dict[str, Any]) -> None:
         """An agent's response (as JSON); applied on the next tick. Others' are dropped."""
         message = decode(payload)

@@ -142,6 +142,12 @@ class SchedulingMessage(Message):
     changefeed's ``info``, from which the capture builds the changefeed's span
     executor; responses go to the maintainer's capture on MaintainerTopic. An
     agent whose executor failed sends ``error`` instead of a payload.
+
+    ``barrier_ts`` (requests only): the changefeed's barrier — the executor
+    publishes nothing above it (the maintainer follows the table-set DDL, see
+    :mod:`cdcflow.core.maintainer.tables`); None when there is none. Within
+    one epoch it never goes backwards. A request without ``payload`` only
+    carries a new barrier.
     """
 
     changefeed_id: str
@@ -149,6 +155,7 @@ class SchedulingMessage(Message):
     payload: dict[str, Any] | None = None
     info: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    barrier_ts: int | None = None
 
 
 _TYPES: dict[str, type[Any]] = {

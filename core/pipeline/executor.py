@@ -41,7 +41,7 @@ from cdcflow.core.config.model import ColumnSelectorSettings, ServerSettings, Sp
 from cdcflow.core.errors import CdcflowError, Retryable
 from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
 from cdcflow.core.executor import SpanExecutor, SpanState, SpanStatus
-from cdcflow.core.filter import TableFilter
+from cdcflow.core.filter import TableFilter, replicates_ddl
 from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
 from cdcflow.core.pipeline.columns import ColumnSelection
@@ -421,7 +421,8 @@ class PipelineSpanExecutor(SpanExecutor):
                         # Applied by _publish_resolved: many resolved ts coalesce into one cut.
                         self._pending_resolved[span] = event.ts
                 elif isinstance(event, DDLEvent):
-                    store.put_ddl(event)
+                    if replicates_ddl(self.table_filter, event):
+                        store.put_ddl(event)
                 elif isinstance(event, RawKVEvent | RowChange):
                     if store.memory_full:
                         await self._make_room()

@@ -41,16 +41,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_connectors(tmp: Path, pd: str, status: str, start_ts: int, mysql_uri: str, api_port: int) -> Path:
-    """A connectors file: the tikv source on the playground, MariaDB and Spark tables as sinks."""
-    path = tmp / "connectors.yaml"
+def server_settings(tmp: Path, api_port: int) -> dict[str, Any]:
+    """The ``server:`` section of a capture under ``tmp``: SQLite, the REST API on ``api_port``, Spark local[1]."""
     spark_conf = {"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": False}
-    server = {
+    return {
         "metastore": f"sqlite:///{tmp}/meta.db",
         "api-addr": f"127.0.0.1:{api_port}",
         "data-dir": str(tmp / "data"),
         "spark": {"master": "local[1]", "warehouse-dir": str(tmp / "lake"), "conf": spark_conf},
     }
+
+
+def write_connectors(tmp: Path, pd: str, status: str, start_ts: int, mysql_uri: str, api_port: int) -> Path:
+    """A connectors file: the tikv source on the playground, MariaDB and Spark tables as sinks."""
+    path = tmp / "connectors.yaml"
+    server = server_settings(tmp, api_port)
     connector = {
         "name": CHANGEFEED,
         "source": {"type": "tikv", "playground": False, "pd": [pd], "tidb-status": status},

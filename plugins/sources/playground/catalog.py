@@ -51,6 +51,8 @@ class TableDef:
     #: High-water mark of column ids: ids are never reused, even after DROP COLUMN
     #: (rows written before still carry the dropped id).
     col_id_high: int = 0
+    #: The table is gone from ``valid_from`` on (DROP TABLE, or the old id of a TRUNCATE).
+    dropped: bool = False
 
     @property
     def pk(self) -> Column:
@@ -131,11 +133,12 @@ class Catalog:
             return [t for t in found if t is not None]
 
     def version_at(self, table_id: int, ts: int | None = None) -> TableDef | None:
-        """The version in force at ``ts`` (the latest if None); None if the table did not exist yet."""
+        """The version in force at ``ts`` (the latest if None); None if the table did not exist yet
+        or was dropped by then."""
         with self.lock:
             versions = self._tables.get(table_id, [])
             valid = [v for v in versions if ts is None or v.valid_from <= ts]
-            return valid[-1] if valid else None
+            return valid[-1] if valid and not valid[-1].dropped else None
 
     def find(self, db: str, table: str, ts: int | None = None) -> TableDef:
         with self.lock:

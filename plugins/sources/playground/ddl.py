@@ -23,12 +23,21 @@ from cdcflow.plugins.sources.tikv.tidb.ddl_job import JobState, encode_history_w
 from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType
 from cdcflow.plugins.sources.tikv.tidb.keys import table_prefix
 
-__all__ = ["ACTION_ADD_COLUMN", "ACTION_CREATE_TABLE", "ACTION_DROP_COLUMN", "DDLExecutor"]
+__all__ = [
+    "ACTION_ADD_COLUMN",
+    "ACTION_CREATE_TABLE",
+    "ACTION_DROP_COLUMN",
+    "ACTION_DROP_TABLE",
+    "ACTION_TRUNCATE_TABLE",
+    "DDLExecutor",
+]
 
 ACTION_CREATE_SCHEMA = 1
 ACTION_CREATE_TABLE = 3
+ACTION_DROP_TABLE = 4
 ACTION_ADD_COLUMN = 5
 ACTION_DROP_COLUMN = 6
+ACTION_TRUNCATE_TABLE = 11
 
 
 class DDLExecutor:
@@ -66,18 +75,58 @@ class DDLExecutor:
             query = f"ALTER TABLE `{db}`.`{name}` DROP COLUMN `{column}`"
             return self._run(ACTION_DROP_COLUMN, self.catalog.databases[db].id, db, new, query)
 
-    def _run(self, action: int, schema_id: int, db: str, table: TableDef, query: str) -> TableDef:
+    def drop_table(self, db: str, name: str) -> TableDef:
+        """DROP TABLE: the table is gone from the job's commit ts on; the job records its last
+        definition, as TiDB's does. Returns that definition, valid from the drop."""
+        with self.cluster.lock:
+            table = self.catalog.find(db, name)
+            query = f"DROP TABLE `{db}`.`{name}`"
+            gone = replace(table, dropped=True)
+            return self._run(ACTION_DROP_TABLE, self.catalog.databases[db].id, db, table, query, stored=gone)
+
+    def truncate_table(self, db: str, name: str) -> TableDef:
+        """TRUNCATE TABLE: the same definition under a new table id (in a region of its own);
+        the old id is gone from the job's commit ts on, as in TiDB."""
+        with self.cluster.lock:
+            old = self.catalog.find(db, name)
+            table_id = self.catalog.alloc_id()
+            self.cluster.split_at_raw(table_prefix(table_id))
+            new = replace(old, id=table_id)
+            query = f"TRUNCATE TABLE `{db}`.`{name}`"
+            job_table = (old.id, replace(old, dropped=True))
+            return self._run(ACTION_TRUNCATE_TABLE, self.catalog.databases[db].id, db, new, query, job_table=job_table)
+
+    def _run(
+        self,
+        action: int,
+        schema_id: int,
+        db: str,
+        table: TableDef,
+        query: str,
+        *,
+        stored: TableDef | None = None,
+        job_table: tuple[int, TableDef] | None = None,
+    ) -> TableDef:
         """Two transactions, as TiDB's DDL worker does: the job row in state *done* (the
-        schema goes live at its commit ts), then the job moved to history (*synced*)."""
+        schema goes live at its commit ts), then the job moved to history (*synced*).
+
+        ``table`` is the TableInfo the job records and the version stored from the
+        commit ts, unless ``stored`` says otherwise; ``job_table`` is the job's table id
+        when it is not ``table``'s (TRUNCATE: the old id) and that id's version from the
+        commit ts."""
         job_id = self.catalog.alloc_id()
         version = self.catalog.schema_version + 1
         live = Transaction(self.cluster)
-        job = DDLJob(job_id, action, schema_id, db, table.id, table.name, query, live.start_ts, 0, version, table)
+        job_table_id = job_table[0] if job_table is not None else table.id
+        job = DDLJob(job_id, action, schema_id, db, job_table_id, table.name, query, live.start_ts, 0, version, table)
         key, value = encode_job_write(self.catalog.tidb_job(job, JobState.DONE, 0))
         live.put(key, value)
         commit_ts = live.commit()
-        stored = self.catalog.put_table(db, replace(table, valid_from=commit_ts, update_timestamp=commit_ts))
-        done = replace(job, commit_ts=commit_ts, table=stored)
+        if job_table is not None:
+            self.catalog.put_table(db, replace(job_table[1], valid_from=commit_ts, update_timestamp=commit_ts))
+        kept = stored if stored is not None else table
+        result = self.catalog.put_table(db, replace(kept, valid_from=commit_ts, update_timestamp=commit_ts))
+        done = replace(job, commit_ts=commit_ts, table=result)
         finish = Transaction(self.cluster)
         finished = replace(done, finished_ts=finish.start_ts)
         history_key, history_value = encode_history_write(
@@ -87,7 +136,7 @@ class DDLExecutor:
         finish.put(history_key, history_value)
         finish.commit()
         self.catalog.record_job(finished)
-        return stored
+        return result
 
 
 def create_table_sql(db: str, name: str, columns: tuple[Column, ...]) -> str:

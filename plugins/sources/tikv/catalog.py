@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cdcflow.core.events import DDLEvent, Span, TableName, TableSchema
+from cdcflow.core.events import DDLEvent, Span, TableName, TableSchema, TableSetChange
 from cdcflow.plugins.sources.tikv.tidb import ddl_job
 from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
@@ -79,6 +79,18 @@ class TiDBCatalog:
         if ddl.table.table_id == span.table_id:
             return True
         return any(s.table_id == span.table_id for s in self.spans(ddl.table, ddl.commit_ts))
+
+    def table_set_change(self, ddl: DDLEvent) -> TableSetChange | None:
+        """How ``ddl`` (applied to the schema store) changes the set of tables with rows, or
+        None when it does not: tables dropped, truncated (old id dropped, new id created),
+        renamed (old name dropped, new name created) or created, and tables whose partitions
+        changed (dropped and created under one name)."""
+        old, new = self.schemas.tables_changed_at(ddl.commit_ts)
+        dropped = tuple(t for i, (t, ids) in sorted(old.items()) if new.get(i) != (t, ids))
+        created = tuple(t for i, (t, ids) in sorted(new.items()) if old.get(i) != (t, ids))
+        if not dropped and not created:
+            return None
+        return TableSetChange(ddl.commit_ts, dropped, created, ddl.query)
 
     @staticmethod
     def ddl_spans() -> list[Span]:

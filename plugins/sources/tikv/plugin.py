@@ -34,6 +34,7 @@ from cdcflow.core.events import (
     Span,
     TableName,
     TableSchema,
+    TableSetChange,
 )
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.core.source import Mounter, Source
@@ -170,6 +171,39 @@ class TiKVSource(Source[TiKVSourceConfig]):
             table = named[0]
         return self.catalog.spans(table)
 
+    def trigger_span(self) -> Span | None:
+        """The first DDL job span (tidb mode; None in raw modes, whose key spans never change).
+
+        Its feed yields the DDL no table's feed carries (CREATE TABLE,
+        schema-level DDL) and the DDL resolved ts (see :meth:`ddl_spans`).
+        """
+        return TiDBCatalog.ddl_spans()[0] if self._keyspace is None else None
+
+    async def tables_at(self, ts: int) -> Sequence[TableName]:
+        """The tables that existed at ``ts``: the schema store loaded as of ``ts`` once
+        every DDL job up to now is applied at its exact commit ts."""
+        if self._keyspace is not None:
+            return list(self._keyspace.tables)
+        await self.catalog.ensure_loaded(ts)
+        if await self._ddl_until(ts, ts, await self.current_ts()) is None:
+            raise RuntimeError("the tikv source was closed while listing tables")
+        return await self.catalog.tables(ts)
+
+    def table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent] | None:
+        """Each DDL above ``start_ts`` that creates, drops, truncates or renames tables (or
+        changes a table's partitions), with the DDL resolved ts (tidb mode; None in raw modes)."""
+        return self._table_changes(start_ts) if self._keyspace is None else None
+
+    async def _table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent]:
+        trigger = TiDBCatalog.ddl_spans()[0]
+        await self.catalog.ensure_loaded(start_ts)
+        async for ts, ddls in self._ddl_progress(start_ts):
+            for ddl in ddls:
+                change = self.catalog.table_set_change(ddl)
+                if change is not None:
+                    yield change
+            yield ResolvedEvent(trigger, ts)
+
     def ddl_spans(self) -> Sequence[Span]:
         """The spans of TiDB's DDL job tables (tidb mode; none in raw modes).
 
@@ -229,6 +263,16 @@ class TiKVSource(Source[TiKVSourceConfig]):
     async def _ddl_feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
         """A DDL job span's feed: DDL no table feed carries (first span only), and the DDL resolved ts."""
         carries = span == TiDBCatalog.ddl_spans()[0]
+        async for ts, ddls in self._ddl_progress(start_ts):
+            if carries:
+                for ddl in ddls:
+                    if DDLTracker.is_unowned(ddl):
+                        yield ddl
+            yield ResolvedEvent(span, ts)
+
+    async def _ddl_progress(self, start_ts: int) -> AsyncIterator[tuple[int, list[DDLEvent]]]:
+        """Each time the DDL tracker resolves further: the new resolved ts and the DDL
+        committed since the last one (from ``start_ts``), in commit order. Ends when the source closes."""
         last = start_ts
         while True:
             tracker = await self._ddl_tracker(start_ts)
@@ -239,12 +283,9 @@ class TiKVSource(Source[TiKVSourceConfig]):
             except TrackerSuperseded:
                 continue
             ts = tracker.resolved
-            if carries:
-                for ddl in tracker.between(last, ts):
-                    if tracker.is_unowned(ddl):
-                        yield ddl
+            ddls = tracker.between(last, ts)
             last = ts
-            yield ResolvedEvent(span, ts)
+            yield ts, ddls
 
     async def _ddl_tracker(self, start_ts: int) -> DDLTracker | None:
         """The source's DDL tracker, following the DDL job spans from at or below ``start_ts``.

@@ -73,3 +73,33 @@ def test_until_ts_stops_an_endless_source():
     result = asyncio.run(drive(source, [sink], until_ts=50))
     assert result.checkpoint_ts >= 50
     assert all(r.commit_ts <= result.checkpoint_ts for r in sink.rows)
+
+
+def test_list_source_with_create_and_drop_table_follows_its_table_set():
+    from cdcflow.core.events import ResolvedEvent, TableSetChange
+    from cdcflow.core.testing import create_table, drop_table
+
+    late = create_table("shop", "late", commit_ts=15)
+    gone = drop_table("shop", "users", commit_ts=18)
+    *before, resolved = events()
+    source = ListSource.of([*before, late, insert("shop", "late", {"id": 1}, commit_ts=17), gone, resolved])
+    orders, users, new = (TableName("shop", t, insert("shop", t, {}, commit_ts=1).table.table_id) for t in
+                          ("orders", "users", "late"))  # fmt: skip
+    assert source.trigger_span() == ListSource.TRIGGER
+    assert set(asyncio.run(source.tables_at(14))) == {orders, users}
+    assert set(asyncio.run(source.tables_at(15))) == {orders, users, new}
+    assert set(asyncio.run(source.tables_at(18))) == {orders, new}
+
+    async def collect(stream):
+        return [e async for e in stream]
+
+    changes = asyncio.run(collect(source.table_changes(12)))
+    assert changes == [
+        TableSetChange(15, created=(new,), query=late.query),
+        TableSetChange(18, dropped=(users,), query=gone.query),
+        ResolvedEvent(ListSource.TRIGGER, 20),
+    ]
+    # The CREATE TABLE on the trigger span; the table's own DDL in its feed.
+    trigger = asyncio.run(collect(source.feed(ListSource.TRIGGER, 0)))
+    assert [e for e in trigger if isinstance(e, DDLEvent)] == [late]
+    assert ListSource.of(events()).trigger_span() is None and ListSource.of(events()).table_changes(0) is None

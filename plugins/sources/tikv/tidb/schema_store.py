@@ -35,13 +35,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
+from cdcflow.core.events import TableName
+from cdcflow.plugins.sources.tikv.tidb.ddl_job import ACTION_CREATE_TABLE, ACTION_CREATE_TABLES, DDLJob
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBDatabase, TiDBTable
 
 if TYPE_CHECKING:
     from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient
 
-__all__ = ["DROP_ACTIONS", "SchemaStore", "TableVersion"]
+__all__ = ["DROP_ACTIONS", "LiveTable", "SchemaStore", "TableVersion"]
 
 ACTION_DROP_SCHEMA = 2
 ACTION_DROP_TABLE = 4
@@ -49,8 +50,14 @@ ACTION_TRUNCATE_TABLE = 11
 ACTION_DROP_VIEW = 24
 ACTION_DROP_SEQUENCE = 36
 _DROPS = frozenset({ACTION_DROP_TABLE, ACTION_DROP_VIEW, ACTION_DROP_SEQUENCE})
+#: ActionTypes that give a table id its first version: CREATE TABLE, CREATE TABLES, TRUNCATE (the new id).
+_CREATING = frozenset({ACTION_CREATE_TABLE, ACTION_CREATE_TABLES, ACTION_TRUNCATE_TABLE})
 #: ActionTypes after which the object is gone (no schema after the DDL).
 DROP_ACTIONS = _DROPS | {ACTION_DROP_SCHEMA}
+
+
+#: A table with rows as the table set knows it: its name and its physical ids.
+LiveTable = tuple[TableName, tuple[int, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,8 @@ class SchemaStore:
         self._jobs: dict[int, bool] = {}  # job id → applied exactly
         self._provisional: dict[int, DDLJob] = {}
         self._loaded_at = 0
+        #: Physical ids by the ts of a version of theirs (entries may be stale: checked on use).
+        self._changed: dict[int, set[int]] = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -103,6 +112,21 @@ class SchemaStore:
             if v is not None and v.table is not None:
                 seen.setdefault(v.table.id, v)
         return sorted(seen.values(), key=lambda v: (v.db_name, v.table.name if v.table else ""))
+
+    def tables_changed_at(self, ts: int) -> tuple[dict[int, LiveTable], dict[int, LiveTable]]:
+        """The tables with rows that a DDL at exactly ``ts`` touched, as they were just
+        before ``ts`` and as they are from ``ts`` on: logical id → (name, physical ids)."""
+        before: dict[int, LiveTable] = {}
+        after: dict[int, LiveTable] = {}
+        for pid in sorted(self._changed.get(ts, ())):
+            current = self.table_at(pid, ts)
+            if current is None or current.ts != ts:
+                continue  # a version since forgotten (a provisional job made exact)
+            for version, out in ((self.table_at(pid, ts - 1), before), (current, after)):
+                table = version.table if version is not None else None
+                if version is not None and table is not None and table.has_rows:
+                    out[table.id] = (TableName(version.db_name, table.name, table.id), table.physical_ids())
+        return before, after
 
     def database_name(self, schema_id: int) -> str | None:
         return self._databases.get(schema_id)
@@ -142,6 +166,7 @@ class SchemaStore:
         # same ts: the later call wins (a job may rewrite a table twice in one ts)
         versions[:] = [v for v in versions if v.ts != version.ts]
         bisect.insort(versions, version, key=_version_ts)
+        self._changed.setdefault(version.ts, set()).add(pid)
 
     def _forget_job(self, job_id: int) -> None:
         for versions in self._versions.values():
@@ -206,21 +231,41 @@ class SchemaStore:
     # ------------------------------------------------------------------ the status API
 
     async def load(self, client: StatusAPIClient, start_ts: int) -> None:
-        """Fill the store from a TiDB status API for a changefeed starting at ``start_ts``."""
+        """Fill the store from a TiDB status API for a changefeed starting at ``start_ts``.
+
+        A table a later job created (CREATE TABLE, or the new id of a TRUNCATE) gets no
+        base version: it did not exist at ``start_ts``. A table a later job dropped or
+        truncated gets its last version before ``start_ts`` as base when the history
+        keeps it (the status API no longer lists it)."""
         self._loaded_at = start_ts
         jobs = [j for j in await client.ddl_jobs_since(0) if j.is_done]
         later = [j for j in jobs if j.finished_ts > start_ts]
         touched = {tid for j in later for tid in _job_table_ids(j)}
         earlier = {tid: j for j in jobs if j.finished_ts <= start_ts for tid in _job_table_ids(j)}
+        created_later = {t.id for j in later if j.type in _CREATING for t in _job_tables(j)}
+        listed: set[int] = set()
         for db in await client.databases():
             if db.is_memory_schema:
                 continue
             self.add_database(db)
             for table in await client.tables(db.name):
+                listed.add(table.id)
                 base = earlier.get(table.id)
+                if table.id in created_later and base is None:
+                    continue  # created after start_ts: its job adds it
                 if table.id in touched and base is not None and base.table_info is not None:
                     table = base.table_info  # noqa: PLW2901 - the version before the later jobs
                 self.add_table(db.id, db.name, table, 0, exact=False)
+        for job in later:
+            gone = job.table_id
+            if job.type not in _DROPS | {ACTION_TRUNCATE_TABLE} or gone in listed or gone in created_later:
+                continue
+            base = earlier.get(gone)
+            info = base.table_info if base is not None else None
+            if info is None and job.type in _DROPS and job.table_info is not None and job.table_info.id == gone:
+                info = job.table_info  # TiDB records the dropped table's info in the job
+            if info is not None:
+                self.add_table(job.schema_id, self._databases.get(job.schema_id, job.schema_name), info, 0, exact=False)
         for job in sorted(later, key=lambda j: j.id):
             self.apply_job(job, job.finished_ts, exact=False)
 
@@ -239,6 +284,12 @@ class SchemaStore:
 
 def _version_ts(version: TableVersion) -> int:
     return version.ts
+
+
+def _job_tables(job: DDLJob) -> Iterable[TiDBTable]:
+    if job.table_info is not None:
+        yield job.table_info
+    yield from job.multiple_table_infos
 
 
 def _job_table_ids(job: DDLJob) -> Iterable[int]:

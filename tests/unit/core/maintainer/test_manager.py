@@ -124,6 +124,31 @@ def test_progress_comes_from_the_watermark_never_goes_back_and_ignores_other_epo
     asyncio.run(main())
 
 
+def test_the_agent_passes_the_newest_barrier_of_the_newest_epoch_to_the_executor(tmp_path):
+    async def main():
+        center = MessageCenter("c1")
+        agent = SpanAgent("c1", center, executor_factory, plugins(), str(tmp_path), lambda: ["c1"])
+
+        def heartbeat(epoch, barrier):
+            payload = {"type": "heartbeat-request", "changefeed_id": "cf", "capture_id": "c1", "epoch": epoch}
+            return SchedulingMessage("c1", "cf", epoch, payload, info(epoch, tmp_path).to_json(), barrier_ts=barrier)
+
+        await agent.on_request(heartbeat(2, 100))  # the executor starts with the barrier
+        executor = agent.runs["cf"].executor
+        assert executor.barrier_ts == 100
+        await agent.on_request(SchedulingMessage("c1", "cf", 2, barrier_ts=150))  # a barrier alone
+        assert executor.barrier_ts == 150
+        await agent.on_request(SchedulingMessage("c1", "cf", 2, barrier_ts=120))  # a late copy
+        await agent.on_request(SchedulingMessage("c1", "cf", 1, barrier_ts=500))  # an older maintainer
+        assert executor.barrier_ts == 150
+        await agent.on_request(heartbeat(3, 90))  # a new maintainer starts lower: its barrier holds
+        assert agent.runs["cf"].executor is executor and executor.barrier_ts == 90
+        await agent.close()
+        await center.close()
+
+    asyncio.run(main())
+
+
 class RecordingExecutor(InProcessSpanExecutor):
     """The in-process executor, noting what it holds whenever a changefeed checkpoint arrives."""
 

@@ -25,6 +25,8 @@ def test_roundtrip_with_nested_statuses():
     assert decode(encode(beat)) == beat
     request = SchedulingMessage("c2", "cf", 3, {"type": "heartbeat-request", "seq": 4}, {"id": "cf"})
     assert decode(encode(request)) == request
+    barrier = SchedulingMessage("c2", "cf", 3, barrier_ts=1 << 62)  # a changefeed barrier alone
+    assert decode(encode(barrier)) == barrier
     with pytest.raises(ValueError, match="unknown message type"):
         decode(b'{"type": "Nope", "body": {}}')
 

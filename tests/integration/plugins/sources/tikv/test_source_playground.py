@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cdcflow.core.errors import CheckpointStaleError
-from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, Span
+from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, Span, TableName, TableSetChange
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
 from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
@@ -340,6 +340,54 @@ def test_the_ddl_span_feed_yields_the_ddl_no_table_feed_carries() -> None:
                     ("CREATE TABLE `newdb`.`fresh` (`id` bigint NOT NULL, PRIMARY KEY (`id`))", "fresh")
                 ]
                 assert other == []
+            finally:
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
+def test_table_changes_and_tables_at_follow_create_truncate_and_drop_table() -> None:
+    async def body() -> None:
+        async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            try:
+                start = await source.current_ts()
+                stream = source.table_changes(start)
+                assert stream is not None and source.trigger_span() == source.ddl_spans()[0]
+                fresh = await asyncio.to_thread(pg.ddl.create_table, "newdb", "fresh", [("id", BIGINT_PK)])
+                await asyncio.to_thread(pg.ddl.add_column, "shop", "orders", "note", VARCHAR, None)
+                after = await source.current_ts()
+                truncated = await asyncio.to_thread(pg.ddl.truncate_table, "newdb", "fresh")
+                dropped = await asyncio.to_thread(pg.ddl.drop_table, "newdb", "fresh")
+                last = await source.current_ts()
+                events: list[TableSetChange | ResolvedEvent] = []
+                async for event in stream:
+                    events.append(event)
+                    if isinstance(event, ResolvedEvent) and event.ts >= last:
+                        break
+                await stream.aclose()
+                changes = [e for e in events if isinstance(e, TableSetChange)]
+                table = TableName("newdb", "fresh", fresh.id)
+                renewed = TableName("newdb", "fresh", truncated.id)
+                # Each at the exact commit ts of its job write; the ADD COLUMN is no change.
+                assert [(c.commit_ts, c.created, c.dropped) for c in changes] == [
+                    (fresh.valid_from, (table,), ()),
+                    (truncated.valid_from, (renewed,), (table,)),  # TRUNCATE: a new table id
+                    (dropped.valid_from, (), (renewed,)),
+                ]
+                resolved = [e.ts for e in events if isinstance(e, ResolvedEvent)]
+                assert resolved == sorted(resolved) and {e.span for e in events if isinstance(e, ResolvedEvent)} == {
+                    source.trigger_span()
+                }
+                for i, change in enumerate(events):  # no change at or below a resolved ts already given
+                    if isinstance(change, TableSetChange):
+                        assert all(r.ts < change.commit_ts for r in events[:i] if isinstance(r, ResolvedEvent))
+                at_start = await source.tables_at(start)
+                assert {t.table for t in at_start if t.schema == "shop"} == {"customers", "products", "orders"}
+                assert table not in at_start and table in await source.tables_at(after)
+                assert renewed in await source.tables_at(truncated.valid_from)
+                assert not {t for t in await source.tables_at(last) if t.schema == "newdb"}
             finally:
                 await source.close()
 

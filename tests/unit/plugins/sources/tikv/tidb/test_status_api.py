@@ -271,3 +271,85 @@ def test_schema_store_resolves_an_unknown_id():
         assert not await store.resolve(client, 4040)
 
     run(FakeTiDB(), body)
+
+
+def test_schema_store_load_lists_tables_as_they_were_at_the_start():
+    """A table created after the start ts did not exist then (no base version); one dropped
+    after it did (its last version before the start, from the history)."""
+    from cdcflow.core.events import DDLEvent, TableName, TableSetChange
+    from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
+    from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
+
+    fake = FakeTiDB()
+    late = tj.users_table(300) | {"name": tj.ci("late")}
+    gone = tj.users_table(301) | {"name": tj.ci("gone")}
+    fake.tables["shop"].append(late)
+    create = tj.job(20, 3, 1, 300, "CREATE TABLE late (...)", table_info=late, finished_ts=2600)
+    drop = tj.job(22, 4, 1, 301, "DROP TABLE gone", table_info=gone, finished_ts=2700)
+    fake.jobs += [create, tj.job(21, 3, 1, 301, "CREATE TABLE gone (...)", table_info=gone, finished_ts=1800), drop]
+
+    async def body(client):
+        store = SchemaStore()
+        await store.load(client, start_ts=2000)
+        return store
+
+    store = run(fake, body)
+
+    def names(ts):
+        return {v.table.name for v in store.live_tables(ts)}
+
+    assert "late" not in names(2000) and "gone" in names(2000)
+    assert "late" in names(2600) and "gone" not in names(2700)  # provisionally, at FinishedTS
+
+    # The jobs' writes seen at their exact commit ts: the table set changes there.
+    assert store.apply_job(DDLJob.from_json(create), 2400)
+    assert store.apply_job(DDLJob.from_json(drop), 2450)
+    assert store.tables_changed_at(2400) == ({}, {300: (TableName("shop", "late", 300), (300,))})
+    assert store.tables_changed_at(2450) == ({301: (TableName("shop", "gone", 301), (301,))}, {})
+    assert store.tables_changed_at(2401) == ({}, {})
+
+    async def changes():
+        catalog = TiDBCatalog("127.0.0.1:1")
+        catalog.schemas = store
+        try:
+            return [catalog.table_set_change(DDLEvent(ts, q)) for ts, q in ((2400, "c"), (2450, "d"), (2401, "x"))]
+        finally:
+            await catalog.close()
+
+    assert asyncio.run(changes()) == [
+        TableSetChange(2400, created=(TableName("shop", "late", 300),), query="c"),
+        TableSetChange(2450, dropped=(TableName("shop", "gone", 301),), query="d"),
+        None,
+    ]
+
+
+def test_truncate_and_rename_change_the_table_set_add_column_does_not():
+    from cdcflow.core.events import TableName
+    from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
+
+    fake = FakeTiDB()
+    users = tj.users_table()
+    truncated = tj.users_table(400)
+    renamed = tj.users_table(400) | {"name": tj.ci("people")}
+
+    async def body(client):
+        store = SchemaStore()
+        await store.load(client, start_ts=BIG_TS + 10)
+        return store
+
+    store = run(fake, body)
+    add_column = DDLJob.from_json(tj.job(30, 5, 1, 100, "ALTER TABLE users ADD x", table_info=users))
+    truncate = DDLJob.from_json(tj.job(31, 11, 1, 100, "TRUNCATE TABLE users", table_info=truncated))
+    rename = DDLJob.from_json(tj.job(32, 14, 1, 400, "RENAME TABLE users TO people", table_info=renamed))
+    for ts, job in ((BIG_TS + 20, add_column), (BIG_TS + 30, truncate), (BIG_TS + 40, rename)):
+        assert store.apply_job(job, ts)
+    before, after = store.tables_changed_at(BIG_TS + 20)
+    assert before == after  # a new version of the same table
+    assert store.tables_changed_at(BIG_TS + 30) == (
+        {100: (TableName("shop", "users", 100), (100,))},
+        {400: (TableName("shop", "users", 400), (400,))},
+    )
+    assert store.tables_changed_at(BIG_TS + 40) == (
+        {400: (TableName("shop", "users", 400), (400,))},
+        {400: (TableName("shop", "people", 400), (400,))},
+    )
