@@ -17,19 +17,42 @@ COMMIT can arrive before the scan reports its lock. The rules (the reference's
 * ROLLBACK: drop the cached prewrite.
 * A COMMIT or COMMITTED at or below the request's checkpoint ts is stale:
   it was delivered before the subscription started, and is skipped.
+
+Until INITIALIZED the region's committed changes are held (:meth:`Matcher.hold`)
+and released in commit-ts order at INITIALIZED (:meth:`Matcher.release`).
+
+Everything the matcher keeps is accounted to the client's
+:class:`~cdcflow.plugins.sources.tikv.spill.FeedMemory`; past its budget it
+moves to the region's spill file, with the same results in the same order:
+
+* prewrites per transaction: spilling marks every ``start_ts`` it moved, and
+  later prewrites of a marked transaction go to disk too (so one key is never
+  in both places); unmarked transactions keep using memory;
+* early commits and held changes as a whole: once spilled, the rest of them
+  join the file until INITIALIZED.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2
+from cdcflow.plugins.sources.tikv.spill import Early, FeedMemory, Held, Prewrite, RegionSpill
 
-__all__ = ["Matcher", "UnmatchedCommitError"]
+__all__ = ["Committed", "Matcher", "UnmatchedCommitError"]
 
 Row = cdcpb_pb2.Event.Row
 _DELETE = cdcpb_pb2.Event.Row.DELETE
 _UNKNOWN_OP = cdcpb_pb2.Event.Row.UNKNOWN
+
+# What an entry costs in memory beyond its byte strings (dict or list slot, tuple,
+# ints, bytes headers), measured with tracemalloc on CPython 3.11 and rounded up.
+PREWRITE_OVERHEAD = 400
+EARLY_OVERHEAD = 300
+HELD_OVERHEAD = 300
 
 
 class UnmatchedCommitError(Exception):
@@ -48,72 +71,91 @@ class Committed:
     delete: bool
 
 
-def _committed(row: Row, prewrite: Row | None = None) -> Committed:
-    src = prewrite if prewrite is not None else row
-    op = row.op_type if row.op_type != _UNKNOWN_OP else src.op_type
-    return Committed(
-        key=row.key,
-        value=src.value,
-        old_value=src.old_value,
-        start_ts=row.start_ts,
-        commit_ts=row.commit_ts,
-        delete=op == _DELETE,
-    )
+def _op(op_type: int, prewrite_op: int) -> bool:
+    """Whether the change is a delete: the commit's op type, else the prewrite's."""
+    return (op_type if op_type != _UNKNOWN_OP else prewrite_op) == _DELETE
+
+
+def _prewrite_size(key: bytes, entry: Prewrite) -> int:
+    return PREWRITE_OVERHEAD + len(key) + len(entry[0]) + len(entry[1])
+
+
+def _early_size(entry: Early) -> int:
+    return EARLY_OVERHEAD + len(entry[2])
+
+
+def _held_size(change: Committed) -> int:
+    return HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
 
 
 class Matcher:
-    """The prewrite cache of one region subscription (not shared between regions)."""
+    """The pending state of one region subscription (not shared between regions).
 
-    def __init__(self, checkpoint_ts: int) -> None:
+    ``memory`` is the client's account (an unbounded one when None). Call
+    :meth:`close` when the subscription ends: it releases the bytes and
+    deletes the region's spill file.
+    """
+
+    def __init__(self, checkpoint_ts: int, memory: FeedMemory | None = None) -> None:
         self.checkpoint_ts = checkpoint_ts
-        self._prewrites: dict[tuple[int, bytes], Row] = {}
-        self._early_commits: list[Row] = []
+        self._account = memory if memory is not None else FeedMemory()
+        self._prewrites: dict[tuple[int, bytes], Prewrite] = {}
+        self._early: dict[tuple[int, bytes], list[Early]] = {}
+        self._held: list[tuple[int, Committed]] = []
+        self._seq = itertools.count()
+        #: Bytes accounted to this matcher.
+        self.memory = 0
+        self._disk: RegionSpill | None = None
+        #: start ts → how many of its prewrites are on disk (a transaction marked spilled).
+        self._spilled_txns: dict[int, int] = {}
+        self._early_on_disk = 0
+        self._early_spilled = False
+        self._held_spilled = False
         #: Commits skipped as stale or dropped as already delivered (for tests and metrics).
         self.skipped = 0
 
     def __len__(self) -> int:
-        return len(self._prewrites)
+        """Pending prewrites, in memory and on disk."""
+        return len(self._prewrites) + sum(self._spilled_txns.values())
+
+    # -- the rules ----------------------------------------------------------------------
 
     def prewrite(self, row: Row, initialized: bool) -> list[Committed]:
         """Cache ``row``; returns early commits it completes (only before INITIALIZED)."""
-        k = (row.start_ts, row.key)
-        cached = self._prewrites.get(k)
-        if cached is not None:
-            if not row.value and cached.value:
-                return []  # heartbeat "fake" prewrite: keep the real value
-            if row.generation < cached.generation:
-                return []  # an older generation of a pipelined-DML lock
-        self._prewrites[k] = row
-        if initialized or not self._early_commits:
+        start_ts, key = row.start_ts, row.key
+        entry: Prewrite = (row.value, row.old_value, row.op_type, row.generation)
+        if start_ts in self._spilled_txns:
+            assert self._disk is not None
+            if self._disk.put_prewrite(start_ts, key, entry):
+                self._spilled_txns[start_ts] += 1
+        else:
+            k = (start_ts, key)
+            cached = self._prewrites.get(k)
+            if cached is not None:
+                if not entry[0] and cached[0]:
+                    return []  # heartbeat "fake" prewrite: keep the real value
+                if entry[3] < cached[3]:
+                    return []  # an older generation of a pipelined-DML lock
+                self._drop_prewrite(k, cached)
+            self._keep_prewrite(start_ts, key, entry)
+        if initialized or not (self._early or self._early_on_disk):
             return []
-        return self._match_early(k)
-
-    def _match_early(self, k: tuple[int, bytes]) -> list[Committed]:
-        out: list[Committed] = []
-        keep: list[Row] = []
-        for commit in self._early_commits:
-            if (commit.start_ts, commit.key) == k:
-                out.append(_committed(commit, self._prewrites.pop(k)))
-            else:
-                keep.append(commit)
-        self._early_commits = keep
-        return out
+        return self._match_early(start_ts, key)
 
     def commit(self, row: Row, initialized: bool) -> Committed | None:
         """The committed change for a COMMIT entry, or None (stale, or cached until its prewrite)."""
-        k = (row.start_ts, row.key)
+        start_ts, key = row.start_ts, row.key
+        prewrite = self._take_prewrite(start_ts, key)
         if row.commit_ts <= self.checkpoint_ts:
-            self._prewrites.pop(k, None)
             self.skipped += 1
             return None
-        prewrite = self._prewrites.pop(k, None)
         if prewrite is not None:
-            return _committed(row, prewrite)
+            return Committed(key, prewrite[0], prewrite[1], start_ts, row.commit_ts, _op(row.op_type, prewrite[2]))
         if not initialized:
-            self._early_commits.append(row)
+            self._keep_early((next(self._seq), start_ts, key, row.commit_ts, row.op_type))
             return None
         raise UnmatchedCommitError(
-            f"COMMIT of key {row.key.hex()} start_ts={row.start_ts} commit_ts={row.commit_ts} has no PREWRITE"
+            f"COMMIT of key {key.hex()} start_ts={start_ts} commit_ts={row.commit_ts} has no PREWRITE"
         )
 
     def committed(self, row: Row) -> Committed | None:
@@ -121,23 +163,194 @@ class Matcher:
         if row.commit_ts <= self.checkpoint_ts:
             self.skipped += 1
             return None
-        return _committed(row)
+        return Committed(row.key, row.value, row.old_value, row.start_ts, row.commit_ts, row.op_type == _DELETE)
 
     def rollback(self, row: Row) -> None:
-        self._prewrites.pop((row.start_ts, row.key), None)
+        self._take_prewrite(row.start_ts, row.key)
 
-    def initialized(self) -> list[Committed]:
-        """At INITIALIZED: match cached early commits; any still unmatched were delivered as COMMITTED.
+    def initialized(self) -> None:
+        """At INITIALIZED: hold the early commits that match a cached lock; any still
+        unmatched were delivered as COMMITTED already.
 
         A commit whose lock the scan never reported was committed before the
         scan's snapshot, so the scan delivered it as COMMITTED already.
         """
-        out: list[Committed] = []
-        for commit in self._early_commits:
-            prewrite = self._prewrites.pop((commit.start_ts, commit.key), None)
-            if prewrite is not None:
-                out.append(_committed(commit, prewrite))
-            else:
+        early = sorted(e for entries in self._early.values() for e in entries)
+        self._early = {}
+        self._forget_bytes(sum(map(_early_size, early)))
+        spilled = self._disk.drain_early() if self._early_on_disk and self._disk is not None else iter(())
+        for entry in heapq.merge(early, spilled):  # both in arrival order
+            _, start_ts, key, commit_ts, op_type = entry
+            prewrite = self._take_prewrite(start_ts, key)
+            if prewrite is None:
                 self.skipped += 1
-        self._early_commits = []
-        return out
+            else:
+                self.hold(Committed(key, prewrite[0], prewrite[1], start_ts, commit_ts, _op(op_type, prewrite[2])))
+        self._early_on_disk = 0
+        self._early_spilled = False
+
+    # -- holding until INITIALIZED -----------------------------------------------------------
+
+    def hold(self, change: Committed) -> None:
+        """Keep ``change`` until :meth:`release`."""
+        seq = next(self._seq)
+        if not self._held_spilled:
+            size = _held_size(change)
+            if self._account.admit(self, size):
+                if not self._held_spilled:
+                    self._held.append((seq, change))
+                    self.memory += size
+                    return
+                self._account.release(size)
+        self._spill_file().add_held([_held_row(seq, change)])
+        self._held_spilled = True
+
+    def release(self) -> Iterator[Committed]:
+        """The held changes in commit-ts order, each ``(key, commit_ts)`` once, none at or below the checkpoint.
+
+        The scan and live rows of one registration may report the same commit
+        (a write between registration and the scan's snapshot); one copy is
+        enough. Order between keys of equal commit ts is arrival order.
+        Streams from disk when the held changes were spilled; stops when the
+        matcher is closed meanwhile.
+        """
+        if self._held_spilled:
+            assert self._disk is not None
+            self._held_spilled = False
+            for _, commit_ts, key, value, old, start_ts, delete in self._disk.drain_held(self.checkpoint_ts):
+                yield Committed(key, value, old, start_ts, commit_ts, delete)
+            return
+        held, self._held = self._held, []
+        held.sort(key=lambda e: e[1].commit_ts)  # stable: arrival order within a commit ts
+        held.reverse()  # pop from the end, so each change is freed once emitted
+        seen: set[bytes] = set()
+        seen_ts = -1
+        while held:
+            _, change = held.pop()
+            self._forget_bytes(_held_size(change))
+            if change.commit_ts <= self.checkpoint_ts:
+                continue
+            if change.commit_ts != seen_ts:
+                seen, seen_ts = set(), change.commit_ts  # duplicates share their commit ts
+            if change.key not in seen:
+                seen.add(change.key)
+                yield change
+
+    # -- memory and disk ---------------------------------------------------------------------
+
+    def spill(self) -> int:
+        """Move every entry kept in memory to the region's spill file (see the module docs);
+        returns the bytes released. Changes being released at INITIALIZED stay."""
+        if not (self._prewrites or self._early or self._held):
+            return 0
+        disk = self._spill_file()
+        freed = 0
+        by_txn: dict[int, list[tuple[bytes, Prewrite]]] = {}
+        for (start_ts, key), entry in self._prewrites.items():
+            by_txn.setdefault(start_ts, []).append((key, entry))
+            freed += _prewrite_size(key, entry)
+        for start_ts, entries in by_txn.items():
+            self._spilled_txns[start_ts] = self._spilled_txns.get(start_ts, 0) + disk.add_prewrites(start_ts, entries)
+        self._prewrites = {}
+        if self._early:
+            early = sorted(e for entries in self._early.values() for e in entries)
+            freed += sum(map(_early_size, early))
+            self._early_on_disk += disk.add_early(early)
+            self._early = {}
+            self._early_spilled = True
+        if self._held:
+            freed += sum(_held_size(change) for _, change in self._held)
+            disk.add_held(_held_row(seq, change) for seq, change in self._held)
+            self._held = []
+            self._held_spilled = True
+        self._forget_bytes(freed)
+        return freed
+
+    def close(self) -> None:
+        """Release everything (the subscription ended); deletes the spill file."""
+        self._prewrites, self._early, self._held = {}, {}, []
+        self._forget_bytes(self.memory)
+        self._account.forget(self)
+        if self._disk is not None:
+            self._disk.close()
+        self._spilled_txns = {}
+
+    @property
+    def spilled(self) -> bool:
+        """Whether this matcher has a spill file."""
+        return self._disk is not None
+
+    def _spill_file(self) -> RegionSpill:
+        if self._disk is None:
+            self._disk = self._account.open_spill()
+        return self._disk
+
+    def _keep_prewrite(self, start_ts: int, key: bytes, entry: Prewrite) -> None:
+        size = _prewrite_size(key, entry)
+        if self._account.admit(self, size):
+            if start_ts not in self._spilled_txns:
+                self._prewrites[(start_ts, key)] = entry
+                self.memory += size
+                return
+            self._account.release(size)
+        # Nothing of this transaction is in memory now (spilled to make room, or never there).
+        self._spill_file().put_prewrite(start_ts, key, entry)
+        self._spilled_txns[start_ts] = self._spilled_txns.get(start_ts, 0) + 1
+
+    def _forget_bytes(self, size: int) -> None:
+        self.memory -= size
+        self._account.release(size)
+
+    def _drop_prewrite(self, k: tuple[int, bytes], entry: Prewrite) -> None:
+        del self._prewrites[k]
+        self._forget_bytes(_prewrite_size(k[1], entry))
+
+    def _take_prewrite(self, start_ts: int, key: bytes) -> Prewrite | None:
+        on_disk = self._spilled_txns.get(start_ts)
+        if on_disk is not None:
+            assert self._disk is not None
+            entry = self._disk.take_prewrite(start_ts, key)
+            if entry is not None:
+                if on_disk > 1:
+                    self._spilled_txns[start_ts] = on_disk - 1
+                else:
+                    del self._spilled_txns[start_ts]  # memory may hold this transaction again
+            return entry
+        k = (start_ts, key)
+        cached = self._prewrites.get(k)
+        if cached is not None:
+            self._drop_prewrite(k, cached)
+        return cached
+
+    def _keep_early(self, entry: Early) -> None:
+        if not self._early_spilled:
+            size = _early_size(entry)
+            if self._account.admit(self, size):
+                if not self._early_spilled:
+                    self._early.setdefault((entry[1], entry[2]), []).append(entry)
+                    self.memory += size
+                    return
+                self._account.release(size)
+        self._early_on_disk += self._spill_file().add_early([entry])
+        self._early_spilled = True
+
+    def _match_early(self, start_ts: int, key: bytes) -> list[Committed]:
+        k = (start_ts, key)
+        early = self._early.pop(k, [])
+        self._forget_bytes(sum(map(_early_size, early)))
+        if self._early_on_disk and self._disk is not None:
+            spilled = self._disk.take_early(start_ts, key)
+            self._early_on_disk -= len(spilled)
+            early = sorted(early + spilled)
+        if not early:
+            return []
+        prewrite = self._take_prewrite(start_ts, key)
+        assert prewrite is not None  # just cached
+        return [
+            Committed(key, prewrite[0], prewrite[1], start_ts, commit_ts, _op(op_type, prewrite[2]))
+            for _, _, _, commit_ts, op_type in early
+        ]
+
+
+def _held_row(seq: int, change: Committed) -> Held:
+    return (seq, change.commit_ts, change.key, change.value, change.old_value, change.start_ts, change.delete)
