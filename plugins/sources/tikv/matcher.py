@@ -50,9 +50,9 @@ _UNKNOWN_OP = cdcpb_pb2.Event.Row.UNKNOWN
 
 # What an entry costs in memory beyond its byte strings (dict or list slot, tuple,
 # ints, bytes headers), measured with tracemalloc on CPython 3.11 and rounded up.
-PREWRITE_OVERHEAD = 400
-EARLY_OVERHEAD = 300
-HELD_OVERHEAD = 300
+PREWRITE_OVERHEAD = 320
+EARLY_OVERHEAD = 400
+HELD_OVERHEAD = 280
 
 
 class UnmatchedCommitError(Exception):
