@@ -21,6 +21,7 @@ subscription and the directory is emptied when the client starts.
 from __future__ import annotations
 
 import itertools
+import logging
 import shutil
 import sqlite3
 import tempfile
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 __all__ = ["FeedMemory", "MemoryHolder", "RegionSpill"]
+
+log = logging.getLogger(__name__)
 
 #: Rows fetched from a spill file at a time while streaming it back.
 _FETCH = 512
@@ -124,8 +127,18 @@ class FeedMemory:
         for victim in sorted(self._holders.values(), key=lambda h: h.memory, reverse=True):
             if self.used + size <= self.budget or victim.memory <= 0:
                 return
-            if victim.spill():
+            freed = victim.spill()
+            if freed:
                 self.spills += 1
+                # The first spill says where the disk goes; later ones are routine.
+                level = logging.INFO if self.spills == 1 else logging.DEBUG
+                log.log(
+                    level,
+                    "EventFeed memory budget %d B reached: spilled %d B to %s",
+                    self.budget,
+                    freed,
+                    self.directory,
+                )
 
     def open_spill(self) -> RegionSpill:
         """A new spill file (for one region subscription)."""
