@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -84,8 +85,7 @@ def _early_size(entry: Early) -> int:
     return EARLY_OVERHEAD + len(entry[2])
 
 
-def _held_size(change: Committed) -> int:
-    return HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
+_COMMIT_TS = operator.attrgetter("commit_ts")
 
 
 class Matcher:
@@ -101,8 +101,9 @@ class Matcher:
         self._account = memory if memory is not None else FeedMemory()
         self._prewrites: dict[tuple[int, bytes], Prewrite] = {}
         self._early: dict[tuple[int, bytes], list[Early]] = {}
-        self._held: list[tuple[int, Committed]] = []
-        self._seq = itertools.count()
+        self._held: list[Committed] = []  # in arrival order
+        self._held_bytes = 0
+        self._seq = itertools.count()  # arrival order of early commits
         #: Bytes accounted to this matcher.
         self.memory = 0
         self._disk: RegionSpill | None = None
@@ -111,6 +112,8 @@ class Matcher:
         self._early_on_disk = 0
         self._early_spilled = False
         self._held_spilled = False
+        self._closed = False
+        self._account.register(self)
         #: Commits skipped as stale or dropped as already delivered (for tests and metrics).
         self.skipped = 0
 
@@ -193,16 +196,17 @@ class Matcher:
 
     def hold(self, change: Committed) -> None:
         """Keep ``change`` until :meth:`release`."""
-        seq = next(self._seq)
         if not self._held_spilled:
-            size = _held_size(change)
-            if self._account.admit(self, size):
+            size = HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
+            if self._account.admit(size):
                 if not self._held_spilled:
-                    self._held.append((seq, change))
+                    self._held.append(change)
+                    self._held_bytes += size
                     self.memory += size
                     return
                 self._account.release(size)
-        self._spill_file().add_held([_held_row(seq, change)])
+        # Once spilled, every held change goes to disk (in arrival order) until INITIALIZED.
+        self._spill_file().add_held([_held_row(change)])
         self._held_spilled = True
 
     def release(self) -> Iterator[Committed]:
@@ -217,24 +221,30 @@ class Matcher:
         if self._held_spilled:
             assert self._disk is not None
             self._held_spilled = False
-            for _, commit_ts, key, value, old, start_ts, delete in self._disk.drain_held(self.checkpoint_ts):
+            for commit_ts, key, value, old, start_ts, delete in self._disk.drain_held(self.checkpoint_ts):
                 yield Committed(key, value, old, start_ts, commit_ts, delete)
             return
+        # Out of reach of spill() while being emitted, and accounted until the end.
         held, self._held = self._held, []
-        held.sort(key=lambda e: e[1].commit_ts)  # stable: arrival order within a commit ts
-        held.reverse()  # pop from the end, so each change is freed once emitted
-        seen: set[bytes] = set()
-        seen_ts = -1
-        while held:
-            _, change = held.pop()
-            self._forget_bytes(_held_size(change))
-            if change.commit_ts <= self.checkpoint_ts:
-                continue
-            if change.commit_ts != seen_ts:
-                seen, seen_ts = set(), change.commit_ts  # duplicates share their commit ts
-            if change.key not in seen:
-                seen.add(change.key)
-                yield change
+        size, self._held_bytes = self._held_bytes, 0
+        try:
+            held.sort(key=_COMMIT_TS)  # stable: arrival order within a commit ts
+            checkpoint = self.checkpoint_ts
+            seen: set[bytes] = set()
+            seen_ts = -1
+            for change in held:
+                ts = change.commit_ts
+                if ts <= checkpoint:
+                    continue
+                if ts != seen_ts:
+                    seen.clear()  # duplicates share their commit ts
+                    seen_ts = ts
+                if change.key not in seen:
+                    seen.add(change.key)
+                    yield change
+        finally:
+            if not self._closed:  # close() released them already
+                self._forget_bytes(size)
 
     # -- memory and disk ---------------------------------------------------------------------
 
@@ -259,18 +269,19 @@ class Matcher:
             self._early = {}
             self._early_spilled = True
         if self._held:
-            freed += sum(_held_size(change) for _, change in self._held)
-            disk.add_held(_held_row(seq, change) for seq, change in self._held)
-            self._held = []
+            freed += self._held_bytes
+            disk.add_held(map(_held_row, self._held))
+            self._held, self._held_bytes = [], 0
             self._held_spilled = True
         self._forget_bytes(freed)
         return freed
 
     def close(self) -> None:
         """Release everything (the subscription ended); deletes the spill file."""
-        self._prewrites, self._early, self._held = {}, {}, []
+        self._prewrites, self._early, self._held, self._held_bytes = {}, {}, [], 0
         self._forget_bytes(self.memory)
         self._account.forget(self)
+        self._closed = True
         if self._disk is not None:
             self._disk.close()
         self._spilled_txns = {}
@@ -286,8 +297,8 @@ class Matcher:
         return self._disk
 
     def _keep_prewrite(self, start_ts: int, key: bytes, entry: Prewrite) -> None:
-        size = _prewrite_size(key, entry)
-        if self._account.admit(self, size):
+        size = PREWRITE_OVERHEAD + len(key) + len(entry[0]) + len(entry[1])
+        if self._account.admit(size):
             if start_ts not in self._spilled_txns:
                 self._prewrites[(start_ts, key)] = entry
                 self.memory += size
@@ -325,7 +336,7 @@ class Matcher:
     def _keep_early(self, entry: Early) -> None:
         if not self._early_spilled:
             size = _early_size(entry)
-            if self._account.admit(self, size):
+            if self._account.admit(size):
                 if not self._early_spilled:
                     self._early.setdefault((entry[1], entry[2]), []).append(entry)
                     self.memory += size
@@ -352,5 +363,5 @@ class Matcher:
         ]
 
 
-def _held_row(seq: int, change: Committed) -> Held:
-    return (seq, change.commit_ts, change.key, change.value, change.old_value, change.start_ts, change.delete)
+def _held_row(change: Committed) -> Held:
+    return (change.commit_ts, change.key, change.value, change.old_value, change.start_ts, change.delete)

@@ -47,7 +47,7 @@ _SCHEMA = (
     "CREATE INDEX early_key ON early(start_ts, key)",
     # Committed changes held until INITIALIZED, in arrival order; each (key, commit_ts) once.
     "CREATE TABLE held(seq INTEGER PRIMARY KEY, commit_ts INTEGER, key BLOB, value BLOB, old_value BLOB,"
-    " start_ts INTEGER, del INTEGER)",
+    " start_ts INTEGER, del INTEGER)",  # seq: assigned in insertion (arrival) order
     "CREATE UNIQUE INDEX held_once ON held(key, commit_ts)",
     "CREATE INDEX held_order ON held(commit_ts, seq)",
 )
@@ -56,8 +56,8 @@ _SCHEMA = (
 Prewrite = tuple[bytes, bytes, int, int]
 #: An early commit: arrival number, start ts, key, commit ts, op type.
 Early = tuple[int, int, bytes, int, int]
-#: A held committed change: arrival number, commit ts, key, value, old value, start ts, delete.
-Held = tuple[int, int, bytes, bytes, bytes, int, bool]
+#: A held committed change: commit ts, key, value, old value, start ts, delete.
+Held = tuple[int, bytes, bytes, bytes, int, bool]
 
 
 class MemoryHolder(Protocol):
@@ -98,20 +98,25 @@ class FeedMemory:
         self._holders: dict[int, MemoryHolder] = {}
         self._names = itertools.count(1)
 
-    def admit(self, holder: MemoryHolder, size: int) -> bool:
-        """Account ``size`` more bytes to ``holder`` if they fit the budget, spilling the
-        largest holders (``holder`` included) to make room; False: keep the entry on disk.
+    def register(self, holder: MemoryHolder) -> None:
+        """``holder`` will ask for room (and may be asked to spill) until :meth:`forget`."""
+        self._holders[id(holder)] = holder
+
+    def admit(self, size: int) -> bool:
+        """Account ``size`` more bytes if they fit the budget, spilling the largest
+        holders (the caller included) to make room; False: keep the entry on disk.
 
         After a True answer the caller must still check where its entries went:
-        ``holder`` may have been spilled to make room.
+        it may have been spilled to make room.
         """
-        if self.budget is not None and self.used + size > self.budget:
+        used = self.used + size
+        if self.budget is not None and used > self.budget:
             self._make_room(size)
-            if self.used + size > self.budget:
+            used = self.used + size
+            if used > self.budget:
                 return False
-        self._holders[id(holder)] = holder
-        self.used += size
-        self.peak = max(self.peak, self.used)
+        self.used = used
+        self.peak = max(self.peak, used)
         return True
 
     def release(self, size: int) -> None:
@@ -240,7 +245,10 @@ class RegionSpill:
     def add_held(self, entries: Iterable[Held]) -> int:
         """Store held changes; a ``(key, commit_ts)`` already stored keeps its first copy."""
         rows = list(entries)  # the delete flag is stored as 0/1
-        self._db.executemany("INSERT OR IGNORE INTO held VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        self._db.executemany(
+            "INSERT OR IGNORE INTO held(commit_ts, key, value, old_value, start_ts, del) VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
         self._memory.spilled_entries += len(rows)
         return len(rows)
 
@@ -248,11 +256,11 @@ class RegionSpill:
         """The held changes above ``above_ts`` in ``(commit_ts, arrival)`` order; all are
         deleted once every one was read."""
         query = (
-            "SELECT seq, commit_ts, key, value, old_value, start_ts, del FROM held"
+            "SELECT commit_ts, key, value, old_value, start_ts, del FROM held"
             " WHERE commit_ts > ? ORDER BY commit_ts, seq"
         )
         for r in self._stream(query, (above_ts,)):
-            yield (r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
+            yield (r[0], r[1], r[2], r[3], r[4], bool(r[5]))
         if not self.closed:
             self._db.execute("DELETE FROM held")
 
