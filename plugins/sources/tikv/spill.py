@@ -15,11 +15,14 @@ that still does not fit goes to disk itself. The accounted bytes therefore
 never exceed the budget. A budget of None keeps everything in memory.
 
 Spill files hold nothing durable: they are deleted with their region
-subscription and the directory is emptied when the client starts.
+subscription, and the directory is emptied when a client starts (each client
+keeps its files in a subdirectory of its own, so a client still closing does
+not touch the files of its successor).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import shutil
@@ -90,6 +93,7 @@ class FeedMemory:
         if self.directory is not None:
             # Spill files hold only what a restart feeds again: start empty.
             shutil.rmtree(self.directory, ignore_errors=True)
+        self._files_dir: Path | None = None
         self.used = 0
         self.peak = 0
         self.spills = 0
@@ -147,16 +151,23 @@ class FeedMemory:
 
     def open_spill(self) -> RegionSpill:
         """A new spill file (for one region subscription)."""
-        if self.directory is None:
-            self.directory = Path(tempfile.mkdtemp(prefix="cdcflow-feed-spill-"))
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if self._files_dir is None:
+            if self.directory is None:
+                self.directory = Path(tempfile.mkdtemp(prefix="cdcflow-feed-spill-"))
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._files_dir = Path(tempfile.mkdtemp(prefix="client-", dir=self.directory))
         self.files += 1
-        return RegionSpill(self.directory / f"region-{next(self._names)}.db", self)
+        return RegionSpill(self._files_dir / f"region-{next(self._names)}.db", self)
 
     def close(self) -> None:
-        """Delete the spill directory (every region subscription must be closed)."""
+        """Delete this client's spill files (every region subscription must be closed),
+        and the directory when nothing else is left in it."""
+        if self._files_dir is not None:
+            shutil.rmtree(self._files_dir, ignore_errors=True)
+            self._files_dir = None
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.directory.rmdir()  # only when empty: another client may use it
             if self._own_directory:
                 self.directory = None
 

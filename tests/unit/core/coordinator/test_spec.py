@@ -4,13 +4,17 @@ from cdcflow.core.coordinator.spec import connector_for, info_from_connector, va
 from cdcflow.core.model import ChangeFeedInfo
 from cdcflow.core.plugin.manager import PluginManager
 
+PLUGINS = {
+    "source": {"type": "tikv", "pd": ["127.0.0.1:2379"]},
+    "sinks": [{"uri": "file:///tmp/cdcflow-spec-test?protocol=json"}],
+}
+
 
 def test_memory_and_disk_quotas_reach_the_connector_the_executor_builds() -> None:
     plugins = PluginManager.default(autoload=False)
     section = {
         "name": "quota-kept",
-        "source": {"type": "tikv", "pd": ["127.0.0.1:2379"]},
-        "sinks": [{"uri": "file:///tmp/cdcflow-spec-test?protocol=json"}],
+        **PLUGINS,
         "memory-quota": "64MiB",
         "spill-disk-quota": "2GiB",
     }
@@ -22,11 +26,6 @@ def test_memory_and_disk_quotas_reach_the_connector_the_executor_builds() -> Non
 
 def test_a_record_stored_without_quotas_gets_the_defaults() -> None:
     plugins = PluginManager.default(autoload=False)
-    old = {
-        "id": "older",
-        "source": {"type": "tikv", "pd": ["127.0.0.1:2379"]},
-        "sinks": [{"uri": "file:///tmp/cdcflow-spec-test?protocol=json"}],
-        "state": "normal",
-    }
+    old = {"id": "older", **PLUGINS, "state": "normal"}
     settings = connector_for(ChangeFeedInfo.from_json(old), plugins).settings
     assert (settings.memory_quota, settings.spill_disk_quota) == (1024**3, 0)

@@ -238,10 +238,29 @@ def test_closing_deletes_spill_files_and_the_directory() -> None:
         assert not directory.exists()
         m = Matcher(CHECKPOINT, memory)
         _prewrites(m, 101, 10)
-        assert memory.files == 1 and len(list(directory.iterdir())) == 1
+        files = list(directory.rglob("*.db"))
+        assert memory.files == 1 and len(files) == 1
         m.close()
-        assert list(directory.iterdir()) == []
+        assert not files[0].exists()
         memory.close()
+        assert not directory.exists()
+
+
+def test_a_closing_client_leaves_the_files_of_its_successor_alone() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / "spill"
+        old = FeedMemory(0, directory)
+        closing = Matcher(CHECKPOINT, old)
+        _prewrites(closing, 101, 3)
+        new = FeedMemory(0, directory)  # a restarted source, while the old one still closes
+        current = Matcher(CHECKPOINT, new)
+        _prewrites(current, 102, 3)
+        closing.close()
+        old.close()
+        assert len(list(directory.rglob("*.db"))) == 1
+        assert current.commit(row(Event.COMMIT, b"key000001", 102, 150), True) is not None
+        current.close()
+        new.close()
         assert not directory.exists()
 
 
