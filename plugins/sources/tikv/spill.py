@@ -81,7 +81,8 @@ class FeedMemory:
 
     Counters (for metrics and tests): ``used`` and ``peak`` accounted bytes,
     ``spills`` (holders spilled), ``spilled_entries`` (entries written to
-    disk, by a spill or directly) and ``files`` (spill files created).
+    disk, by a spill or directly), ``matched_on_disk`` (commits and rollbacks
+    that found their prewrite on disk) and ``files`` (spill files created).
     """
 
     def __init__(self, budget: int | None = None, directory: Path | None = None) -> None:
@@ -98,6 +99,7 @@ class FeedMemory:
         self.peak = 0
         self.spills = 0
         self.spilled_entries = 0
+        self.matched_on_disk = 0
         self.files = 0
         self._holders: dict[int, MemoryHolder] = {}
         self._names = itertools.count(1)
@@ -226,7 +228,10 @@ class RegionSpill:
             "DELETE FROM prewrite WHERE start_ts = ? AND key = ? RETURNING value, old_value, op, gen",
             (start_ts, key),
         ).fetchone()
-        return None if row is None else (row[0], row[1], row[2], row[3])
+        if row is None:
+            return None
+        self._memory.matched_on_disk += 1
+        return (row[0], row[1], row[2], row[3])
 
     # -- early commits ------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ commit-ts order. The budget is checked on the accounted bytes.
 from __future__ import annotations
 
 import asyncio
+import random
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,7 +29,7 @@ from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.spill import FeedMemory
 
-from .test_eventfeed_playground import SPAN, Change, Recorder, key
+from .test_eventfeed_playground import SPAN, Change, Recorder, _random_fault, key
 
 pytestmark = pytest.mark.integration
 
@@ -169,10 +170,14 @@ def test_splits_leader_moves_and_stream_resets_while_prewrites_are_on_disk(scan_
                 await asyncio.to_thread(doomed.prewrite)
                 leaders = sorted({r.leader_store for r in pg.regions()})
                 await asyncio.to_thread(pg.reset_streams, leaders[0])
-                for region in pg.regions():
-                    await asyncio.to_thread(pg.transfer_leader, region.id)
                 await asyncio.to_thread(doomed.rollback)
                 await commit([(13, b"during-faults"), (2 * BIG - 13, b"during-faults")])
+                before = spilled.memory.spilled_entries
+                for region in pg.regions():
+                    await asyncio.to_thread(pg.transfer_leader, region.id)
+                # Resubscribed at the new leaders, the regions read every lock again from the
+                # scan, onto disk: the commit is then matched there.
+                await _wait(lambda: spilled.memory.spilled_entries >= before + BIG)
 
                 commit_ts = await asyncio.to_thread(big.commit_prewritten)
                 committed.extend((key(h), commit_ts, b"big-%06d-" % h + b"x" * 200) for h in big_keys)
@@ -186,6 +191,38 @@ def test_splits_leader_moves_and_stream_resets_while_prewrites_are_on_disk(scan_
                 # The resubscribed regions read the locks again (scanned) into new spill files.
                 assert spilled.memory.files > files
                 assert spilled.memory.peak <= budget
+                assert spilled.memory.matched_on_disk >= BIG
                 assert sum(isinstance(e, RawKVEvent) for e in spilled.recorder.events) >= len(committed)
 
     asyncio.run(asyncio.wait_for(body(), 240))
+
+
+@pytest.mark.parametrize("scan_delay", [0.0, 0.2], ids=["scan-first", "scan-late"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_faults_with_every_entry_on_disk(seed: int, scan_delay: float) -> None:
+    """The random fault walk of test_eventfeed_playground, with a client that keeps nothing in memory."""
+
+    async def body() -> None:
+        rng = random.Random(seed)
+        committed: list[Change] = []
+        options: dict[str, Any] = {"stores": 3, "split_keys": 0, "resolved_ts_interval": 0.05, "ddl_every": 0}
+        async with Playground(scan_delay=scan_delay, **options) as pg:
+            start = await asyncio.to_thread(pg.now)
+            pending = pg.begin()  # a lock held across every fault, committed at the end
+            pending.put(key(99), b"long-running")
+            await asyncio.to_thread(pending.prewrite)
+            async with feeds(pg, start, [0]) as (spilled,):
+                for _ in range(10):
+                    for _ in range(rng.randrange(1, 5)):
+                        handles = rng.sample(range(40), rng.randrange(1, 4))
+                        pairs = [(h, None if rng.random() < 0.2 else b"v%d" % rng.randrange(1000)) for h in handles]
+                        await asyncio.to_thread(_commit, pg, committed, pairs)
+                    await asyncio.to_thread(_random_fault, pg, rng)
+                commit_ts = await asyncio.to_thread(pending.commit_prewritten)
+                committed.append((key(99), commit_ts, b"long-running"))
+                last = await asyncio.to_thread(_commit, pg, committed, [(0, b"end")])
+                await spilled.recorder.wait_resolved(last, timeout=60)
+                spilled.recorder.check(committed, exactly_once=False)
+                assert spilled.memory.peak == 0 and spilled.memory.spilled_entries > 0
+
+    asyncio.run(asyncio.wait_for(body(), 180))
