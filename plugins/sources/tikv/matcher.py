@@ -22,14 +22,18 @@ Until INITIALIZED the region's committed changes are held (:meth:`Matcher.hold`)
 and released in commit-ts order at INITIALIZED (:meth:`Matcher.release`).
 
 Everything the matcher keeps is accounted to the client's
-:class:`~cdcflow.plugins.sources.tikv.spill.FeedMemory`; past its budget it
-moves to the region's spill file, with the same results in the same order:
+:class:`~cdcflow.plugins.sources.tikv.spill.FeedMemory`; past its budget a
+slice of it (what is needed plus a sixteenth of the budget) moves to the
+region's spill file, with the same results in the same order:
 
-* prewrites per transaction: spilling marks every ``start_ts`` it moved, and
-  later prewrites of a marked transaction go to disk too (so one key is never
-  in both places); unmarked transactions keep using memory;
-* early commits and held changes as a whole: once spilled, the rest of them
-  join the file until INITIALIZED.
+* prewrites first, oldest first. A key is in one place only: a transaction
+  with locks on disk puts its new keys on disk too, and a lookup tries memory,
+  then disk;
+* then held changes, oldest first: the disk holds a prefix of the arrival
+  order, memory the rest, and release merges the two (within a commit ts the
+  disk's come first; a copy of a change already on disk is dropped);
+* early commits (rare) as a whole: once spilled, the rest of them join the
+  file until INITIALIZED.
 """
 
 from __future__ import annotations
@@ -88,6 +92,10 @@ def _early_size(entry: Early) -> int:
 _COMMIT_TS = operator.attrgetter("commit_ts")
 
 
+def _merge_key(item: tuple[Committed, bool]) -> int:
+    return item[0].commit_ts
+
+
 class Matcher:
     """The pending state of one region subscription (not shared between regions).
 
@@ -101,8 +109,10 @@ class Matcher:
         self._account = memory if memory is not None else FeedMemory()
         self._prewrites: dict[tuple[int, bytes], Prewrite] = {}
         self._early: dict[tuple[int, bytes], list[Early]] = {}
-        self._held: list[Committed] = []  # in arrival order
+        #: Held changes in arrival order: the oldest on disk (``_held_on_disk``), the rest here.
+        self._held: list[Committed] = []
         self._held_bytes = 0
+        self._held_on_disk = False
         self._seq = itertools.count()  # arrival order of early commits
         #: Bytes accounted to this matcher.
         self.memory = 0
@@ -111,7 +121,6 @@ class Matcher:
         self._spilled_txns: dict[int, int] = {}
         self._early_on_disk = 0
         self._early_spilled = False
-        self._held_spilled = False
         self._closed = False
         self._account.register(self)
         #: Commits skipped as stale or dropped as already delivered (for tests and metrics).
@@ -127,19 +136,21 @@ class Matcher:
         """Cache ``row``; returns early commits it completes (only before INITIALIZED)."""
         start_ts, key = row.start_ts, row.key
         entry: Prewrite = (row.value, row.old_value, row.op_type, row.generation)
-        if start_ts in self._spilled_txns:
+        k = (start_ts, key)
+        cached = self._prewrites.get(k)
+        if cached is not None:
+            if not entry[0] and cached[0]:
+                return []  # heartbeat "fake" prewrite: keep the real value
+            if entry[3] < cached[3]:
+                return []  # an older generation of a pipelined-DML lock
+            self._drop_prewrite(k, cached)
+            self._keep_prewrite(start_ts, key, entry)
+        elif start_ts in self._spilled_txns:
+            # The key may be on disk: the same rules there, and a new key joins it.
             assert self._disk is not None
             if self._disk.put_prewrite(start_ts, key, entry):
                 self._spilled_txns[start_ts] += 1
         else:
-            k = (start_ts, key)
-            cached = self._prewrites.get(k)
-            if cached is not None:
-                if not entry[0] and cached[0]:
-                    return []  # heartbeat "fake" prewrite: keep the real value
-                if entry[3] < cached[3]:
-                    return []  # an older generation of a pipelined-DML lock
-                self._drop_prewrite(k, cached)
             self._keep_prewrite(start_ts, key, entry)
         if initialized or not (self._early or self._early_on_disk):
             return []
@@ -196,83 +207,79 @@ class Matcher:
 
     def hold(self, change: Committed) -> None:
         """Keep ``change`` until :meth:`release`."""
-        if not self._held_spilled:
-            size = HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
-            if self._account.admit(size):
-                if not self._held_spilled:
-                    self._held.append(change)
-                    self._held_bytes += size
-                    self.memory += size
-                    return
-                self._account.release(size)
-        # Once spilled, every held change goes to disk (in arrival order) until INITIALIZED.
-        self._spill_file().add_held([_held_row(change)])
-        self._held_spilled = True
+        size = HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
+        if self._account.admit(size):
+            self._held.append(change)
+            self._held_bytes += size
+            self.memory += size
+        else:  # nothing of this region is in memory now: the arrival order holds on disk
+            self._spill_file().add_held([_held_row(change)])
+            self._held_on_disk = True
 
     def release(self) -> Iterator[Committed]:
         """The held changes in commit-ts order, each ``(key, commit_ts)`` once, none at or below the checkpoint.
 
         The scan and live rows of one registration may report the same commit
         (a write between registration and the scan's snapshot); one copy is
-        enough. Order between keys of equal commit ts is arrival order.
-        Streams from disk when the held changes were spilled; stops when the
-        matcher is closed meanwhile.
+        enough. Order between keys of equal commit ts is arrival order. What
+        was spilled (the oldest) is streamed from disk, merged with the rest;
+        stops when the matcher is closed meanwhile.
         """
-        if self._held_spilled:
-            assert self._disk is not None
-            self._held_spilled = False
-            for commit_ts, key, value, old, start_ts, delete in self._disk.drain_held(self.checkpoint_ts):
-                yield Committed(key, value, old, start_ts, commit_ts, delete)
-            return
         # Out of reach of spill() while being emitted, and accounted until the end.
         held, self._held = self._held, []
         size, self._held_bytes = self._held_bytes, 0
+        disk = self._disk if self._held_on_disk else None
+        self._held_on_disk = False
         try:
             held.sort(key=_COMMIT_TS)  # stable: arrival order within a commit ts
-            checkpoint = self.checkpoint_ts
-            seen: set[bytes] = set()
-            seen_ts = -1
-            for change in held:
-                ts = change.commit_ts
-                if ts <= checkpoint:
-                    continue
-                if ts != seen_ts:
-                    seen.clear()  # duplicates share their commit ts
-                    seen_ts = ts
-                if change.key not in seen:
-                    seen.add(change.key)
-                    yield change
+            yield from _once_in_order(held, self.checkpoint_ts, disk)
+            if disk is not None:
+                disk.clear_held()
         finally:
             if not self._closed:  # close() released them already
                 self._forget_bytes(size)
 
     # -- memory and disk ---------------------------------------------------------------------
 
-    def spill(self) -> int:
-        """Move every entry kept in memory to the region's spill file (see the module docs);
-        returns the bytes released. Changes being released at INITIALIZED stay."""
+    def spill(self, target: int) -> int:
+        """Move entries kept in memory to the region's spill file until ``target`` bytes
+        are released, or all of them (see the module docs); returns the bytes released.
+        Prewrites go first, oldest first; changes being released at INITIALIZED stay."""
         if not (self._prewrites or self._early or self._held):
             return 0
         disk = self._spill_file()
         freed = 0
         by_txn: dict[int, list[tuple[bytes, Prewrite]]] = {}
-        for (start_ts, key), entry in self._prewrites.items():
+        for (start_ts, key), entry in self._prewrites.items():  # oldest first
+            if freed >= target:
+                break
             by_txn.setdefault(start_ts, []).append((key, entry))
             freed += _prewrite_size(key, entry)
         for start_ts, entries in by_txn.items():
+            for key, _ in entries:
+                del self._prewrites[(start_ts, key)]
             self._spilled_txns[start_ts] = self._spilled_txns.get(start_ts, 0) + disk.add_prewrites(start_ts, entries)
-        self._prewrites = {}
+        if freed >= target:
+            self._forget_bytes(freed)
+            return freed
         if self._early:
             early = sorted(e for entries in self._early.values() for e in entries)
             freed += sum(map(_early_size, early))
             self._early_on_disk += disk.add_early(early)
             self._early = {}
             self._early_spilled = True
-        if self._held:
-            freed += self._held_bytes
-            disk.add_held(map(_held_row, self._held))
-            self._held, self._held_bytes = [], 0
-            self._held_spilled = True
+        if self._held and freed < target:  # the oldest first: the disk keeps the arrival order's prefix
+            count = moved = 0
+            for change in self._held:
+                if freed + moved >= target:
+                    break
+                moved += HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
+                count += 1
+            disk.add_held(map(_held_row, self._held[:count]))
+            del self._held[:count]
+            self._held_bytes -= moved
+            freed += moved
+            self._held_on_disk = True
         self._forget_bytes(freed)
         return freed
 
@@ -297,14 +304,12 @@ class Matcher:
         return self._disk
 
     def _keep_prewrite(self, start_ts: int, key: bytes, entry: Prewrite) -> None:
+        """Keep a prewrite whose key is in neither place: in memory if it fits, else on disk."""
         size = PREWRITE_OVERHEAD + len(key) + len(entry[0]) + len(entry[1])
         if self._account.admit(size):
-            if start_ts not in self._spilled_txns:
-                self._prewrites[(start_ts, key)] = entry
-                self.memory += size
-                return
-            self._account.release(size)
-        # Nothing of this transaction is in memory now (spilled to make room, or never there).
+            self._prewrites[(start_ts, key)] = entry
+            self.memory += size
+            return
         self._spill_file().put_prewrite(start_ts, key, entry)
         self._spilled_txns[start_ts] = self._spilled_txns.get(start_ts, 0) + 1
 
@@ -317,21 +322,23 @@ class Matcher:
         self._forget_bytes(_prewrite_size(k[1], entry))
 
     def _take_prewrite(self, start_ts: int, key: bytes) -> Prewrite | None:
-        on_disk = self._spilled_txns.get(start_ts)
-        if on_disk is not None:
-            assert self._disk is not None
-            entry = self._disk.take_prewrite(start_ts, key)
-            if entry is not None:
-                if on_disk > 1:
-                    self._spilled_txns[start_ts] = on_disk - 1
-                else:
-                    del self._spilled_txns[start_ts]  # memory may hold this transaction again
-            return entry
+        """Remove and return the prewrite of ``(start_ts, key)`` from wherever it is."""
         k = (start_ts, key)
         cached = self._prewrites.get(k)
         if cached is not None:
             self._drop_prewrite(k, cached)
-        return cached
+            return cached
+        on_disk = self._spilled_txns.get(start_ts)
+        if on_disk is None:
+            return None
+        assert self._disk is not None
+        entry = self._disk.take_prewrite(start_ts, key)
+        if entry is not None:
+            if on_disk > 1:
+                self._spilled_txns[start_ts] = on_disk - 1
+            else:
+                del self._spilled_txns[start_ts]  # nothing of it left on disk
+        return entry
 
     def _keep_early(self, entry: Early) -> None:
         if not self._early_spilled:
@@ -361,6 +368,43 @@ class Matcher:
             Committed(key, prewrite[0], prewrite[1], start_ts, commit_ts, _op(op_type, prewrite[2]))
             for _, _, _, commit_ts, op_type in early
         ]
+
+
+def _once_in_order(held: list[Committed], checkpoint: int, disk: RegionSpill | None) -> Iterator[Committed]:
+    """``held`` (sorted by commit ts) merged with the held changes on ``disk``, above ``checkpoint``,
+    each ``(key, commit_ts)`` once.
+
+    The disk holds the oldest arrivals, each once (its unique index), so within
+    a commit ts they come first; a change in memory is dropped when a copy came
+    before it, in memory (``seen``: bounded by what memory holds) or on disk.
+    """
+    seen: set[bytes] = set()
+    seen_ts = -1
+    if disk is None:
+        for change in held:
+            ts = change.commit_ts
+            if ts <= checkpoint:
+                continue
+            if ts != seen_ts:
+                seen.clear()  # duplicates share their commit ts
+                seen_ts = ts
+            if change.key not in seen:
+                seen.add(change.key)
+                yield change
+        return
+    spilled = ((Committed(r[1], r[2], r[3], r[4], r[0], r[5]), True) for r in disk.drain_held(checkpoint))
+    fresh = ((c, False) for c in held if c.commit_ts > checkpoint)
+    for change, from_disk in heapq.merge(spilled, fresh, key=_merge_key):
+        if from_disk:
+            yield change
+            continue
+        if change.commit_ts != seen_ts:
+            seen.clear()
+            seen_ts = change.commit_ts
+        if change.key in seen or disk.holds(change.key, change.commit_ts):
+            continue
+        seen.add(change.key)
+        yield change
 
 
 def _held_row(change: Committed) -> Held:

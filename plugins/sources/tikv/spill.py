@@ -32,10 +32,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["FeedMemory", "MemoryHolder", "RegionSpill"]
+__all__ = ["SPILL_SLICES", "FeedMemory", "MemoryHolder", "RegionSpill"]
 
 log = logging.getLogger(__name__)
 
+#: A spill frees what is needed plus 1/SPILL_SLICES of the budget (prewrites, oldest first).
+SPILL_SLICES = 16
 #: Rows fetched from a spill file at a time while streaming it back.
 _FETCH = 512
 #: SQLite's page cache per spill file (KiB): what reading and writing one costs in memory.
@@ -71,8 +73,9 @@ class MemoryHolder(Protocol):
         """The bytes accounted to this holder."""
         ...
 
-    def spill(self) -> int:
-        """Move the entries held in memory to disk; returns the bytes released."""
+    def spill(self, target: int) -> int:
+        """Move entries held in memory to disk until ``target`` bytes are released
+        (or all of them); returns the bytes released."""
         ...
 
 
@@ -135,10 +138,14 @@ class FeedMemory:
 
     def _make_room(self, size: int) -> None:
         assert self.budget is not None
+        # A slice of the budget beyond what is needed, so that the next entries fit
+        # without another spill, and one spill never moves the whole budget at once.
+        slack = self.budget // SPILL_SLICES
         for victim in sorted(self._holders.values(), key=lambda h: h.memory, reverse=True):
-            if self.used + size <= self.budget or victim.memory <= 0:
+            need = self.used + size - self.budget
+            if need <= 0 or victim.memory <= 0:
                 return
-            freed = victim.spill()
+            freed = victim.spill(need + slack)
             if freed:
                 self.spills += 1
                 # The first spill says where the disk goes; later ones are routine.
@@ -268,15 +275,22 @@ class RegionSpill:
         self._memory.spilled_entries += len(rows)
         return len(rows)
 
+    def holds(self, key: bytes, commit_ts: int) -> bool:
+        """Whether a held change of ``(key, commit_ts)`` is stored."""
+        row = self._db.execute("SELECT 1 FROM held WHERE key = ? AND commit_ts = ?", (key, commit_ts)).fetchone()
+        return row is not None
+
     def drain_held(self, above_ts: int) -> Iterator[Held]:
-        """The held changes above ``above_ts`` in ``(commit_ts, arrival)`` order; all are
-        deleted once every one was read."""
+        """The held changes above ``above_ts`` in ``(commit_ts, arrival)`` order."""
         query = (
             "SELECT commit_ts, key, value, old_value, start_ts, del FROM held"
             " WHERE commit_ts > ? ORDER BY commit_ts, seq"
         )
         for r in self._stream(query, (above_ts,)):
             yield (r[0], r[1], r[2], r[3], r[4], bool(r[5]))
+
+    def clear_held(self) -> None:
+        """Forget every held change (they were released)."""
         if not self.closed:
             self._db.execute("DELETE FROM held")
 

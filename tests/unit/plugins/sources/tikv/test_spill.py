@@ -113,6 +113,7 @@ def scripts(draw: st.DrawFn) -> Script:
     """Entries of two regions: prewrites (heartbeats, generations), commits (some before their
     prewrite, some stale), rollbacks, scan COMMITTED rows (some repeated live), INITIALIZED."""
     out: Script = []
+    scanned: Script = []
     n = draw(st.integers(1, 60))
     init_at = [draw(st.integers(0, n)), draw(st.integers(0, n + 5))]
     for i in range(n):
@@ -122,8 +123,10 @@ def scripts(draw: st.DrawFn) -> Script:
         region = draw(st.integers(0, 1))
         key = draw(st.sampled_from(KEYS))
         start = draw(st.sampled_from(TXNS))
-        commit = start + (5 if start == 90 else draw(st.integers(1, 20)))
-        kind = draw(st.sampled_from(["prewrite", "prewrite", "heartbeat", "commit", "commit", "rollback", "committed"]))
+        # Few commit ts: many changes share one (ties are ordered by arrival).
+        commit = start + (5 if start == 90 else draw(st.integers(1, 3)))
+        kinds = ["prewrite", "prewrite", "heartbeat", "commit", "commit", "rollback", "committed", "again"]
+        kind = draw(st.sampled_from(kinds))
         if kind == "prewrite":
             value = draw(st.binary(min_size=1, max_size=30))
             gen = draw(st.integers(0, 2))
@@ -139,9 +142,12 @@ def scripts(draw: st.DrawFn) -> Script:
             out.append((region, row(Event.COMMIT, key, start, commit, op_type=op)))
         elif kind == "rollback":
             out.append((region, row(Event.ROLLBACK, key, start)))
+        elif kind == "again" and scanned:  # a commit reported twice (scan and live): once out
+            out.append(draw(st.sampled_from(scanned)))
         else:
             value = draw(st.binary(min_size=1, max_size=30))
-            out.append((region, row(Event.COMMITTED, key, start, commit, value=value, old_value=b"o")))
+            scanned.append((region, row(Event.COMMITTED, key, start, commit, value=value, old_value=b"o")))
+            out.append(scanned[-1])
     for region in (0, 1):
         if init_at[region] >= n and draw(st.booleans()):
             out.append((region, row(Event.INITIALIZED, b"", 0)))
@@ -201,11 +207,12 @@ def test_the_largest_region_spills_first_and_the_budget_holds() -> None:
         _prewrites(big, 101, 50)
         _prewrites(small, 102, 5)
         assert not big.spilled and not small.spilled
-        _prewrites(small, 103, 30)  # past the budget: the big region goes to disk, the small one stays
+        _prewrites(small, 103, 30)  # past the budget: the big region's oldest go to disk, the small one stays
         assert big.spilled and not small.spilled
         assert memory.used <= 30_000 and memory.peak <= 30_000
-        assert memory.spills == 1 and memory.spilled_entries == 50
-        assert len(big) == 50 and big.memory == 0 and small.memory == memory.used
+        # Slices, not everything: what was needed plus a sixteenth of the budget at a time.
+        assert 0 < memory.spilled_entries < 50 and memory.spills >= 1
+        assert len(big) == 50 and big.memory > 0 and big.memory + small.memory == memory.used
         # Both still match every commit, from disk and from memory.
         got = [big.commit(row(Event.COMMIT, b"key%06d" % i, 101, 200), True) for i in range(50)]
         assert all(c is not None and c.value == b"v" * 100 for c in got)
