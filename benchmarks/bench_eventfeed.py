@@ -113,21 +113,25 @@ def _kib(field: str) -> int:
     return 0
 
 
-async def _feed_child(pd_address: str, span: Span, start_ts: int, budget: int, conn: Connection) -> dict[str, Any]:
+async def _feed_child(
+    pd_address: str, span: Span, start_ts: int, budget: int, scan: bool, conn: Connection
+) -> dict[str, Any]:
     """The child: feed ``span`` from ``start_ts``, drop the changes, report memory at the end."""
     pd = PDClient([pd_address])
     await pd.connect()
     spill_dir = Path(tempfile.mkdtemp(prefix="bench-feed-"))
     memory = FeedMemory(budget or None, spill_dir)
     client = EventFeedClient(pd, memory=memory)
-    changes, commit_ts, rss_before = 0, None, 0
+    changes, commit_ts = 0, None
+    # Scanned rows arrive before the first resolved ts: the baseline is taken before subscribing.
+    rss_before = _kib("VmRSS") if scan else 0
     try:
         async with contextlib.aclosing(client.feed(span, start_ts)) as feed:
             async for ev in feed:
                 if isinstance(ev, RawKVEvent):
                     changes += 1
                 elif commit_ts is None:
-                    rss_before = _kib("VmRSS")
+                    rss_before = rss_before or _kib("VmRSS")
                     conn.send("ready")
                     commit_ts = await asyncio.to_thread(conn.recv)
                 elif ev.ts >= commit_ts:
@@ -147,8 +151,8 @@ async def _feed_child(pd_address: str, span: Span, start_ts: int, budget: int, c
     }
 
 
-def _child_main(pd_address: str, span: Span, start_ts: int, budget: int, conn: Connection) -> None:
-    conn.send(asyncio.run(_feed_child(pd_address, span, start_ts, budget, conn)))
+def _child_main(pd_address: str, span: Span, start_ts: int, budget: int, scan: bool, conn: Connection) -> None:
+    conn.send(asyncio.run(_feed_child(pd_address, span, start_ts, budget, scan, conn)))
 
 
 def _bulk_order(n: int) -> dict[str, Any]:
@@ -165,7 +169,7 @@ def memory(rows: int, budget: int, scan: bool) -> dict[str, Any]:
         for n in range(rows):
             txn.put(row_key(table, 10_000_000 + n), encode_row_value(table, _bulk_order(n)))
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_child_main, args=(pg.pd_address, span, start_ts, budget, child))
+        proc = ctx.Process(target=_child_main, args=(pg.pd_address, span, start_ts, budget, scan, child))
         started = 0.0
         if scan:
             commit_ts = txn.commit()  # before the feed: the rows come from the incremental scan
