@@ -9,10 +9,12 @@ transaction of a million rows is a million prewrites held at once.
 :class:`FeedMemory` accounts those bytes for one client (one source, so one
 changefeed) against a budget. A holder asks :meth:`FeedMemory.admit` before
 keeping an entry in memory; when the entry does not fit, the largest holders
-are spilled first (their entries move to a :class:`RegionSpill`, an SQLite
-file of that region subscription under the client's directory), and an entry
-that still does not fit goes to disk itself. The accounted bytes therefore
-never exceed the budget. A budget of None keeps everything in memory.
+spill first — each what is still needed plus ``1/SPILL_SLICES`` of the budget,
+so that a spill (which runs on the event loop) stays short — into a
+:class:`RegionSpill`, an SQLite file of that region subscription under the
+client's directory; an entry that still does not fit goes to disk itself. The
+accounted bytes therefore never exceed the budget. A budget of None keeps
+everything in memory.
 
 Spill files hold nothing durable: they are deleted with their region
 subscription, and the directory is emptied when a client starts (each client
