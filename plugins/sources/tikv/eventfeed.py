@@ -17,6 +17,11 @@ Region errors (the reference's §3.3):
 * Compatibility → :class:`UnsupportedProtocolError`; ClusterIDMismatch → fatal;
 * a broken stream → every region on it is resubscribed.
 
+What the regions hold before their changes are yielded (pending prewrites,
+changes until INITIALIZED) is accounted to the client's
+:class:`~cdcflow.plugins.sources.tikv.spill.FeedMemory` and spilled to disk
+past its budget, without changing what is yielded or in which order.
+
 A resubscribed range always starts at its own resolved ts, which is at or
 above everything already yielded as resolved: nothing is lost, and only
 changes above the span's frontier may be yielded twice (the Source.feed
