@@ -1,7 +1,7 @@
 """End to end: rows/s from the playground to the Kafka mock cluster, next to two ceilings.
 
     .venv/bin/python -m benchmarks.bench_e2e [--txns 3000]
-    .venv/bin/python -m benchmarks.bench_e2e --memory [--rows 1000000] [--quota 64MiB]
+    .venv/bin/python -m benchmarks.bench_e2e --memory [--rows 1000000] [--quota 64MiB] [--trace FILE]
 
 The playground upstream and the Kafka mock cluster run in this process; the capture is
 a separate ``cdcflow run`` process (tikv source over gRPC, Spark pipeline local[2],
@@ -25,6 +25,9 @@ replicates it with the changefeed's memory quota set to ``--quota``; it reports 
 capture process's peak RSS (VmHWM) against its RSS just before the transaction (the
 fixed overhead: interpreter, gRPC, PySpark, pyarrow), next to the quota, plus the
 JVM's and Python workers' peaks separately, and the messages the topic received.
+With ``--trace FILE`` the capture runs with tracemalloc and appends its RSS,
+traced Python bytes and top allocation sites to FILE every second (see
+``benchmarks/memtrace``; tracing slows the capture down several times).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import asyncio
 import datetime as dt
 import decimal
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -209,6 +213,12 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     topic = f"bench-e2e-mem-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)
     quota = f"{args.quota}B"
+    if args.trace:
+        # Inherited by the capture process (benchmarks/memtrace/sitecustomize.py).
+        os.environ["CDCFLOW_MEMTRACE"] = str(Path(args.trace).resolve())
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(Path(__file__).parent / "memtrace"), os.environ.get("PYTHONPATH")])
+        )
     with tempfile.TemporaryDirectory() as tmp, Playground(stores=3, seed=5, ddl_every=0, split_keys=0) as pg:
         start_ts = pg.now()
         capture = CaptureProcess(Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts, memory_quota=quota)
@@ -260,6 +270,7 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="one huge transaction; report peak RSS")
     parser.add_argument("--rows", type=int, default=1_000_000, help="memory mode: rows of the transaction")
     parser.add_argument("--quota", type=parse_bytes, default=parse_bytes("64MiB"), help="memory mode: memory quota")
+    parser.add_argument("--trace", help="memory mode: trace the capture's allocations into this file")
     args = parser.parse_args()
     report = memory(args) if args.memory else throughput(args)
     print(json.dumps(report, indent=2))

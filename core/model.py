@@ -132,6 +132,10 @@ class ChangeFeedInfo:
     state_changed_at: float = 0.0
     error_stuck_duration: float = 1800.0
     description: str = ""
+    #: The connector's ``memory-quota`` and ``spill-disk-quota`` (bytes), which each
+    #: capture's executor applies (records written before they were kept get the defaults).
+    memory_quota: int = 1024**3
+    spill_disk_quota: int = 0
 
     def with_changes(self, **changes: Any) -> ChangeFeedInfo:
         return replace(self, **changes)

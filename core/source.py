@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 from cdcflow.core.events import (
@@ -151,6 +152,17 @@ class Source(Plugin[ConfigT], abc.ABC):
         so it must move on while nothing changes.
         """
         return None
+
+    def limit_memory(self, quota: int, spill_dir: Path) -> int:
+        """Bound what the feeds hold in memory before their events reach the event store.
+
+        Called once, before :meth:`open`, with the changefeed's memory quota
+        and a directory the source may spill to (its contents are not kept
+        across restarts). Returns the share of ``quota`` the feeds may use;
+        the event store gets the rest. The default, for sources whose feeds
+        hold no per-row state, takes nothing.
+        """
+        return 0
 
     def gc_safepoint_keeper(self) -> GCSafepointKeeper | None:
         """The keeper of this upstream's service GC safepoint (see :mod:`cdcflow.core.gc`),

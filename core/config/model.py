@@ -155,7 +155,11 @@ class ConnectorSettings(_Settings):
     )
     target_ts: int = Field(0, ge=0, description="Stop (state finished) at this TSO; 0 means never.")
     filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
-    memory_quota: ByteSize = Field(1024**3, description="Event-store memory per changefeed before spilling.")
+    memory_quota: ByteSize = Field(
+        1024**3,
+        description="Memory per changefeed for buffered changes before they spill: the source's feeds take their "
+        "share (tikv: a quarter), the event store the rest.",
+    )
     spill_disk_quota: ByteSize = Field(
         0,
         description="Event-store disk (spill runs, resolved chunks) per changefeed; feeds pause at it; 0: no limit.",

@@ -74,6 +74,8 @@ def info_from_connector(connector: Connector, section: dict[str, Any], now: floa
         state_changed_at=now,
         error_stuck_duration=float(s.error_stuck_duration),
         description=s.description,
+        memory_quota=int(s.memory_quota),
+        spill_disk_quota=int(s.spill_disk_quota),
     )
 
 
@@ -86,6 +88,8 @@ def connector_for(info: ChangeFeedInfo, plugins: PluginManager | None = None) ->
         "filter": {"rules": info.filter_rules},
         "start-ts": info.start_ts,
         "target-ts": info.target_ts,
+        "memory-quota": info.memory_quota,
+        "spill-disk-quota": info.spill_disk_quota,
     }
     if info.scheduler is not None:
         section["scheduler"] = info.scheduler

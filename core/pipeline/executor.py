@@ -123,11 +123,13 @@ class PipelineSpanExecutor(SpanExecutor):
         if read_manifest(store_dir) is None:
             # A Spark checkpoint without its event store would point at chunks that are gone.
             shutil.rmtree(self.directory / "spark-checkpoint", ignore_errors=True)
+        # The feeds' share of the quota (what they hold before the event store), the store the rest.
+        feed_memory = source.limit_memory(memory_quota, self.directory / "feed-spill")
         self.store = EventStore(
             store_dir,
             changefeed_id,
             start_ts=start_ts,
-            memory_quota=memory_quota,
+            memory_quota=memory_quota - feed_memory,
             disk_quota=disk_quota,
             chunk_rows=chunk_rows,
             auto_spill=False,  # spilled from a thread, off the event loop (see _make_room)

@@ -11,7 +11,8 @@ and turns what happens into ``cdcpb`` messages queued on the sessions:
   PREWRITE for current locks — then INITIALIZED; live changes follow (with
   ``scan_delay`` > 0 the scan is delivered late, so live rows overtake it);
 * live: PREWRITE (value, and old value if ``ReadOldValue``), COMMIT (key,
-  op and timestamps only — the value is the PREWRITE's) and ROLLBACK rows;
+  op and timestamps only — the value is the PREWRITE's) and ROLLBACK rows,
+  in Events of about 32 KiB and messages of at most 64 Events, as TiKV sends;
 * split / merge / leader move: EpochNotMatch / RegionNotFound / NotLeader to
   the subscriptions of the changed regions, which are then dropped;
 * resolved ts: per region min(fresh TSO, oldest lock start ts in the region),
@@ -41,6 +42,13 @@ __all__ = ["FeedHub", "FeedSession", "Subscription", "region_to_pb"]
 
 #: Rows per Event in incremental scans (TiKV batches scans too).
 SCAN_BATCH = 256
+#: As TiKV's CDC endpoint: an Event carries at most about 32 KiB of rows, a
+#: ChangeDataEvent at most 64 Events, so a huge transaction reaches a client as
+#: many bounded messages (what a client buffers per message stays small).
+EVENT_MAX_BYTES = 32 * 1024
+MESSAGE_MAX_EVENTS = 64
+#: What a row costs in an Event beyond its key and values (timestamps, tags).
+_ROW_OVERHEAD = 32
 
 _LOG_TYPE = {
     ChangeKind.PREWRITE: cdcpb_pb2.Event.PREWRITE,
@@ -262,12 +270,30 @@ class FeedHub:
         )
 
     def _send_rows(self, sub: Subscription, rows: Iterable[cdcpb_pb2.Event.Row]) -> None:
-        event = cdcpb_pb2.Event(
+        events: list[cdcpb_pb2.Event] = []
+        batch: list[cdcpb_pb2.Event.Row] = []
+        size = 0
+        for row in rows:
+            batch.append(row)
+            size += _ROW_OVERHEAD + len(row.key) + len(row.value) + len(row.old_value)
+            if size >= EVENT_MAX_BYTES:
+                events.append(self._event(sub, batch))
+                batch, size = [], 0
+                if len(events) == MESSAGE_MAX_EVENTS:
+                    sub.session.send(cdcpb_pb2.ChangeDataEvent(events=events))
+                    events = []
+        if batch:
+            events.append(self._event(sub, batch))
+        if events:
+            sub.session.send(cdcpb_pb2.ChangeDataEvent(events=events))
+
+    @staticmethod
+    def _event(sub: Subscription, rows: list[cdcpb_pb2.Event.Row]) -> cdcpb_pb2.Event:
+        return cdcpb_pb2.Event(
             region_id=sub.region_id,
             request_id=sub.request_id,
             entries=cdcpb_pb2.Event.Entries(entries=rows),
         )
-        sub.session.send(cdcpb_pb2.ChangeDataEvent(events=[event]))
 
     def _send_error(self, session: FeedSession, region_id: int, request_id: int, error: cdcpb_pb2.Error) -> None:
         event = cdcpb_pb2.Event(region_id=region_id, request_id=request_id, error=error)

@@ -17,6 +17,11 @@ Region errors (the reference's §3.3):
 * Compatibility → :class:`UnsupportedProtocolError`; ClusterIDMismatch → fatal;
 * a broken stream → every region on it is resubscribed.
 
+What the regions hold before their changes are yielded (pending prewrites,
+changes until INITIALIZED) is accounted to the client's
+:class:`~cdcflow.plugins.sources.tikv.spill.FeedMemory` and spilled to disk
+past its budget, without changing what is yielded or in which order.
+
 A resubscribed range always starts at its own resolved ts, which is at or
 above everything already yielded as resolved: nothing is lost, and only
 changes above the span's frontier may be yielded twice (the Source.feed
@@ -45,6 +50,7 @@ from cdcflow.plugins.sources.tikv.matcher import Committed, Matcher, UnmatchedCo
 from cdcflow.plugins.sources.tikv.pd import PDClient, PDRejectedError
 from cdcflow.plugins.sources.tikv.rangets import RangeTs
 from cdcflow.plugins.sources.tikv.regions import RegionInfo, clip, region_key
+from cdcflow.plugins.sources.tikv.spill import FeedMemory
 from cdcflow.plugins.sources.tikv.stream import StoreStream
 from cdcflow.plugins.sources.tikv.subscription import (
     END,
@@ -96,6 +102,7 @@ class EventFeedClient:
         retry_timeout: float = 60.0,
         backoff_max: float = 2.0,
         queue_size: int = 4096,
+        memory: FeedMemory | None = None,
     ) -> None:
         if kv_api not in KV_APIS:
             raise ValueError(f"kv_api must be one of {sorted(KV_APIS)}, not {kv_api!r}")
@@ -107,6 +114,9 @@ class EventFeedClient:
         self._retry_timeout = retry_timeout
         self._backoff_max = backoff_max
         self._queue_size = queue_size
+        #: What the regions hold (prewrites, early commits, changes until INITIALIZED), against
+        #: its budget; unbounded when not given.
+        self.memory = memory if memory is not None else FeedMemory()
         self._request_ids = itertools.count(1)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._streams: dict[tuple[str, int], StoreStream] = {}
@@ -129,6 +139,10 @@ class EventFeedClient:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        for sub in list(self._subs):
+            for state in list(sub.regions.values()):
+                self._retire(state)
+        self.memory.close()
 
     # -- the feed -------------------------------------------------------------
 
@@ -279,7 +293,7 @@ class EventFeedClient:
             end=end,
             checkpoint_ts=ts,
             stream=stream,
-            matcher=Matcher(ts),
+            matcher=Matcher(ts, self.memory),
             resolved_ts=ts,
         )
         sub.regions[region.id] = state
@@ -318,6 +332,7 @@ class EventFeedClient:
 
     def _retire(self, state: RegionState) -> None:
         state.retired = True
+        state.matcher.close()
         state.stream.remove(state)
         if state.sub.regions.get(state.region_id) is state:
             del state.sub.regions[state.region_id]
@@ -394,14 +409,19 @@ class EventFeedClient:
     async def _on_entries(self, state: RegionState, rows: Any) -> None:
         matcher = state.matcher
         for row in rows:
+            if state.retired:
+                return  # retired while a change was being emitted: its range is resubscribed
             kind = row.type
             if kind == cdcpb_pb2.Event.INITIALIZED:
                 state.initialized = True
                 # A region subscribed successfully: progress, even while a long transaction's
                 # lock holds the span's resolved ts (and so its frontier) still.
                 state.sub.failures, state.sub.failing_since = 0, None
-                state.hold(matcher.initialized())
-                await self._emit_all(state, state.release())
+                matcher.initialized()
+                for change in matcher.release():
+                    await self._emit(state, change)
+                    if state.retired:
+                        return
             elif kind == cdcpb_pb2.Event.COMMITTED:
                 await self._deliver(state, matcher.committed(row))
             elif kind == cdcpb_pb2.Event.PREWRITE:
@@ -419,18 +439,14 @@ class EventFeedClient:
         commit of a key may arrive before the scan's older commits of the same
         key (and TiKV scans a key's versions newest first). Until the scan is
         complete every change of the region is held, then released in
-        commit-ts order (:meth:`RegionState.release`).
+        commit-ts order (:meth:`Matcher.release`).
         """
         if change is None:
             return
         if state.initialized:
             await self._emit(state, change)
         else:
-            state.hold([change])
-
-    async def _emit_all(self, state: RegionState, changes: list[Committed]) -> None:
-        for change in changes:
-            await self._emit(state, change)
+            state.matcher.hold(change)
 
     async def _emit(self, state: RegionState, change: Committed | None) -> None:
         sub = state.sub

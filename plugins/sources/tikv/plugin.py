@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from cdcflow.core.errors import ConfigInvalidError
@@ -46,8 +47,13 @@ from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVMounter, parse_key_spans
+from cdcflow.plugins.sources.tikv.spill import FeedMemory
 
-__all__ = ["TiKVSource", "cdcflow_register_sources"]
+__all__ = ["FEED_MEMORY_SHARE", "TiKVSource", "cdcflow_register_sources"]
+
+#: The share of a changefeed's memory quota the feeds may hold (pending prewrites,
+#: changes of regions not yet INITIALIZED) before spilling to disk.
+FEED_MEMORY_SHARE = 0.25
 
 
 class TiKVSource(Source[TiKVSourceConfig]):
@@ -74,6 +80,9 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._mount_from: int | None = None
         self._schema_ready_ts = 0
         self._pd_endpoints = list(config.pd)
+        #: Bytes the feeds may hold before spilling (None: no limit; see :meth:`limit_memory`).
+        self.memory_budget: int | None = None
+        self._spill_dir: Path | None = None
         if config.kv_api != "tidb":
             self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
         else:
@@ -85,7 +94,15 @@ class TiKVSource(Source[TiKVSourceConfig]):
         await self._attach_playground()
         self._pd = PDClient(self._pd_endpoints, tls=tls)
         await self._pd.connect()
-        self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls)
+        memory = FeedMemory(self.memory_budget, self._spill_dir)
+        self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls, memory=memory)
+
+    def limit_memory(self, quota: int, spill_dir: Path) -> int:
+        """The feeds keep at most :data:`FEED_MEMORY_SHARE` of ``quota`` in memory and
+        spill the rest of what they hold to ``spill_dir`` (see :mod:`.spill`)."""
+        self.memory_budget = int(quota * FEED_MEMORY_SHARE)
+        self._spill_dir = spill_dir
+        return self.memory_budget
 
     async def _attach_playground(self) -> None:
         """With ``playground`` set: start or attach to the process's playground and read it."""

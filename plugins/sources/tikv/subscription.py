@@ -13,7 +13,7 @@ from typing import Any
 
 from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2
-from cdcflow.plugins.sources.tikv.matcher import Committed, Matcher
+from cdcflow.plugins.sources.tikv.matcher import Matcher
 from cdcflow.plugins.sources.tikv.rangets import RangeTs
 from cdcflow.plugins.sources.tikv.regions import RegionInfo
 from cdcflow.plugins.sources.tikv.stream import StoreStream
@@ -49,7 +49,8 @@ class Subscription:
 
 @dataclass(eq=False)
 class RegionState:
-    """One region subscription: the region, the clipped range, and its matching state."""
+    """One region subscription: the region, the clipped range, and its matching state
+    (which also holds the region's changes until INITIALIZED)."""
 
     sub: Subscription
     region: RegionInfo
@@ -61,29 +62,6 @@ class RegionState:
     resolved_ts: int = 0
     initialized: bool = False
     retired: bool = False
-    #: Committed changes held until INITIALIZED (see :meth:`release`).
-    held: list[Committed] = field(default_factory=list)
-
-    def hold(self, changes: list[Committed]) -> None:
-        self.held.extend(changes)
-
-    def release(self) -> list[Committed]:
-        """The held changes in commit-ts order, each ``(key, commit_ts)`` once, none at or below the checkpoint.
-
-        The scan and live rows of one registration may report the same commit
-        (a write between registration and the scan's snapshot); one copy is
-        enough. Order between keys of equal commit ts is arrival order.
-        """
-        held, self.held = self.held, []
-        held.sort(key=lambda c: c.commit_ts)
-        seen: set[tuple[bytes, int]] = set()
-        out: list[Committed] = []
-        for change in held:
-            k = (change.key, change.commit_ts)
-            if change.commit_ts > self.checkpoint_ts and k not in seen:
-                seen.add(k)
-                out.append(change)
-        return out
 
     @property
     def request_id(self) -> int:

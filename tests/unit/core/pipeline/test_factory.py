@@ -42,7 +42,9 @@ def test_factory_builds_a_pipeline_executor_from_the_connector(tmp_path):
     context = Context(deployment.connectors[0], plugins, str(tmp_path))
     executor = executor_factory(context)
     assert isinstance(executor, SpanExecutor) and isinstance(executor, PipelineSpanExecutor)
-    assert executor.store.memory_quota == 32 * 1024**2
+    # The tikv source's feeds take a quarter of the quota (pending prewrites), the event store the rest.
+    assert executor.store.memory_quota == 24 * 1024**2
+    assert executor.source.memory_budget == 8 * 1024**2
     assert executor.store.checkpoint_ts == 42
     assert executor.directory == changefeed_dir(tmp_path, "shop-files")
     assert executor.table_filter.matches("shop", "orders") and not executor.table_filter.matches("x", "y")
