@@ -136,9 +136,17 @@ class ChangeFeedInfo:
     #: capture's executor applies (records written before they were kept get the defaults).
     memory_quota: int = 1024**3
     spill_disk_quota: int = 0
+    #: The connector's ``filter`` section as written (rules, case-sensitive,
+    #: ignore-txn-start-ts, column-selectors); None in records written before it
+    #: was kept, which had ``filter_rules`` alone.
+    filter: dict[str, Any] | None = None
 
     def with_changes(self, **changes: Any) -> ChangeFeedInfo:
         return replace(self, **changes)
+
+    def filter_section(self) -> dict[str, Any]:
+        """The ``filter`` section that validates into this changefeed's filter."""
+        return dict(self.filter) if self.filter is not None else {"rules": list(self.filter_rules)}
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

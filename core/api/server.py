@@ -93,9 +93,12 @@ def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str,
         "error": info.error,
         "source": redact(info.source),
         "sinks": redact(info.sinks),
-        "filter": {"rules": info.filter_rules},
+        "filter": info.filter_section(),
         "scheduler": info.scheduler,
         "description": info.description,
+        "memory_quota": info.memory_quota,
+        "spill_disk_quota": info.spill_disk_quota,
+        "error_stuck_duration": info.error_stuck_duration,
     }
 
 
@@ -299,9 +302,13 @@ class ApiServer:
             "source": old.source,
             "sinks": old.sinks,
             "scheduler": old.scheduler,
-            "filter": {"rules": old.filter_rules},
+            "filter": old.filter_section(),
+            "description": old.description,
             "start_ts": old.start_ts,
             "target_ts": old.target_ts,
+            "error_stuck_duration": old.error_stuck_duration,
+            "memory_quota": old.memory_quota,
+            "spill_disk_quota": old.spill_disk_quota,
             **body,
         }
         section = section_from_request(merged)

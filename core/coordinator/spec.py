@@ -18,7 +18,15 @@ from cdcflow.core.events import tso_from_ms
 from cdcflow.core.model import ChangeFeedInfo
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["connector_for", "info_from_connector", "section_from_request", "validate_section"]
+__all__ = [
+    "DECLARED_FIELDS",
+    "connector_for",
+    "declaration_changes",
+    "info_from_connector",
+    "section_from_request",
+    "section_of",
+    "validate_section",
+]
 
 
 def section_from_request(body: dict[str, Any]) -> dict[str, Any]:
@@ -37,8 +45,9 @@ def section_from_request(body: dict[str, Any]) -> dict[str, Any]:
         section["start-ts"] = body["start_ts"]
     if body.get("target_ts"):
         section["target-ts"] = body["target_ts"]
-    if body.get("error_stuck_duration") is not None:
-        section["error-stuck-duration"] = body["error_stuck_duration"]
+    for key in ("error_stuck_duration", "memory_quota", "spill_disk_quota"):
+        if body.get(key) is not None:
+            section[key.replace("_", "-")] = body[key]
     return section
 
 
@@ -76,21 +85,55 @@ def info_from_connector(connector: Connector, section: dict[str, Any], now: floa
         description=s.description,
         memory_quota=int(s.memory_quota),
         spill_disk_quota=int(s.spill_disk_quota),
+        filter=dict(section["filter"]) if section.get("filter") else None,
     )
 
 
-def connector_for(info: ChangeFeedInfo, plugins: PluginManager | None = None) -> Connector:
-    """The validated plugins of a stored changefeed."""
+def section_of(info: ChangeFeedInfo) -> dict[str, Any]:
+    """The connectors.yaml entry a stored changefeed was declared with: every
+    setting a capture applies (filter options and quotas included), so that a
+    restart or an update runs it as declared."""
     section: dict[str, Any] = {
         "name": info.id,
+        "description": info.description,
         "source": info.source,
         "sinks": info.sinks,
-        "filter": {"rules": info.filter_rules},
+        "filter": info.filter_section(),
         "start-ts": info.start_ts,
         "target-ts": info.target_ts,
         "memory-quota": info.memory_quota,
         "spill-disk-quota": info.spill_disk_quota,
+        "error-stuck-duration": info.error_stuck_duration,
     }
     if info.scheduler is not None:
         section["scheduler"] = info.scheduler
-    return validate_section(section, plugins)
+    return section
+
+
+def connector_for(info: ChangeFeedInfo, plugins: PluginManager | None = None) -> Connector:
+    """The validated plugins of a stored changefeed."""
+    return validate_section(section_of(info), plugins)
+
+
+#: What a changefeed's declaration consists of: the fields an update may change
+#: (``start_ts`` is where it began and stays; state and progress are not declared).
+DECLARED_FIELDS = (
+    "description",
+    "source",
+    "sinks",
+    "scheduler",
+    "filter",
+    "target_ts",
+    "memory_quota",
+    "spill_disk_quota",
+    "error_stuck_duration",
+)
+
+
+def declaration_changes(stored: ChangeFeedInfo, declared: ChangeFeedInfo) -> list[str]:
+    """The declared fields in which ``declared`` differs from ``stored`` (empty: the same)."""
+
+    def value(info: ChangeFeedInfo, name: str) -> Any:
+        return info.filter_section() if name == "filter" else getattr(info, name)
+
+    return [name for name in DECLARED_FIELDS if value(stored, name) != value(declared, name)]

@@ -52,9 +52,12 @@ def test_lifecycle_on_sqlite(tmp_path):
             "changefeed_id": "cf-1",
             "source": {"type": "ticker"},
             "sinks": [{"type": "file", "path": str(tmp_path / "out"), "protocol": "json"}],
+            "filter": {"rules": ["*.*"], "case-sensitive": True},
+            "memory_quota": "64MiB",
         }
         created = await call("POST", "/api/v2/changefeeds", body)
         assert created["state"] == "normal"
+        assert created["memory_quota"] == 64 * 2**20 and created["filter"]["case-sensitive"] is True
         start = created["checkpoint_tso"]
         await until(lambda: _advanced(get, "cf-1", start), show=lambda: get("cf-1"))
         assert list((tmp_path / "out").rglob("*.jsonl"))  # rows reached the sink
@@ -71,6 +74,11 @@ def test_lifecycle_on_sqlite(tmp_path):
         await call("POST", "/api/v2/changefeeds/cf-1/pause")  # a no-op success
         paused = await get("cf-1")
         assert paused["state"] == "paused"
+        # An update changes what it names and keeps every other setting.
+        updated = await call("PUT", "/api/v2/changefeeds/cf-1", {"description": "renamed"})
+        assert updated["description"] == "renamed" and updated["memory_quota"] == 64 * 2**20
+        assert updated["filter"] == created["filter"]
+        paused = await get("cf-1")
         await asyncio.sleep(1.5)
         assert (await get("cf-1"))["checkpoint_tso"] == (await get("cf-1"))["checkpoint_tso"]
         await call("POST", "/api/v2/changefeeds/cf-1/resume")
