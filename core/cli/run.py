@@ -10,9 +10,14 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.cli._common import EXIT_OK
+
+if TYPE_CHECKING:
+    from cdcflow.core.coordinator.coordinator import Coordinator
+    from cdcflow.core.metastore.base import MetaStore
+    from cdcflow.core.model import ChangeFeedInfo
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +44,6 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     from cdcflow.core.config import load_deployment
     from cdcflow.core.config.yamlsrc import load_located
     from cdcflow.core.coordinator.spec import info_from_connector
-    from cdcflow.core.errors import DuplicateChangefeedIDError
     from cdcflow.core.executor_factory import load_executor_factory
     from cdcflow.core.metastore import open_metastore
     from cdcflow.core.plugin.manager import get_plugin_manager
@@ -49,6 +53,7 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     progress = ProgressReporter()
     plugins.register(progress, name="cdcflow-run-progress")
     raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
+    declared = [info_from_connector(c, s) for c, s in zip(deployment.connectors, raw, strict=True)]
     server = deployment.server
     store = open_metastore(server.metastore)
     options = CaptureOptions(
@@ -69,9 +74,7 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
             if serving.done():
                 await serving
             await asyncio.sleep(0.05)
-        for connector, section in zip(deployment.connectors, raw, strict=True):
-            with contextlib.suppress(DuplicateChangefeedIDError):
-                await capture.coordinator.create(info_from_connector(connector, section))
+        await _declare(capture.coordinator, store, declared)
         deadline = None if duration is None else time.monotonic() + duration
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             progress.render(await store.list_changefeeds())
@@ -88,6 +91,43 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     for line in progress.summary(final):
         sys.stdout.write(line + "\n")
     return summary
+
+
+async def _declare(coordinator: Coordinator, store: MetaStore, declared: list[ChangeFeedInfo]) -> None:
+    """Create the file's changefeeds; one that exists takes the file's declaration."""
+    from cdcflow.core.errors import DuplicateChangefeedIDError
+
+    for info in declared:
+        try:
+            await coordinator.create(info)
+        except DuplicateChangefeedIDError:
+            await _apply_declaration(coordinator, store, info)
+
+
+async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declared: ChangeFeedInfo) -> None:
+    """An existing changefeed takes the file's declaration when it changed since
+    (the file is the truth, as in Kafka Connect's standalone mode); its start ts
+    and checkpoint are kept. A running changefeed is paused, updated and resumed;
+    a paused or failed one is updated and left as it is."""
+    from cdcflow.core.coordinator.spec import declaration_changes
+
+    record = await store.get_changefeed(declared.id)
+    if record is None:
+        return
+    stored = record[0]
+    changed = declaration_changes(stored, declared)
+    if not changed:
+        return
+    running = stored.state.runs
+    if running:
+        await coordinator.pause(declared.id)
+    await coordinator.update(declared.with_changes(created_at=stored.created_at, start_ts=stored.start_ts))
+    if running:
+        await coordinator.resume(declared.id)
+    sys.stderr.write(
+        f"{declared.id}: {', '.join(changed)} changed in the file since the changefeed was created; "
+        f"applied{', resuming from its checkpoint' if running else f' (it stays {stored.state.value})'}\n"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

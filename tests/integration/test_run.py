@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -71,3 +72,27 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert summary_checkpoint(out) > 0
+
+
+def test_a_changed_file_is_applied_to_the_existing_changefeed(tmp_path):
+    env = env_with_plugin(tmp_path / "plugins")
+    path = write_file(tmp_path)
+    # The control plane's in-process executor: this is about declarations, not Spark.
+    run = [CDCFLOW, "run", path, "--duration", "8", "--executor", "cdcflow.core.testing_executor:executor_factory"]
+    first = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert first.returncode == 0, first.stderr
+    checkpoint = summary_checkpoint(first.stdout)
+
+    document = yaml.safe_load(Path(path).read_text())
+    document["connectors"][0]["sinks"] = [{"uri": f"file://{tmp_path}/elsewhere?protocol=json"}]
+    document["connectors"][0]["description"] = "ticks, moved"
+    Path(path).write_text(yaml.safe_dump(document))
+    second = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert second.returncode == 0, second.stderr
+    assert "ticks: description, sinks changed in the file" in second.stderr, second.stderr
+    assert summary_checkpoint(second.stdout) > checkpoint  # resumed from its checkpoint, not recreated
+    assert list((tmp_path / "elsewhere").rglob("*.jsonl"))  # the new sink took the rows
+
+    third = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert third.returncode == 0, third.stderr
+    assert "changed in the file" not in third.stderr
