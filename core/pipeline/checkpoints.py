@@ -25,14 +25,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from cdcflow.core.errors import CdcflowError, Retryable
+from cdcflow.core.errors import CdcflowError
+from cdcflow.core.pipeline.backoff import is_retryable, retry_delay
 from cdcflow.core.sink import Sink
 
 __all__ = ["CheckpointWriter"]
 
 log = logging.getLogger(__name__)
-
-_MAX_RETRY_DELAY = 30.0
 
 
 class CheckpointWriter:
@@ -88,7 +87,7 @@ class CheckpointWriter:
             if ts > self.written_ts and not self._write(ts, attempt, final=closing):
                 if closing or self.failure is not None:
                     return
-                delay = min(_MAX_RETRY_DELAY, 0.5 * 2**attempt)
+                delay = retry_delay(attempt)
                 attempt += 1
                 with self._wake:
                     self._wake.wait_for(lambda: self._closing, delay)
@@ -106,7 +105,7 @@ class CheckpointWriter:
                         sink.write_checkpoint(ts)
                         self._written[n] = ts
         except CdcflowError as exc:
-            if exc.retryable is Retryable.NONE:
+            if not is_retryable(exc):
                 self._fail(exc)
                 return False
             self.last_error = exc

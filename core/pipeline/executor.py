@@ -38,12 +38,12 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 
 from cdcflow.core.config.loader import Connector
 from cdcflow.core.config.model import ColumnSelectorSettings, ServerSettings, SparkSettings
-from cdcflow.core.errors import CdcflowError, Retryable
 from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
 from cdcflow.core.executor import SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.filter import TableFilter, replicates_ddl
 from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
+from cdcflow.core.pipeline.backoff import FIRST_RETRY_DELAY, MAX_RETRY_DELAY, is_retryable
 from cdcflow.core.pipeline.columns import ColumnSelection
 from cdcflow.core.pipeline.delivery import DEFAULT_PART_ROWS
 from cdcflow.core.pipeline.runtime import DEFAULT_COLLECT_ROWS, ChangefeedPipeline
@@ -58,8 +58,6 @@ log = logging.getLogger(__name__)
 #: Launches of the Spark session before its failure is the executor's error.
 _SESSION_ATTEMPTS = 3
 _SESSION_RETRY_DELAY = 1.0
-#: The longest pause between two attempts to start the pipeline (open the sinks).
-_START_MAX_BACKOFF = 30.0
 #: How often a paused feed checks whether the event store has room again.
 _BACKPRESSURE_POLL = 0.05
 #: Resolved timestamps are applied to the event store at most this often: every
@@ -325,8 +323,8 @@ class PipelineSpanExecutor(SpanExecutor):
         async with self._pipeline_lock:
             loop = asyncio.get_running_loop()
             retrying = AsyncRetrying(
-                retry=retry_if_exception(lambda exc: _retryable(exc) and not self._closing.is_set()),
-                wait=wait_exponential(multiplier=0.5, max=_START_MAX_BACKOFF),
+                retry=retry_if_exception(lambda exc: is_retryable(exc) and not self._closing.is_set()),
+                wait=wait_exponential(multiplier=FIRST_RETRY_DELAY, max=MAX_RETRY_DELAY),
                 sleep=self._pause,
                 before_sleep=self._start_failed,
                 reraise=True,
@@ -465,10 +463,6 @@ class PipelineSpanExecutor(SpanExecutor):
                 await asyncio.sleep(_BACKPRESSURE_POLL)
         finally:
             self.paused = False
-
-
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, CdcflowError) and exc.retryable is not Retryable.NONE
 
 
 def create_span_executor(

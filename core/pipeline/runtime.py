@@ -40,12 +40,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdcflow.core.errors import CdcflowError, Retryable
+from cdcflow.core.errors import CdcflowError
 from cdcflow.core.events import RawKVEvent, RowChange
 from cdcflow.core.filter import TableFilter
 from cdcflow.core.logservice.manifest import read_manifest
 from cdcflow.core.logservice.records import batch_to_records, event_from_record
 from cdcflow.core.logservice.store import EventStore
+from cdcflow.core.pipeline.backoff import is_retryable, retry_delay
 from cdcflow.core.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.pipeline.columns import ColumnSelection
 from cdcflow.core.pipeline.datasource import offset_chunk, offset_ts
@@ -65,7 +66,6 @@ _CONVERT_ROWS = 4_096
 _STAGING_ROW_GROUP_BYTES = 8 * 1024 * 1024
 #: Batches up to this many rows are collected to the driver; larger ones go through files.
 DEFAULT_COLLECT_ROWS = 50_000
-_MAX_RETRY_DELAY = 30.0
 
 
 class BatchInterruptedError(Exception):
@@ -230,10 +230,10 @@ class ChangefeedPipeline:
                 with self._delivery_lock:
                     rows = self._deliver(frame, batch_id, start, end)
             except CdcflowError as exc:
-                if exc.retryable is Retryable.NONE or self._stopping.is_set():
+                if not is_retryable(exc) or self._stopping.is_set():
                     raise
                 self.batch_error = exc
-                delay = min(_MAX_RETRY_DELAY, 0.5 * 2**attempt)
+                delay = retry_delay(attempt)
                 attempt += 1
                 log.warning(
                     "changefeed %s: batch %d failed (%s); retry %d in %.1fs",
