@@ -16,6 +16,12 @@ _OPTIONS = [
     ("grpc.max_send_message_length", _MAX_MESSAGE),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 3_000),
+    # Each channel connects on its own. With gRPC's process-wide subchannel pool a new
+    # channel shares the connection of any open channel to the same address, and with it
+    # that connection's reconnect backoff (up to minutes after a long outage): the PD
+    # client, which opens new channels to find the leader again, would then fail at once
+    # with the old error for that long after PD is back.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 

@@ -78,7 +78,9 @@ def test_pd_down_for_seconds_backs_off_and_recovers() -> None:
                 with pytest.raises(PDUnavailableError) as info:
                     await probe.connect()
                 assert info.value.code == ErrorCode.ErrPDUnavailable and info.value.severity == Severity.WARN
-                await asyncio.sleep(3.0)
+                # Long enough for the feed's PD channel to back off reconnecting for seconds:
+                # a client finding the leader again must not inherit that backoff.
+                await asyncio.sleep(6.0)
                 assert not task.done()  # still retrying, not failed
                 assert got.resolved < commits[-1]  # the split range waits for PD
                 await asyncio.to_thread(pg.start_pd)
