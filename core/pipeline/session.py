@@ -11,12 +11,21 @@ environment at the same path (or set ``spark.pyspark.python`` in
 Spark's own log goes to stderr (``log4j2.properties`` next to this module),
 at ERROR unless the capture logs more: ``--log-level=info`` shows Spark's
 warnings, ``--log-level=debug`` its info messages. stdout stays cdcflow's.
+
+Spark's JVM is launched without running Python in a forked child
+(:func:`spawn_jvm_without_fork`): a capture always has gRPC threads running,
+and a fork that runs PySpark's ``preexec_fn`` in the child then now and then
+crashes the child (JAVA_GATEWAY_EXITED) and can break the parent's gRPC
+polling. The JVM gets a process group of its own instead, which keeps a
+terminal's Ctrl-C away from it just as PySpark's ignored SIGINT did; it still
+ends with the driver, when its stdin pipe closes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -27,7 +36,15 @@ from cdcflow.core.config.model import SparkSettings
 if TYPE_CHECKING:
     from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["LOCAL_DEFAULTS", "LOG4J2_CONFIG", "spark_conf", "spark_log_level", "spark_session", "stop_spark_session"]
+__all__ = [
+    "LOCAL_DEFAULTS",
+    "LOG4J2_CONFIG",
+    "spark_conf",
+    "spark_log_level",
+    "spark_session",
+    "spawn_jvm_without_fork",
+    "stop_spark_session",
+]
 
 #: Spark's log configuration in a capture: stderr only, level from the capture's.
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -68,12 +85,29 @@ def spark_log_level(level: int | None = None) -> str:
     return "ERROR"
 
 
+def _spawn(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` for PySpark's gateway launch, minus the ``preexec_fn``
+    that forces a fork running Python in the child: with none, Python spawns the
+    child without running fork handlers or Python code in it."""
+    if kwargs.pop("preexec_fn", None) is not None and os.name == "posix":
+        kwargs.setdefault("process_group", 0)  # what the preexec_fn was for: no terminal SIGINT
+    return subprocess.Popen(args, **kwargs)
+
+
+def spawn_jvm_without_fork() -> None:
+    """Make PySpark launch Spark's JVM with :func:`_spawn` (see the module docs); idempotent."""
+    import pyspark.java_gateway as gateway
+
+    gateway.Popen = _spawn  # type: ignore[attr-defined,assignment]
+
+
 def spark_session(settings: SparkSettings, plugins: PluginManager | None = None) -> Any:
     """The process's SparkSession, built on first use (takes seconds: call off the event loop)."""
     from pyspark.sql import SparkSession
 
     from cdcflow.core.pipeline.datasource import CdcflowDataSource
 
+    spawn_jvm_without_fork()
     with _lock:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

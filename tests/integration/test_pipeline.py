@@ -28,6 +28,16 @@ def spark():
     stop_spark_session()
 
 
+def test_the_jvm_runs_in_a_process_group_of_its_own(spark):
+    """Launched without a fork running Python (a capture has gRPC threads), in its own group."""
+    import os
+
+    from pyspark import SparkContext
+
+    jvm = SparkContext._gateway.proc  # PySpark keeps the gateway's Popen here
+    assert os.getpgid(jvm.pid) == jvm.pid != os.getpgid(0)
+
+
 class PartSink(ListSink):
     """A list sink that takes partial batches and keeps every part."""
 
