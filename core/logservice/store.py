@@ -158,6 +158,10 @@ class EventStore:
             self._span_ids[span] = entry.span_id
             self._span_by_id[entry.span_id] = span
         self._durable = {self._span_by_id[e.span_id] for e in self._manifest.spans if e.replicating}
+        #: How far the durable spans' events are in chunks: the published ts at opening.
+        #: Spans re-added after the published ts moved on (others came back first) are
+        #: behind it, and catch up like any span that joins late.
+        self._durable_ts = self._manifest.published_ts
         self._buffers: dict[Span, _SpanBuffer] = {}
         self._frontier = SpanFrontier(())
         self._barrier: int | None = None
@@ -185,7 +189,7 @@ class EventStore:
             if buf is None:
                 floor = checkpoint_ts
                 if span in self._durable:
-                    floor = max(floor, self._manifest.published_ts)
+                    floor = max(floor, self._durable_ts)
                 buf = _SpanBuffer(span, self._span_id(span), False, floor, floor)
                 self._buffers[span] = buf
             if replicating and not buf.replicating:
@@ -201,10 +205,12 @@ class EventStore:
         buf.resolved_ts = max(buf.resolved_ts, buf.floor_ts)
         buf.replicating = True
         self._frontier.add(buf.span, buf.resolved_ts)
-        # A span replicating before a restart keeps its coverage: its events up to
-        # the published ts are in chunks, so the recorded checkpoint still covers it.
+        # A span replicating before a restart keeps its coverage while its events up to
+        # the published ts are in chunks: the recorded checkpoint still covers it. One
+        # that comes back behind the published ts is covered once its catch-up is flushed.
         entry = self._manifest.spans[buf.span_id]
-        if buf.span in self._durable and entry.covered_from is not None:
+        behind = buf.floor_ts < self._manifest.published_ts
+        if buf.span in self._durable and entry.covered_from is not None and not behind:
             buf.covered_from = entry.covered_from
         self._mark_replicating(buf.span_id, True, buf.covered_from)
 

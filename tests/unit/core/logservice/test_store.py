@@ -183,6 +183,43 @@ def test_published_chunks_survive_a_restart_until_released(tmp_path):
     assert not list((again.directory / "chunks").iterdir())
 
 
+def test_after_a_restart_spans_re_added_one_by_one_lose_nothing(tmp_path):
+    """The spans come back one at a time (a maintainer adds them over several ticks): the
+    first one moves the published ts on, and the others still feed from where the store
+    stopped, catching up in new chunks, covered only once those are flushed."""
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=True)
+    store.put(SPAN_B, raw(SPAN_B, b"b15", 15))
+    store.resolve(SPAN_A, 20)
+    store.resolve(SPAN_B, 20)
+    store.checkpoint(20, store.next_chunk)
+    del store  # the executor closed (a changefeed restart) or the capture crashed
+
+    again = new_store(tmp_path)
+    assert again.add_span(SPAN_A, 20, replicating=True) == 20
+    assert again.resolve(SPAN_A, 40)
+    assert again.published_ts == 40  # B is not back yet
+    seen = again.next_chunk
+    # B must feed from 20, where its events stop in chunks, not from the published 40.
+    assert again.add_span(SPAN_B, 20, replicating=True) == 20
+    for ts in (25, 35, 45):
+        assert again.put(SPAN_B, raw(SPAN_B, b"b%d" % ts, ts))
+    assert not again.covers(SPAN_B)  # its checkpoint cannot count the store's yet
+    again.resolve(SPAN_B, 40)
+    late = again.chunks_in(seen, again.next_chunk)
+    events = [
+        event_from_record(r, again.span_of, again.schemas)
+        for chunk in late
+        for batch in read_record_batches(again.directory / chunk.file)
+        for r in batch_to_records(batch)
+    ]
+    assert [e.commit_ts for e in events] == [25, 35]
+    assert not again.covers(SPAN_B)
+    again.checkpoint(40, again.next_chunk)
+    assert again.covers(SPAN_B)
+
+
 def test_prepared_span_buffers_without_publishing_then_drops_what_was_flushed_elsewhere(tmp_path):
     store = new_store(tmp_path)
     store.add_span(SPAN_A, 0, replicating=True)
