@@ -25,6 +25,7 @@ import pytest
 
 from cdcflow.core.events import RawKVEvent
 from cdcflow.plugins.sources.playground import Playground
+from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.spill import FeedMemory
@@ -95,6 +96,30 @@ async def _wait(predicate: Any, timeout: float = 60.0) -> None:
             await asyncio.sleep(0.02)
 
     await asyncio.wait_for(loop(), timeout)
+
+
+def _settled(pg: Playground, clients: int) -> bool:
+    """Whether every region has ``clients`` subscriptions at its leader whose scan was sent.
+
+    What comes after on those streams meets the locks the scan reported; a
+    commit made before that would reach a later scan as COMMITTED instead.
+    """
+    subs = pg.hub.subscriptions()
+    start, end = encode_key(SPAN.start), encode_key(SPAN.end) if SPAN.end else b""
+    for region in pg.regions():
+        if not region.overlaps(start, end):
+            continue
+        live = [
+            s
+            for s in subs
+            if s.region_id == region.id
+            and s.initialized
+            and not s.session.reset
+            and s.session.store_id == region.leader_store
+        ]
+        if len(live) < clients:
+            return False
+    return True
 
 
 def _sequence(rec: Recorder) -> list[tuple[bytes, bytes, bytes, int, int, bool]]:
@@ -174,11 +199,13 @@ def test_splits_leader_moves_and_stream_resets_while_prewrites_are_on_disk(scan_
                 await asyncio.to_thread(pg.reset_streams, leaders[0])
                 await asyncio.to_thread(doomed.rollback)
                 await commit([(13, b"during-faults"), (2 * BIG - 13, b"during-faults")])
+                await _wait(lambda: _settled(pg, clients=2))  # the reset's re-subscriptions scanned
                 before = spilled.memory.spilled_entries
                 for region in pg.regions():
                     await asyncio.to_thread(pg.transfer_leader, region.id)
                 # Resubscribed at the new leaders, the regions read every lock again from the
-                # scan, onto disk: the commit is then matched there.
+                # scan, onto disk: the commit, sent after the scans, is then matched there.
+                await _wait(lambda: _settled(pg, clients=2))
                 await _wait(lambda: spilled.memory.spilled_entries >= before + on_disk)
 
                 commit_ts = await asyncio.to_thread(big.commit_prewritten)
