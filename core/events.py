@@ -210,6 +210,17 @@ class DDLEvent:
     #: TiDB ActionType (Open Protocol §2.6), 0 when unknown.
     action_type: int = 0
     schema_after: TableSchema | None = None
+    #: For a DDL that renamed ``table`` (RENAME TABLE, ALTER TABLE … RENAME TO): its name
+    #: just before, so sinks can move what they keep under it; None for any other DDL.
+    renamed_from: TableName | None = None
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        # Events pickled before a field was added (an event store written by an
+        # earlier version) lack its value: it takes its default.
+        names = [f.name for f in fields(self)]
+        values = dict(zip(names, state, strict=False))
+        for f in fields(self):
+            object.__setattr__(self, f.name, values.get(f.name, f.default))
 
 
 @dataclass(frozen=True, slots=True)

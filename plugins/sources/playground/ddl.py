@@ -28,6 +28,7 @@ __all__ = [
     "ACTION_CREATE_TABLE",
     "ACTION_DROP_COLUMN",
     "ACTION_DROP_TABLE",
+    "ACTION_RENAME_TABLE",
     "ACTION_TRUNCATE_TABLE",
     "DDLExecutor",
 ]
@@ -38,6 +39,7 @@ ACTION_DROP_TABLE = 4
 ACTION_ADD_COLUMN = 5
 ACTION_DROP_COLUMN = 6
 ACTION_TRUNCATE_TABLE = 11
+ACTION_RENAME_TABLE = 14
 
 
 class DDLExecutor:
@@ -95,6 +97,17 @@ class DDLExecutor:
             query = f"TRUNCATE TABLE `{db}`.`{name}`"
             job_table = (old.id, replace(old, dropped=True))
             return self._run(ACTION_TRUNCATE_TABLE, self.catalog.databases[db].id, db, new, query, job_table=job_table)
+
+    def rename_table(self, db: str, name: str, new_name: str) -> TableDef:
+        """RENAME TABLE within ``db``: the same table id and rows under ``new_name`` from the
+        job's commit ts on; the old name is gone."""
+        with self.cluster.lock:
+            table = self.catalog.find(db, name)
+            if any(t.name.lower() == new_name.lower() for t in self.catalog.tables(db)):
+                raise PlaygroundError(f"cannot rename {db}.{name}: table {db}.{new_name} exists")
+            query = f"RENAME TABLE `{db}`.`{name}` TO `{db}`.`{new_name}`"
+            renamed = replace(table, name=new_name)
+            return self._run(ACTION_RENAME_TABLE, self.catalog.databases[db].id, db, renamed, query)
 
     def _run(
         self,

@@ -230,7 +230,18 @@ class TiDBMounter(Mounter):
         if table_info is not None and job.type not in DROP_ACTIONS:
             schema_after = table_info.table_schema(db_name, version=job.schema_version)
         no_table = job.table_id == 0 and table_info is None
-        return DDLEvent(event.commit_ts, job.query, None if no_table else table_name, job.type, schema_after)
+        renamed_from = self._name_before(table_name, event.commit_ts) if schema_after is not None else None
+        return DDLEvent(
+            event.commit_ts, job.query, None if no_table else table_name, job.type, schema_after, renamed_from
+        )
+
+    def _name_before(self, table: TableName, commit_ts: int) -> TableName | None:
+        """The name ``table`` had just before a DDL at ``commit_ts``, when the DDL renamed it."""
+        before = self.schemas.table_at(table.table_id, commit_ts - 1)
+        if before is None or before.table is None:
+            return None
+        old = TableName(before.db_name, before.table.name, table.table_id)
+        return old if (old.schema, old.table) != (table.schema, table.table) else None
 
     # ------------------------------------------------------------------ errors
 

@@ -346,7 +346,39 @@ def test_the_ddl_span_feed_yields_the_ddl_no_table_feed_carries() -> None:
     asyncio.run(asyncio.wait_for(body(), 120))
 
 
-def test_table_changes_and_tables_at_follow_create_truncate_and_drop_table() -> None:
+def test_a_renamed_tables_feed_carries_the_rename_with_the_old_name() -> None:
+    async def body() -> None:
+        async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            try:
+                orders = next(t for t in await source.list_tables() if (t.schema, t.table) == ("shop", "orders"))
+                (span,) = await source.spans_for(orders)
+                start = await source.current_ts()
+                resolved: dict[Span, int] = {}
+                ddl: list[DDLEvent] = []
+                task = asyncio.create_task(_collect(source, span, start, [], resolved, ddl))
+                try:
+                    await asyncio.to_thread(pg.ddl.add_column, "shop", "orders", "note", VARCHAR, None)
+                    renamed = await asyncio.to_thread(pg.ddl.rename_table, "shop", "orders", "purchases")
+                    await _wait_resolved(resolved, [span], await source.current_ts())
+                finally:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                add, rename = ddl
+                assert add.renamed_from is None
+                assert rename.commit_ts == renamed.valid_from and rename.action_type == 14
+                assert rename.query == "RENAME TABLE `shop`.`orders` TO `shop`.`purchases`"
+                assert rename.table == TableName("shop", "purchases", orders.table_id)
+                assert rename.renamed_from == TableName("shop", "orders", orders.table_id)
+                assert rename.schema_after is not None and "note" in [c.name for c in rename.schema_after.columns]
+            finally:
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
+def test_table_changes_and_tables_at_follow_create_truncate_rename_and_drop_table() -> None:
     async def body() -> None:
         async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
             source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
@@ -359,7 +391,8 @@ def test_table_changes_and_tables_at_follow_create_truncate_and_drop_table() -> 
                 await asyncio.to_thread(pg.ddl.add_column, "shop", "orders", "note", VARCHAR, None)
                 after = await source.current_ts()
                 truncated = await asyncio.to_thread(pg.ddl.truncate_table, "newdb", "fresh")
-                dropped = await asyncio.to_thread(pg.ddl.drop_table, "newdb", "fresh")
+                renamed = await asyncio.to_thread(pg.ddl.rename_table, "newdb", "fresh", "fresher")
+                dropped = await asyncio.to_thread(pg.ddl.drop_table, "newdb", "fresher")
                 last = await source.current_ts()
                 events: list[TableSetChange | ResolvedEvent] = []
                 async for event in stream:
@@ -370,11 +403,13 @@ def test_table_changes_and_tables_at_follow_create_truncate_and_drop_table() -> 
                 changes = [e for e in events if isinstance(e, TableSetChange)]
                 table = TableName("newdb", "fresh", fresh.id)
                 renewed = TableName("newdb", "fresh", truncated.id)
+                moved = TableName("newdb", "fresher", truncated.id)
                 # Each at the exact commit ts of its job write; the ADD COLUMN is no change.
                 assert [(c.commit_ts, c.created, c.dropped) for c in changes] == [
                     (fresh.valid_from, (table,), ()),
                     (truncated.valid_from, (renewed,), (table,)),  # TRUNCATE: a new table id
-                    (dropped.valid_from, (), (renewed,)),
+                    (renamed.valid_from, (moved,), (renewed,)),  # RENAME: the same id, a new name
+                    (dropped.valid_from, (), (moved,)),
                 ]
                 resolved = [e.ts for e in events if isinstance(e, ResolvedEvent)]
                 assert resolved == sorted(resolved) and {e.span for e in events if isinstance(e, ResolvedEvent)} == {
@@ -387,6 +422,8 @@ def test_table_changes_and_tables_at_follow_create_truncate_and_drop_table() -> 
                 assert {t.table for t in at_start if t.schema == "shop"} == {"customers", "products", "orders"}
                 assert table not in at_start and table in await source.tables_at(after)
                 assert renewed in await source.tables_at(truncated.valid_from)
+                assert moved in await source.tables_at(renamed.valid_from)
+                assert renewed not in await source.tables_at(renamed.valid_from)
                 assert not {t for t in await source.tables_at(last) if t.schema == "newdb"}
             finally:
                 await source.close()
