@@ -11,6 +11,7 @@ commit, then compares every row of every shop table in MariaDB and in the Spark 
 with ``Playground.snapshot(table, checkpoint)`` (typed: see ``e2e_shop`` for the normalisation).
 The tests run in order on the same changefeed: a plain run, the Spark snapshot across the
 ADD/DROP COLUMNs, a table created mid-run (its CREATE TABLE and its rows reach MariaDB),
+that table renamed (MariaDB and the Spark snapshot keep its rows under the new name),
 MariaDB stopped for 30 s mid-run (Warning 2001, then Normal by itself), and last the SIGKILL
 of the capture's process group mid-run and restart (a new process).
 """
@@ -156,6 +157,31 @@ def test_a_table_created_while_running_is_replicated(shop: Shop) -> None:
             assert [row[0] for row in cur.fetchall()] == list(range(1, 9))
     finally:
         conn.close()
+
+
+def test_a_renamed_table_keeps_its_rows_under_the_new_name(shop: Shop) -> None:
+    late = shop.pg.catalog.find("shop", "late")
+    txn = shop.pg.begin()
+    txn.delete(row_key(late, 1))  # just below the RENAME
+    txn.commit()
+    renamed = shop.pg.ddl.rename_table("shop", "late", "renamed")
+    txn = shop.pg.begin()
+    for i in range(9, 12):
+        txn.put(row_key(renamed, i), encode_row_value(renamed, {}))
+    txn.commit()
+    shop.run.wait_checkpoint(shop.pg.now(), CATCH_UP)
+    want = list(range(2, 12))
+    conn = shop.db.connect("shop")
+    try:
+        with conn.cursor() as cur:
+            assert cur.execute("SHOW TABLES LIKE 'late'") == 0
+            cur.execute("SELECT id FROM renamed ORDER BY id")
+            assert [row[0] for row in cur.fetchall()] == want
+    finally:
+        conn.close()
+    _, rows = spark_rows(shop, "renamed")
+    assert sorted(row["id"] for row in rows) == want
+    assert spark_rows(shop, "late")[1] == []  # gone upstream: an empty current version
 
 
 # After the checks that need a healthy changefeed: a failed recovery leaves it stuck.

@@ -35,8 +35,15 @@ from the first batch whose rows carry it (older changes read NULL there), a
 dropped one stays (NULL in newer changes). Partitions of a table share its
 directories.
 
-Not interpreted: RENAME TABLE (the new name gets new directories), and a
-DDL event without ``schema_after`` (columns then appear when rows carry them).
+RENAME TABLE (a DDL event with ``renamed_from``): the snapshot moves to the
+new name in the batch that ends at the RENAME — the new name's version is the
+old name's state with the old name's rows below the RENAME applied, and the
+old name gets an empty version (as after DROP TABLE); a merged catalog table is
+renamed with ``ALTER TABLE … RENAME TO``. The change log stays where it was
+written: changes before the RENAME under the old name, later ones under the new.
+
+Not interpreted: a DDL event without ``schema_after`` (columns then appear
+when rows carry them).
 """
 
 from __future__ import annotations
@@ -139,8 +146,30 @@ class SparkSink(Sink[SparkSinkConfig]):
             ddl_of = ddl_by_table(batch.ddl)
             for name, events in ddl_of.items():
                 tables.setdefault(name, events[-1].table or TableName(*name))
+            # A renamed table's snapshot moves to its new name, with its rows below the
+            # RENAME; its change log stays under the name the changes were made with.
+            renamed = {
+                (e.table.schema, e.table.table): e.renamed_from
+                for e in batch.ddl
+                if e.renamed_from is not None and e.table is not None
+            }
+            old_names = {(old.schema, old.table) for old in renamed.values()}
             for name, table in tables.items():
-                self._write_table(storage, table, rows_of.get(name, []), ddl_of.get(name, []), batch)
+                old = renamed.get(name)
+                moved = rows_of.get((old.schema, old.table), []) if old is not None else []
+                self._write_table(
+                    storage,
+                    table,
+                    rows_of.get(name, []),
+                    ddl_of.get(name, []),
+                    batch,
+                    renamed_from=old,
+                    moved=moved,
+                    snapshot=name not in old_names,
+                )
+            for old in renamed.values():
+                if (old.schema, old.table) not in renamed:  # not itself the target of another rename
+                    self._retire_snapshot(storage, old, batch)
             storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
         except Exception as exc:
             if not _is_spark_or_io_error(exc):
@@ -170,17 +199,37 @@ class SparkSink(Sink[SparkSinkConfig]):
         return self.config.keys_for(table.schema, table.table)
 
     def _write_table(
-        self, storage: Storage, table: TableName, rows: list[RowChange], ddl: list[DDLEvent], batch: MicroBatch
+        self,
+        storage: Storage,
+        table: TableName,
+        rows: list[RowChange],
+        ddl: list[DDLEvent],
+        batch: MicroBatch,
+        *,
+        renamed_from: TableName | None = None,
+        moved: list[RowChange] | None = None,
+        snapshot: bool = True,
     ) -> None:
-        """The table's part of ``batch``: its rows, and its DDL at their place among them."""
+        """The table's part of ``batch``: its rows, and its DDL at their place among them.
+
+        ``renamed_from``: a DDL of the batch renamed the table from that name; its
+        snapshot starts from the old name's, with ``moved`` (the old name's rows of
+        the batch, all below the RENAME) applied first. ``snapshot=False``: only
+        the change log (a name renamed away in this batch).
+        """
         base = table_dir(storage, table)
         prepared = _Prepared.of(rows)
         if self.config.mode in ("changelog", "both") and rows:
             self._write_changelog(base, table, prepared.rows, prepared.types, batch.batch_id)
-        if self.config.mode == "changelog":
+        if self.config.mode == "changelog" or not snapshot:
             return
+        if moved:
+            rows = [*moved, *rows]
+            prepared = _Prepared.of(rows)
         steps = [(_Prepared.of(part) if ddl else prepared, event) for part, event in cut_at_ddl(rows, ddl)]
-        if self._merges(table, rows):
+        if self._merges(table, rows, renamed_from):
+            if renamed_from is not None:
+                self._rename_catalog_table(renamed_from, table)
             self._merge_steps(table, steps)
             return
         casts: list[tuple[DDLEvent, TargetColumn]] = []
@@ -193,6 +242,7 @@ class SparkSink(Sink[SparkSinkConfig]):
                 end_ts=batch.end_ts,
                 batch_id=batch.batch_id,
                 keep_versions=self.config.keep_versions,
+                seed_dir=f"{table_dir(storage, renamed_from)}/snapshot" if renamed_from is not None else None,
             )
         except Exception as exc:
             # Under ANSI, a cast Spark allows can still fail on a value, when the version is written.
@@ -226,14 +276,41 @@ class SparkSink(Sink[SparkSinkConfig]):
                 state = evolve(state, plan, table)
         return state
 
+    def _retire_snapshot(self, storage: Storage, table: TableName, batch: MicroBatch) -> None:
+        """The snapshot of a name renamed away: an empty version, as after DROP TABLE (written
+        after the new name's version, so a replay still finds the old state to start from)."""
+        if self.config.mode == "changelog" or self._merges(table, []):
+            return  # change logs stay; a catalog table that merges was renamed itself
+        version = write_snapshot_version(
+            self.spark,
+            storage,
+            f"{table_dir(storage, table)}/snapshot",
+            lambda existing: existing.limit(0) if existing is not None else None,
+            end_ts=batch.end_ts,
+            batch_id=batch.batch_id,
+            keep_versions=self.config.keep_versions,
+        )
+        if version and self.config.catalog_database:
+            self._register_snapshot(table, f"{table_dir(storage, table)}/snapshot/{version}")
+
+    def _rename_catalog_table(self, old: TableName, new: TableName) -> None:
+        """ALTER TABLE … RENAME TO for a merged snapshot table (once: a replay finds it renamed)."""
+        source, target = self._snapshot_table_name(old), self._snapshot_table_name(new)
+        if provider_of(self.spark, target) is None and provider_of(self.spark, source) is not None:
+            log.info("Spark sink: %s renamed to %s", source, target)
+            self.spark.sql(f"ALTER TABLE {source} RENAME TO {target}")
+
     def _snapshot_table_name(self, table: TableName) -> str:
         return f"{self.config.catalog_database}.{_q(f'{table.schema}__{table.table}')}"
 
-    def _merges(self, table: TableName, rows: list[RowChange]) -> bool:
-        """Whether this table's snapshot is written with MERGE INTO (see :mod:`.merge`)."""
+    def _merges(self, table: TableName, rows: list[RowChange], renamed_from: TableName | None = None) -> bool:
+        """Whether this table's snapshot is written with MERGE INTO (see :mod:`.merge`); a table
+        renamed in this batch whose new name has no catalog table yet asks its old one."""
         fmt = self.config.table_format
         if fmt == "versioned" or not self.config.catalog_database:
             return False
+        if renamed_from is not None and provider_of(self.spark, self._snapshot_table_name(table)) is None:
+            table = renamed_from
         if not self.keys_of(table, rows):
             if fmt == "merge" and rows:
                 raise DownstreamUnavailableError(

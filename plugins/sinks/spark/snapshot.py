@@ -95,20 +95,25 @@ def write_snapshot_version(
     end_ts: int,
     batch_id: int,
     keep_versions: int,
+    seed_dir: str | None = None,
 ) -> str | None:
     """Write and commit the version for ``end_ts``; None when it exists already or nothing changed.
 
     ``compute(existing)`` returns the new state from the current one (None
     before the first version); returning ``existing`` itself, or None, means
     that the batch changed nothing (a DDL that leaves the columns as they are).
+    With ``seed_dir`` the current state is that directory's current version
+    instead (a renamed table: the state it had under its old name).
     """
     version = version_name(end_ts)
     current = storage.current_version(snapshot_dir)
     if current is not None and current >= version:
         return None
-    existing = spark.read.parquet(f"{snapshot_dir}/{current}") if current else None
+    source_dir = seed_dir or snapshot_dir
+    source = storage.current_version(seed_dir) if seed_dir else current
+    existing = spark.read.parquet(f"{source_dir}/{source}") if source else None
     state = compute(existing)
-    if state is None or state is existing:
+    if state is None or (state is existing and seed_dir is None):
         return None
     state.write.mode("overwrite").parquet(f"{snapshot_dir}/{version}")
     storage.commit_version(snapshot_dir, version, {"batch-id": batch_id, "resolved-ts": end_ts})

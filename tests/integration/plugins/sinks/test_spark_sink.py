@@ -68,13 +68,17 @@ def test_workload_snapshot_and_changelog(spark: Any, tmp_path: Path) -> None:
 
 
 class CrashingSparkSink(SparkSink):
-    """Dies in one batch after its first table is written, before the checkpoint."""
+    """Dies in one batch after its first table (or the table named ``crash_after``) is written,
+    before the checkpoint."""
 
     crash_on = -1
+    crash_after: str | None = None
 
-    def _write_table(self, storage: Storage, table: TableName, rows: Any, ddl: Any, batch: MicroBatch) -> None:
-        super()._write_table(storage, table, rows, ddl, batch)
-        if batch.batch_id == self.crash_on:
+    def _write_table(
+        self, storage: Storage, table: TableName, rows: Any, ddl: Any, batch: MicroBatch, **options: Any
+    ) -> None:
+        super()._write_table(storage, table, rows, ddl, batch, **options)
+        if batch.batch_id == self.crash_on and self.crash_after in (None, table.table):
             raise SimulatedCrash(f"crash in batch {batch.batch_id}")
 
 

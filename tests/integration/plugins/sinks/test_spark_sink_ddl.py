@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 N = ColumnInfo.NULLABLE
 ID = ColumnInfo("id", 8, ColumnInfo.HANDLE_KEY | ColumnInfo.PRIMARY_KEY, "bigint", False, 0)
-ADD_COLUMN, DROP_COLUMN, MODIFY_COLUMN, MULTI = 5, 6, 12, 61
+ADD_COLUMN, DROP_COLUMN, MODIFY_COLUMN, RENAME_TABLE, MULTI = 5, 6, 12, 14, 61
 
 
 def table(name: str) -> TableName:
@@ -89,6 +89,16 @@ class Upstream:
             self.rows[key] = {c.name: row.get(c.name, c.origin_default) for c in self.schema.columns}
         ts = self._next(ts)
         self.events.append(DDLEvent(ts, query, self.table, action, self.schema))
+        return ts
+
+    def rename(self, new_name: str, ts: int | None = None) -> int:
+        """RENAME TABLE: the same table (id, rows, columns) under ``new_name`` from here on."""
+        old = self.table
+        self.table = dataclasses.replace(old, table=new_name)
+        self.schema = TableSchema(self.table, self.schema.columns, self.schema.version + 1)
+        ts = self._next(ts)
+        query = f"RENAME TABLE `shop`.`{old.table}` TO `shop`.`{new_name}`"
+        self.events.append(DDLEvent(ts, query, self.table, RENAME_TABLE, self.schema, renamed_from=old))
         return ts
 
     def resolve(self) -> None:
@@ -334,6 +344,45 @@ def test_replay_after_a_crash_mid_batch_across_ddl(spark: Any, tmp_path: Path, m
         assert snapshot_rows(spark, tmp_path, up.table.table) == up.rows
     log = spark.read.option("mergeSchema", "true").parquet(str(tmp_path / "shop" / "a" / "changelog"))
     assert log.count() == sum(1 for e in a.events if isinstance(e, RowChange))
+
+
+@pytest.mark.parametrize("crash_after", [None, "a", "b"], ids=["no-crash", "crash-after-old", "crash-after-new"])
+def test_rename_table_moves_the_snapshot_and_keeps_the_change_logs(
+    spark: Any, tmp_path: Path, crash_after: str | None
+) -> None:
+    up = Upstream("a", col("v", 15))
+    for i in range(1, 4):
+        up.insert({"id": i, "v": f"a{i}"})
+    up.resolve()
+    up.ts = 200
+    up.update(1, v="before-rename", ts=205)
+    up.insert({"id": 4, "v": "a4"}, ts=206)
+    up.rename("b", ts=210)  # one batch ends here: the old name's rows below it, then the RENAME
+    up.insert({"id": 5, "v": "b5"}, ts=215)
+    up.update(2, v="after-rename", ts=216)
+    up.resolve()
+    events = sorted(up.events, key=_ts)
+    if crash_after is None:
+        asyncio.run(drive(ListSource.of(events), [sink(tmp_path, mode="both")]))
+    else:
+        crashing = CrashingSparkSink(SparkSinkConfig(uri=f"spark://{tmp_path}", mode="both"))
+        crashing.crash_on, crashing.crash_after = 1, crash_after
+        with pytest.raises(SimulatedCrash):
+            asyncio.run(drive(ListSource.of(events), [crashing]))
+        done = json.loads((tmp_path / "_cdcflow" / "test" / "checkpoint.json").read_text())
+        assert done["batch-id"] == 0
+        resumed = sink(tmp_path, mode="both")
+        asyncio.run(drive(ListSource.of(events), [resumed], start_ts=done["resolved-ts"], first_batch_id=1))
+
+    assert snapshot_rows(spark, tmp_path, "b") == up.rows
+    assert up.rows[1]["v"] == "before-rename" and up.rows[2]["v"] == "after-rename" and len(up.rows) == 5
+    # The old name is gone upstream: its current version is empty (with the old columns).
+    assert snapshot(spark, tmp_path, "a").count() == 0
+    assert set(snapshot(spark, tmp_path, "a").columns) == {"id", "v"}
+    # Each change stays in the change log of the name it was made under.
+    for name, count in (("a", 5), ("b", 2)):
+        log = spark.read.parquet(str(tmp_path / "shop" / name / "changelog"))
+        assert log.count() == count, name
 
 
 def test_catalog_tables_follow_the_columns(spark: Any, tmp_path: Path) -> None:
