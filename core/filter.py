@@ -138,9 +138,11 @@ class TableFilter:
 
 def replicates_ddl(table_filter: TableFilter, ddl: DDLEvent) -> bool:
     """Whether a changefeed with ``table_filter`` applies ``ddl`` downstream: DDL of a
-    table the filter matches. Schema-level DDL (no table) is not replicated: the
-    filter cannot tell which schemas it concerns, and a changefeed must not create
-    or drop databases it does not replicate (sinks create a missing database
-    before a table's DDL)."""
-    table = ddl.table
-    return table is not None and bool(table.table) and table_filter.matches(table.schema, table.table)
+    table the filter matches; a RENAME when the filter matches the old name or the
+    new one (renamed out of the filter, the downstream table is renamed too, as
+    TiCDC does, and gets no rows after it). Schema-level DDL (no table) is not
+    replicated: the filter cannot tell which schemas it concerns, and a changefeed
+    must not create or drop databases it does not replicate (sinks create a
+    missing database before a table's DDL)."""
+    names = [ddl.table, ddl.renamed_from]
+    return any(t is not None and bool(t.table) and table_filter.matches(t.schema, t.table) for t in names)

@@ -18,6 +18,12 @@ How a batch is applied:
    applies only the DDL again — never rows of the old schema to the new table.
 5. The batch is recorded as *flushed*; then ``write_batch`` returns.
 
+A RENAME TABLE (a DDL event with ``renamed_from``) is skipped when the
+downstream already has the new name and not the old one (applied before);
+when it has neither — the table was renamed into the changefeed's filter from
+a name outside it, so none of its rows came before — the sink stops with an
+error that says so and how to go on, instead of MySQL's "table doesn't exist".
+
 A batch that is written again by the same sink (the runtime retries a failed
 batch with backoff) is applied with upserts, like a replay after a restart.
 
@@ -340,6 +346,9 @@ class MySQLSink(Sink[MySQLSinkConfig]):
                 if ddl.table is not None and ddl.table.schema:
                     cur.execute(f"CREATE DATABASE IF NOT EXISTS {quote(ddl.table.schema)}")
                     cur.execute(f"USE {quote(ddl.table.schema)}")
+                if ddl.renamed_from is not None and ddl.table is not None and _renamed_already(cur, ddl):
+                    log.info("MySQL sink: %s is %s downstream already; RENAME skipped", ddl.renamed_from, ddl.table)
+                    return
                 try:
                     cur.execute(ddl.query)
                 except pymysql.err.MySQLError as exc:
@@ -355,6 +364,32 @@ class MySQLSink(Sink[MySQLSinkConfig]):
 
         downstream.run(0, f"applying DDL at ts {ddl.commit_ts}", run)
         self._metas.clear()
+
+
+def _renamed_already(cur: Any, ddl: DDLEvent) -> bool:
+    """For a RENAME: True when the downstream has the new name and not the old one (applied
+    before). Neither: the table was renamed into the filter from a name it does not match,
+    so nothing of it was replicated — a precise error instead of MySQL's 1146."""
+    assert ddl.renamed_from is not None and ddl.table is not None
+    old, new = ddl.renamed_from, ddl.table
+
+    def exists(table: TableName) -> bool:
+        sql = "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s"
+        return bool(cur.execute(sql, (table.schema, table.table)))
+
+    if exists(old):
+        return False
+    if exists(new):
+        return True
+    raise DownstreamRejectedError(
+        f"MySQL sink: cannot apply {ddl.query!r} (ts {ddl.commit_ts}): the downstream has neither "
+        f"{quote(old.schema)}.{quote(old.table)} nor {quote(new.schema)}.{quote(new.table)}. The table was "
+        "renamed into the changefeed's filter from a name the filter does not match, so none of its rows "
+        f"were replicated. Create {quote(new.schema)}.{quote(new.table)} downstream with its rows as of "
+        f"ts {ddl.commit_ts}, and the changefeed, which retries by itself, goes on from there; or re-create "
+        "the changefeed from a ts before the RENAME with the old name in its filter.",
+        detail={"query": ddl.query, "commit_ts": ddl.commit_ts, "from": str(old), "to": str(new)},
+    )
 
 
 def _progress_name(meta: TableMeta) -> str:

@@ -35,3 +35,18 @@ def test_bad_rules(bad):
     with pytest.raises(FilterRuleError):
         TableFilter([bad])
     assert TableFilter.check(bad)
+
+
+def test_ddl_of_matched_tables_and_renames_in_or_out_of_the_filter_are_replicated():
+    from cdcflow.core.events import DDLEvent, TableName
+    from cdcflow.core.filter import replicates_ddl
+
+    f = TableFilter(["shop.*"])
+    shop, other = TableName("shop", "a", 7), TableName("crm", "a", 7)
+    assert replicates_ddl(f, DDLEvent(1, "ALTER TABLE ...", shop))
+    assert not replicates_ddl(f, DDLEvent(1, "ALTER TABLE ...", other))
+    assert not replicates_ddl(f, DDLEvent(1, "CREATE DATABASE crm"))  # schema-level
+    # RENAME: the old name or the new one in the filter is enough.
+    assert replicates_ddl(f, DDLEvent(1, "RENAME TABLE ...", other, 14, renamed_from=shop))
+    assert replicates_ddl(f, DDLEvent(1, "RENAME TABLE ...", shop, 14, renamed_from=other))
+    assert not replicates_ddl(f, DDLEvent(1, "RENAME TABLE ...", other, 14, renamed_from=TableName("crm", "b", 7)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -14,11 +15,11 @@ from typing import Any
 import pymysql
 import pytest
 
-from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode
+from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
 from cdcflow.core.events import DDLEvent, MicroBatch, TableName
 from cdcflow.core.sink import SinkContext
 from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert, update
-from cdcflow.plugins.sinks.mysql import ConstraintViolationError, MySQLSink, MySQLSinkConfig
+from cdcflow.plugins.sinks.mysql import ConstraintViolationError, DownstreamRejectedError, MySQLSink, MySQLSinkConfig
 from tests.fixtures.mariadb import MariaDB, new_database
 from tests.fixtures.workload import Workload, make_workload
 from tests.integration.plugins.sinks import mysql_capture
@@ -234,6 +235,47 @@ def test_sigkill_of_the_capture_then_resume(mariadb: MariaDB, mysql_database: st
     )
     assert resumed.checkpoint_ts == w.last_ts
     assert_replicated(mariadb, w)
+
+
+def test_rename_table_is_applied_once_and_a_rename_into_the_filter_says_what_to_do(
+    mariadb: MariaDB, mysql_database: str
+) -> None:
+    db, cid = mysql_database, f"rename-{mysql_database}"
+    with mariadb.connect(db, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(8))")
+    old, new = TableName(db, "a", 7), TableName(db, "b", 7)
+    rename = DDLEvent(60, f"RENAME TABLE `{db}`.`a` TO `{db}`.`b`", new, 14, renamed_from=old)
+    batches = [
+        MicroBatch(cid, 1, 10, 60, [insert(db, "a", {"id": 1, "v": "x"}, commit_ts=50)], [rename]),
+        MicroBatch(cid, 2, 60, 70, [insert(db, "b", {"id": 2, "v": "y"}, commit_ts=65)]),
+    ]
+    sink = sink_for(mariadb)
+    sink.open(SinkContext(cid, restart_ts=10))
+    for batch in batches:
+        sink.write_batch(batch)
+    # Written again outside the replay window (the sink's checkpoint row gone): the RENAME
+    # is recognised as applied rather than refused for the missing old table.
+    with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM cdcflow.checkpoint WHERE changefeed_id = %s", (cid,))
+    sink.write_batch(dataclasses.replace(batches[0], rows=[]))
+    sink.close()
+    assert fetch(mariadb, f"SELECT id, v FROM `{db}`.b") == [(1, "x"), (2, "y")]
+    assert fetch(mariadb, f"SHOW TABLES FROM `{db}` LIKE 'a'") == []
+
+    # Renamed into the filter from outside it: neither name downstream.
+    into = DDLEvent(80, f"RENAME TABLE `{db}`.`hidden` TO `{db}`.`shown`", TableName(db, "shown", 8), 14,
+                    renamed_from=TableName(db, "hidden", 8))  # fmt: skip
+    sink = sink_for(mariadb)
+    sink.open(SinkContext(cid, restart_ts=10))
+    with pytest.raises(DownstreamRejectedError) as info:
+        sink.write_batch(MicroBatch(cid, 3, 70, 80, [], [into]))
+    assert f"`{db}`.`shown`" in info.value.message and "renamed into the changefeed's filter" in info.value.message
+    assert info.value.retryable is Retryable.LATER
+    # The operator creates the table downstream; the retry goes on.
+    with mariadb.connect(db, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE shown (id INT PRIMARY KEY)")
+    sink.write_batch(MicroBatch(cid, 3, 70, 80, [], [into]))
+    sink.close()
 
 
 def test_duplicate_key_outside_safe_mode_is_precise_and_rolls_back(mariadb: MariaDB, mysql_database: str) -> None:
