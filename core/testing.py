@@ -216,7 +216,8 @@ class ListSource(Source[ListSourceConfig]):
                 if _table_set_action(event) == CREATE_TABLE and event.commit_ts > start_ts:
                     yield event  # no feed of the table exists yet to carry it
             elif isinstance(event, RowChange | DDLEvent):
-                table = event.table
+                # A RENAME is carried by the feed the table had before it, as a TiKV table's is.
+                table = event.renamed_from if isinstance(event, DDLEvent) and event.renamed_from else event.table
                 if table is not None and self._tables.get(table) == span and event.commit_ts > start_ts:
                     yield event
 

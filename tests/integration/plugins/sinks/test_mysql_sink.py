@@ -17,6 +17,7 @@ import pytest
 
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
 from cdcflow.core.events import DDLEvent, MicroBatch, TableName
+from cdcflow.core.filter import TableFilter
 from cdcflow.core.sink import SinkContext
 from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert, update
 from cdcflow.plugins.sinks.mysql import ConstraintViolationError, DownstreamRejectedError, MySQLSink, MySQLSinkConfig
@@ -276,6 +277,25 @@ def test_rename_table_is_applied_once_and_a_rename_into_the_filter_says_what_to_
         cur.execute("CREATE TABLE shown (id INT PRIMARY KEY)")
     sink.write_batch(MicroBatch(cid, 3, 70, 80, [], [into]))
     sink.close()
+
+
+def test_a_rename_out_of_the_filter_renames_the_downstream_table(mariadb: MariaDB, mysql_database: str) -> None:
+    db = mysql_database
+    with mariadb.connect(db, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(8))")
+    row = insert(db, "a", {"id": 1, "v": "x"}, commit_ts=50)
+    old, new = row.table, dataclasses.replace(row.table, table="archived")
+    events = [
+        row,
+        DDLEvent(60, f"RENAME TABLE `{db}`.`a` TO `{db}`.`archived`", new, 14, renamed_from=old),
+        ListSource.resolved(70),
+    ]
+    only_a = TableFilter([f"{db}.a"])
+    source = ListSource.of(events)
+    result = asyncio.run(drive(source, [sink_for(mariadb)], changefeed_id=f"out-{db}", table_filter=only_a))
+    assert result.checkpoint_ts == 70
+    assert fetch(mariadb, f"SELECT id, v FROM `{db}`.archived") == [(1, "x")]
+    assert fetch(mariadb, f"SHOW TABLES FROM `{db}` LIKE 'a'") == []
 
 
 def test_duplicate_key_outside_safe_mode_is_precise_and_rolls_back(mariadb: MariaDB, mysql_database: str) -> None:
