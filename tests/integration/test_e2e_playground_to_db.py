@@ -12,6 +12,7 @@ with ``Playground.snapshot(table, checkpoint)`` (typed: see ``e2e_shop`` for the
 The tests run in order on the same changefeed: a plain run, the Spark snapshot across the
 ADD/DROP COLUMNs, a table created mid-run (its CREATE TABLE and its rows reach MariaDB),
 that table renamed (MariaDB and the Spark snapshot keep its rows under the new name),
+a hash-partitioned table (three spans, one table downstream),
 MariaDB stopped for 30 s mid-run (Warning 2001, then Normal by itself), and last the SIGKILL
 of the capture's process group mid-run and restart (a new process).
 """
@@ -182,6 +183,32 @@ def test_a_renamed_table_keeps_its_rows_under_the_new_name(shop: Shop) -> None:
     _, rows = spark_rows(shop, "renamed")
     assert sorted(row["id"] for row in rows) == want
     assert spark_rows(shop, "late")[1] == []  # gone upstream: an empty current version
+
+
+def test_a_partitioned_table_is_one_table_downstream(shop: Shop) -> None:
+    """PARTITION BY HASH: rows live under three partition ids (three spans), downstream in one table."""
+    columns = [("id", SHOP_TABLES["orders"][0][1]), ("note", SHOP_TABLES["customers"][1][1])]
+    parted = shop.pg.ddl.create_table("shop", "parted", columns, partitions=3)
+    txn = shop.pg.begin()
+    for i in range(1, 13):
+        txn.put(row_key(parted, i), encode_row_value(parted, {"note": f"n{i}"}))
+    txn.commit()
+    txn = shop.pg.begin()
+    txn.put(row_key(parted, 4), encode_row_value(parted, {"note": "updated"}))
+    txn.delete(row_key(parted, 5))
+    txn.commit()
+    checkpoint = shop.run.wait_checkpoint(shop.pg.now(), CATCH_UP)
+    want = {row["id"]: row["note"] for row in shop.pg.snapshot("parted", checkpoint)}
+    assert len(want) == 11 and want[4] == "updated"
+    conn = shop.db.connect("shop")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id, note FROM parted")
+            assert dict(cur.fetchall()) == want
+    finally:
+        conn.close()
+    _, rows = spark_rows(shop, "parted")
+    assert {row["id"]: row["note"] for row in rows} == want
 
 
 # After the checks that need a healthy changefeed: a failed recovery leaves it stuck.

@@ -53,10 +53,21 @@ class TableDef:
     col_id_high: int = 0
     #: The table is gone from ``valid_from`` on (DROP TABLE, or the old id of a TRUNCATE).
     dropped: bool = False
+    #: Physical ids of a ``PARTITION BY HASH (pk)`` table's partitions, in partition order;
+    #: empty for a table whose rows live under its own id.
+    partitions: tuple[int, ...] = ()
 
     @property
     def pk(self) -> Column:
         return self.columns[0]
+
+    def physical_id(self, handle: int) -> int:
+        """The id whose key range holds the row of ``handle`` (TiDB's HASH partitioning: pk mod n)."""
+        return self.partitions[handle % len(self.partitions)] if self.partitions else self.id
+
+    @property
+    def physical_ids(self) -> tuple[int, ...]:
+        return self.partitions or (self.id,)
 
     @property
     def max_col_id(self) -> int:
@@ -193,12 +204,15 @@ class Catalog:
             "ttl_info": None,
             "revision": table.schema_version,
         }
+        if table.partitions:
+            raw["partition"] = _hash_partition_json(table)
         return TiDBTable(
             table.id,
             table.name,
             columns,
             (primary,),
             pk_is_handle=bool(table.pk.ft.flag & Flag.PRI_KEY),
+            partition_ids=table.partitions,
             update_timestamp=table.update_timestamp,
             raw=raw,
         )
@@ -239,3 +253,23 @@ class Catalog:
             if start_job_id is not None:
                 jobs = [j for j in jobs if j.id <= start_job_id]
             return [self.job_json(j) for j in jobs[:limit]]
+
+
+def _hash_partition_json(table: TableDef) -> dict[str, Any]:
+    """TiDB's PartitionInfo of ``PARTITION BY HASH (pk) PARTITIONS n`` (model.PartitionType 2)."""
+    return {
+        "type": 2,
+        "expr": f"`{table.pk.name}`",
+        "columns": None,
+        "enable": True,
+        "is_empty_columns": False,
+        "num": len(table.partitions),
+        "definitions": [
+            {"id": pid, "name": {"O": f"p{i}", "L": f"p{i}"}, "less_than": None, "in_values": None, "comment": ""}
+            for i, pid in enumerate(table.partitions)
+        ],
+        "adding_definitions": None,
+        "dropping_definitions": None,
+        "states": None,
+        "num_of_partitions_has_been_dropped": 0,
+    }

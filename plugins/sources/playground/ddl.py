@@ -46,16 +46,29 @@ class DDLExecutor:
     def __init__(self, cluster: Cluster, catalog: Catalog) -> None:
         self.cluster, self.catalog = cluster, catalog
 
-    def create_table(self, db: str, name: str, columns: list[tuple[str, FieldType]]) -> TableDef:
-        """CREATE TABLE: a new table id, its own region (TiDB splits at new tables), a job."""
+    def create_table(
+        self, db: str, name: str, columns: list[tuple[str, FieldType]], *, partitions: int = 0
+    ) -> TableDef:
+        """CREATE TABLE: a new table id, its own region (TiDB splits at new tables), a job.
+
+        ``partitions`` > 0: ``PARTITION BY HASH (pk) PARTITIONS n`` — each partition gets
+        an id and a region of its own, and rows live under the partition ids."""
         with self.cluster.lock:
             database = self.catalog.add_database(db)
             table_id = self.catalog.alloc_id()
             cols = tuple(Column(i + 1, n, ft) for i, (n, ft) in enumerate(columns))
+            parts = self._new_partitions(partitions)
             self.cluster.split_at_raw(table_prefix(table_id))
-            table = TableDef(table_id, name, cols, col_id_high=len(cols))
-            query = create_table_sql(db, name, cols)
+            table = TableDef(table_id, name, cols, col_id_high=len(cols), partitions=parts)
+            query = create_table_sql(db, name, cols, partitions)
             return self._run(ACTION_CREATE_TABLE, database.id, db, table, query)
+
+    def _new_partitions(self, count: int) -> tuple[int, ...]:
+        """Ids (and regions) for ``count`` partitions; called with the cluster lock held."""
+        ids = tuple(self.catalog.alloc_id() for _ in range(count))
+        for pid in ids:
+            self.cluster.split_at_raw(table_prefix(pid))
+        return ids
 
     def add_column(self, db: str, name: str, column: str, ft: FieldType, default: str | None) -> TableDef:
         with self.cluster.lock:
@@ -93,7 +106,7 @@ class DDLExecutor:
             old = self.catalog.find(db, name)
             table_id = self.catalog.alloc_id()
             self.cluster.split_at_raw(table_prefix(table_id))
-            new = replace(old, id=table_id)
+            new = replace(old, id=table_id, partitions=self._new_partitions(len(old.partitions)))
             query = f"TRUNCATE TABLE `{db}`.`{name}`"
             job_table = (old.id, replace(old, dropped=True))
             return self._run(ACTION_TRUNCATE_TABLE, self.catalog.databases[db].id, db, new, query, job_table=job_table)
@@ -152,10 +165,13 @@ class DDLExecutor:
         return result
 
 
-def create_table_sql(db: str, name: str, columns: tuple[Column, ...]) -> str:
+def create_table_sql(db: str, name: str, columns: tuple[Column, ...], partitions: int = 0) -> str:
     """The CREATE TABLE text TiDB would record for the job, so DDL-aware sinks can replay it.
 
     The first column is the clustered primary key (as every playground table has).
     """
     defs = [f"`{c.name}` {c.ft.sql_type()}{' NOT NULL' if c.ft.not_null else ''}" for c in columns]
-    return f"CREATE TABLE `{db}`.`{name}` ({', '.join(defs)}, PRIMARY KEY (`{columns[0].name}`))"
+    query = f"CREATE TABLE `{db}`.`{name}` ({', '.join(defs)}, PRIMARY KEY (`{columns[0].name}`))"
+    if partitions:
+        query += f" PARTITION BY HASH (`{columns[0].name}`) PARTITIONS {partitions}"
+    return query

@@ -20,7 +20,8 @@ __all__ = ["decode_row_value", "encode_row_value", "row_key"]
 
 
 def row_key(table: TableDef, handle: int) -> bytes:
-    return record_key(table.id, handle)
+    """The record key of ``handle``: under its partition's id when the table is partitioned."""
+    return record_key(table.physical_id(handle), handle)
 
 
 def encode_row_value(table: TableDef, row: Mapping[str, Any]) -> bytes:

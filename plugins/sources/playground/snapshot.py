@@ -24,17 +24,21 @@ def read_snapshot(
     :class:`PlaygroundError` if such a lock outlives ``wait`` seconds.
     """
     definition = catalog.find(db, table, ts)
-    start, end = table_record_span(definition.id)
+    spans = [table_record_span(pid) for pid in definition.physical_ids]  # a partitioned table: one per partition
     deadline = time.monotonic() + wait
     while True:
         with cluster.lock:
-            oldest = cluster.mvcc.min_lock_ts(encode_bytes(start), encode_bytes(end))
+            locks = [cluster.mvcc.min_lock_ts(encode_bytes(start), encode_bytes(end)) for start, end in spans]
+            oldest = min((ts_ for ts_ in locks if ts_ is not None), default=None)
             if oldest is None or oldest > ts:
-                pairs = list(cluster.mvcc.scan(start, end, ts))
+                pairs = [pair for start, end in spans for pair in cluster.mvcc.scan(start, end, ts)]
                 break
         if time.monotonic() > deadline:
             raise PlaygroundError(
                 f"snapshot of {db}.{table} at {ts} is blocked by a lock of start ts {oldest}; commit or roll it back"
             )
         time.sleep(0.01)
-    return [decode_row_value(definition, key, value) for key, value in pairs]
+    rows = [decode_row_value(definition, key, value) for key, value in pairs]
+    if len(spans) > 1:
+        rows.sort(key=lambda row: row[definition.pk.name])
+    return rows

@@ -25,7 +25,7 @@ from cdcflow.core.events import DDLEvent, Span, TableName, TableSchema, TableSet
 from cdcflow.plugins.sources.tikv.tidb import ddl_job
 from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
-from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
+from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore, TableVersion
 from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient, TiDBObjectNotFoundError
 
 __all__ = ["TiDBCatalog"]
@@ -65,9 +65,9 @@ class TiDBCatalog:
         if table.partition_id is not None:
             ids: tuple[int, ...] = (table.partition_id,)
         else:
-            version = self.schemas.table_at(table.table_id, ts) if ts is not None else None
+            version = self.schemas.logical_at(table.table_id, ts) if ts is not None else None
             if version is None:
-                version = self.schemas.table_at(table.table_id, 2**63)
+                version = self.schemas.logical_at(table.table_id, 2**63)
             found = version.table.physical_ids() if version is not None and version.table is not None else ()
             ids = found or (table.table_id,)
         return [Span(pid, *table_record_span(pid)) for pid in ids]
@@ -101,9 +101,16 @@ class TiDBCatalog:
         """The schema of ``table`` valid at ``ts``."""
         await self.ensure_loaded(ts)
         physical = table.partition_id if table.partition_id is not None else table.table_id
-        if not self.schemas.knows(physical):
+
+        def lookup() -> TableVersion | None:
+            if table.partition_id is not None:
+                return self.schemas.table_at(physical, ts)
+            return self.schemas.logical_at(physical, ts)  # a partitioned table: through its partitions
+
+        version = lookup()
+        if version is None and not self.schemas.knows(physical):
             await self.schemas.resolve(self.client, physical)
-        version = self.schemas.table_at(physical, ts)
+            version = lookup()
         if version is None or version.table is None:
             raise TiDBObjectNotFoundError(
                 f"table {table} (id {physical}) has no schema at ts {ts}: it did not exist then or was dropped",

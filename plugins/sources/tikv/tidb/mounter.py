@@ -237,7 +237,7 @@ class TiDBMounter(Mounter):
 
     def _name_before(self, table: TableName, commit_ts: int) -> TableName | None:
         """The name ``table`` had just before a DDL at ``commit_ts``, when the DDL renamed it."""
-        before = self.schemas.table_at(table.table_id, commit_ts - 1)
+        before = self.schemas.logical_at(table.table_id, commit_ts - 1)
         if before is None or before.table is None:
             return None
         old = TableName(before.db_name, before.table.name, table.table_id)

@@ -97,6 +97,19 @@ class SchemaStore:
         i = bisect.bisect_right(versions, ts, key=_version_ts)
         return versions[i - 1] if i else None
 
+    def logical_at(self, table_id: int, ts: int) -> TableVersion | None:
+        """The version of the logical table ``table_id`` valid at ``ts``: its own for a
+        table without partitions, else the one its partitions share (versions are kept per
+        physical id, and a partitioned table's own id holds no rows)."""
+        version = self.table_at(table_id, ts)
+        if version is not None:
+            return version
+        for pid in self._logical.get(table_id, ()):
+            version = self.table_at(pid, ts)
+            if version is not None and version.table is not None and version.table.id == table_id:
+                return version
+        return None
+
     def table_for_row(self, physical_id: int, commit_ts: int) -> TableVersion | None:
         """The version that decodes a row committed at ``commit_ts`` (the one at ``commit_ts − 1``)."""
         return self.table_at(physical_id, commit_ts - 1)

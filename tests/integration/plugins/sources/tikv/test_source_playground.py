@@ -118,6 +118,49 @@ def test_feeds_of_every_table_replay_to_the_snapshot() -> None:
     asyncio.run(asyncio.wait_for(body(), 240))
 
 
+def test_a_hash_partitioned_table_has_a_span_per_partition_and_rows_name_their_partition() -> None:
+    async def body() -> None:
+        async with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
+            from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
+
+            source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+            await source.open()
+            columns = [("id", BIGINT_PK), ("v", VARCHAR)]
+            parted = await asyncio.to_thread(pg.ddl.create_table, "shop", "parted", columns, partitions=3)
+            tasks: list[asyncio.Task[None]] = []
+            try:
+                table = next(t for t in await source.list_tables() if t.table == "parted")
+                spans = await source.spans_for(table)
+                assert [s.table_id for s in spans] == list(parted.partitions)
+                start = await source.current_ts()
+                events: list[RawKVEvent] = []
+                resolved: dict[Span, int] = {}
+                tasks = [asyncio.create_task(_collect(source, span, start, events, resolved)) for span in spans]
+                txn = pg.begin()
+                for i in range(1, 10):
+                    txn.put(row_key(parted, i), encode_row_value(parted, {"v": f"v{i}"}))
+                last = await asyncio.to_thread(txn.commit)
+                await _wait_resolved(resolved, spans, last)
+                mounter = source.mounter()
+                assert mounter is not None
+                rows = [await mounter.mount(ev) for ev in sorted(events, key=lambda e: e.sort_key())]
+                got = {}
+                for row in rows:
+                    assert row is not None and row.after is not None
+                    assert (row.table.schema, row.table.table, row.table.table_id) == ("shop", "parted", parted.id)
+                    assert row.table.partition_id == parted.partitions[row.after["id"] % 3]
+                    got[row.after["id"]] = row.after["v"]
+                assert got == {r["id"]: r["v"] for r in await asyncio.to_thread(pg.snapshot, "parted", last)}
+                assert len(got) == 9
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await source.close()
+
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
 @pytest.mark.parametrize("faults", [False, True], ids=["steady", "faults"])
 def test_rows_across_ddl_decode_with_the_schema_at_their_commit_ts(faults: bool) -> None:
     async def body() -> None:
