@@ -85,6 +85,10 @@ def _prewrite_size(key: bytes, entry: Prewrite) -> int:
     return PREWRITE_OVERHEAD + len(key) + len(entry[0]) + len(entry[1])
 
 
+def _held_size(change: Committed) -> int:
+    return HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
+
+
 def _early_size(entry: Early) -> int:
     return EARLY_OVERHEAD + len(entry[2])
 
@@ -207,7 +211,7 @@ class Matcher:
 
     def hold(self, change: Committed) -> None:
         """Keep ``change`` until :meth:`release`."""
-        size = HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
+        size = _held_size(change)
         if self._account.admit(size):
             self._held.append(change)
             self._held_bytes += size
@@ -273,7 +277,7 @@ class Matcher:
             for change in self._held:
                 if freed + moved >= target:
                     break
-                moved += HELD_OVERHEAD + len(change.key) + len(change.value) + len(change.old_value)
+                moved += _held_size(change)
                 count += 1
             disk.add_held(map(_held_row, self._held[:count]))
             del self._held[:count]
@@ -305,7 +309,7 @@ class Matcher:
 
     def _keep_prewrite(self, start_ts: int, key: bytes, entry: Prewrite) -> None:
         """Keep a prewrite whose key is in neither place: in memory if it fits, else on disk."""
-        size = PREWRITE_OVERHEAD + len(key) + len(entry[0]) + len(entry[1])
+        size = _prewrite_size(key, entry)
         if self._account.admit(size):
             self._prewrites[(start_ts, key)] = entry
             self.memory += size
