@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cdcflow.core.events import ColumnInfo, TableSchema
+from cdcflow.core.data.events import ColumnInfo, TableSchema
 from cdcflow.core.testing import insert
 from cdcflow.plugins.codecs.avro import AvroCodec, AvroConfig
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
-from tests.integration.schema_registry import SchemaRegistryServer
+from tests.integration.plugins.codecs.schema_registry import SchemaRegistryServer
 
 PK = ColumnInfo.HANDLE_KEY | ColumnInfo.PRIMARY_KEY
 N = ColumnInfo.NULLABLE

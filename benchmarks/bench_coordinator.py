@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from cdcflow.core.coordinator.coordinator import Coordinator
-from cdcflow.core.messaging.center import MessageCenter
-from cdcflow.core.messaging.messages import MaintainerHeartbeat, MaintainerStatus
-from cdcflow.core.metastore import open_metastore
-from cdcflow.core.model import CaptureInfo, ChangeFeedInfo, ChangeFeedStatus
+from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo, ChangeFeedStatus
+from cdcflow.core.control.coordinator.coordinator import Coordinator
+from cdcflow.core.control.messaging.center import MessageCenter
+from cdcflow.core.control.messaging.messages import MaintainerHeartbeat, MaintainerStatus
+from cdcflow.core.control.metastore import open_metastore
 from cdcflow.core.plugin.manager import PluginManager
 
 

@@ -50,7 +50,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.bench_pipeline import descendants, proc_kib, process_kind
 from cdcflow.core.config.units import parse_bytes
-from cdcflow.core.events import RawKVEvent, RowChange, Span, tso_physical_ms
+from cdcflow.core.data.events import RawKVEvent, RowChange, Span, tso_physical_ms
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sinks.kafka.mock import mock_cluster
 from cdcflow.plugins.sources.playground import Playground
@@ -59,7 +59,7 @@ from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
 from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
 from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient
-from tests.integration.e2e_kafka import CaptureProcess
+from tests.e2e.e2e_kafka import CaptureProcess
 
 PARTITIONS = 3
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.config.units import parse_bytes
-from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
+from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
@@ -52,7 +52,7 @@ from cdcflow.plugins.sources.tikv.spill import FeedMemory
 from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 
 if TYPE_CHECKING:
-    from cdcflow.core.source import Mounter
+    from cdcflow.core.data.source import Mounter
 
 
 async def _feed(

@@ -29,8 +29,8 @@ import uuid
 
 from confluent_kafka import Producer
 
-from cdcflow.core.events import ColumnInfo, MicroBatch, RowChange, TableSchema
-from cdcflow.core.sink import SinkContext
+from cdcflow.core.data.events import ColumnInfo, MicroBatch, RowChange, TableSchema
+from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.testing import insert, update
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig

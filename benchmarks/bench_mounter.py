@@ -24,7 +24,7 @@ import decimal
 import statistics
 import time
 
-from cdcflow.core.events import RawKVEvent, Span
+from cdcflow.core.data.events import RawKVEvent, Span
 from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
 from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter

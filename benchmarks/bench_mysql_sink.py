@@ -21,8 +21,8 @@ import json
 import time
 from typing import Any
 
-from cdcflow.core.events import DDLEvent, MicroBatch, OpType
-from cdcflow.core.sink import SinkContext
+from cdcflow.core.data.events import DDLEvent, MicroBatch, OpType
+from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.testing import ListSink, ListSource, drive, insert
 from cdcflow.plugins.sinks.mysql import MySQLSink, MySQLSinkConfig
 from tests.fixtures.mariadb import MariaDB, new_database, start_mariadb

@@ -33,14 +33,23 @@ from typing import Any
 
 from pydantic import Field
 
-from cdcflow.core.config.model import SparkSettings
+from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.config.units import parse_bytes
-from cdcflow.core.events import MicroBatch, OpType, ResolvedEvent, RowChange, SourceEvent, Span, TableName, TableSchema
-from cdcflow.core.pipeline.executor import PipelineSpanExecutor
-from cdcflow.core.pipeline.session import spark_session
+from cdcflow.core.data.events import (
+    MicroBatch,
+    OpType,
+    ResolvedEvent,
+    RowChange,
+    SourceEvent,
+    Span,
+    TableName,
+    TableSchema,
+)
+from cdcflow.core.data.pipeline.session import spark_session
+from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.sink import Sink
+from cdcflow.core.data.source import Source
 from cdcflow.core.plugin import PluginConfig
-from cdcflow.core.sink import Sink
-from cdcflow.core.source import Source
 
 TABLE = TableName("bench", "orders", table_id=42)
 SPAN = Span(42, b"t42", b"t42~")

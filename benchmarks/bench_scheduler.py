@@ -26,9 +26,9 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-from cdcflow.core.events import Span
-from cdcflow.core.scheduling import Scheduler
-from cdcflow.core.scheduling.simulation import MemorySpanExecutor, SimulatedCluster
+from cdcflow.core.control.scheduling import Scheduler
+from cdcflow.core.data.events import Span
+from cdcflow.core.testing.scheduling import MemorySpanExecutor, SimulatedCluster
 from cdcflow.plugins.schedulers.round_robin import RoundRobinConfig, RoundRobinScheduler
 from cdcflow.plugins.schedulers.two_phase import TwoPhaseConfig, TwoPhaseScheduler
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cdcflow.core.events import MicroBatch, RowChange
-from cdcflow.core.sink import SinkContext
+from cdcflow.core.data.events import MicroBatch, RowChange
+from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.testing import delete, insert, update
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig
 from cdcflow.plugins.sinks.spark.session import spark_session

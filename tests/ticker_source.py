@@ -26,8 +26,7 @@ from typing import Any
 
 from pydantic import Field
 
-from cdcflow.core.errors import UnsupportedProtocolError
-from cdcflow.core.events import (
+from cdcflow.core.data.events import (
     DDLEvent,
     OpType,
     ResolvedEvent,
@@ -40,8 +39,9 @@ from cdcflow.core.events import (
     tso_from_ms,
     tso_physical_ms,
 )
+from cdcflow.core.data.source import Source
+from cdcflow.core.errors import UnsupportedProtocolError
 from cdcflow.core.plugin import PluginConfig, hookimpl
-from cdcflow.core.source import Source
 
 #: How far back a feed replays ticks at most.
 HISTORY_S = 600

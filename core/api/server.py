@@ -17,8 +17,15 @@ import aiohttp
 from aiohttp import web
 
 from cdcflow.core.api.tables import add_table_routes
-from cdcflow.core.capture import Capture
-from cdcflow.core.coordinator.spec import info_from_connector, section_from_request, validate_section
+from cdcflow.core.control.capture import Capture
+from cdcflow.core.control.changefeed import (
+    ChangeFeedInfo,
+    ChangefeedNotFoundError,
+    ChangeFeedStatus,
+    InvalidTransitionError,
+)
+from cdcflow.core.control.coordinator.spec import info_from_connector, section_from_request, validate_section
+from cdcflow.core.data.events import tso_physical_ms
 from cdcflow.core.errors import (
     CdcflowError,
     ConfigInvalidError,
@@ -26,8 +33,6 @@ from cdcflow.core.errors import (
     MetaStoreIOError,
     NotAvailableError,
 )
-from cdcflow.core.events import tso_physical_ms
-from cdcflow.core.model import ChangeFeedInfo, ChangefeedNotFoundError, ChangeFeedStatus, InvalidTransitionError
 from cdcflow.core.version import __version__
 
 __all__ = ["ApiServer", "changefeed_json", "error_response", "redact"]

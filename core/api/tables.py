@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
+from cdcflow.core.control.changefeed import ChangefeedNotFoundError
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.model import ChangefeedNotFoundError
 
 if TYPE_CHECKING:
     from cdcflow.core.api.server import ApiServer
-    from cdcflow.core.maintainer.maintainer import Maintainer
+    from cdcflow.core.control.maintainer.maintainer import Maintainer
 
 __all__ = ["LOCAL_ONLY", "add_table_routes"]
 

@@ -14,7 +14,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from cdcflow.core.events import tso_physical_ms
+from cdcflow.core.data.events import tso_physical_ms
 from cdcflow.core.plugin.hookspec import hookimpl
 
 __all__ = ["ProgressReporter"]

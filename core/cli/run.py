@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from cdcflow.core.cli._common import EXIT_OK
 
 if TYPE_CHECKING:
-    from cdcflow.core.coordinator.coordinator import Coordinator
-    from cdcflow.core.metastore.base import MetaStore
-    from cdcflow.core.model import ChangeFeedInfo
+    from cdcflow.core.control.changefeed import ChangeFeedInfo
+    from cdcflow.core.control.coordinator.coordinator import Coordinator
+    from cdcflow.core.control.metastore.base import MetaStore
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,13 +39,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 async def run_file(path: str, duration: float | None, executor: str | None = None) -> dict[str, Any]:
     """Run the file's connectors on one embedded capture; return the final changefeed states."""
     from cdcflow.core.api.server import ApiServer
-    from cdcflow.core.capture import Capture, CaptureOptions
     from cdcflow.core.cli.progress import ProgressReporter
     from cdcflow.core.config import load_deployment
     from cdcflow.core.config.yamlsrc import load_located
-    from cdcflow.core.coordinator.spec import info_from_connector
-    from cdcflow.core.executor_factory import load_executor_factory
-    from cdcflow.core.metastore import open_metastore
+    from cdcflow.core.control.capture import Capture, CaptureOptions
+    from cdcflow.core.control.coordinator.spec import info_from_connector
+    from cdcflow.core.control.metastore import open_metastore
+    from cdcflow.core.data.executor_factory import load_executor_factory
     from cdcflow.core.plugin.manager import get_plugin_manager
 
     plugins = get_plugin_manager()
@@ -109,7 +109,7 @@ async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declare
     (the file is the truth, as in Kafka Connect's standalone mode); its start ts
     and checkpoint are kept. A running changefeed is paused, updated and resumed;
     a paused or failed one is updated and left as it is."""
-    from cdcflow.core.coordinator.spec import declaration_changes
+    from cdcflow.core.control.coordinator.spec import declaration_changes
 
     record = await store.get_changefeed(declared.id)
     if record is None:

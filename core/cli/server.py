@@ -40,11 +40,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
     """Start the capture and its API; return after a graceful drain."""
     from cdcflow.core.api.server import ApiServer
-    from cdcflow.core.capture import Capture, CaptureOptions
     from cdcflow.core.config import ServerSettings, load_deployment
-    from cdcflow.core.executor_factory import load_executor_factory
-    from cdcflow.core.messaging.grpc import TLSConfig
-    from cdcflow.core.metastore import open_metastore
+    from cdcflow.core.control.capture import Capture, CaptureOptions
+    from cdcflow.core.control.messaging.grpc import TLSConfig
+    from cdcflow.core.control.metastore import open_metastore
+    from cdcflow.core.data.executor_factory import load_executor_factory
     from cdcflow.core.plugin.manager import get_plugin_manager
 
     settings = load_deployment(args.config).server if args.config else ServerSettings()

@@ -8,7 +8,13 @@ from cdcflow.core.config.loader import (
     load_deployment,
     validate_text,
 )
-from cdcflow.core.config.model import ConnectorSettings, DeploymentFile, FilterSettings, ServerSettings, SparkSettings
+from cdcflow.core.config.settings import (
+    ConnectorSettings,
+    DeploymentFile,
+    FilterSettings,
+    ServerSettings,
+    SparkSettings,
+)
 
 __all__ = [
     "DEFAULT_SCHEDULER",

@@ -19,13 +19,13 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from cdcflow.core.config.model import ConnectorSettings, ServerSettings
+from cdcflow.core.config.settings import ConnectorSettings, ServerSettings
 from cdcflow.core.config.yamlsrc import Located, Path, load_located
+from cdcflow.core.data.sink import Sink
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.plugin.base import Plugin, PluginConfig
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry
-from cdcflow.core.sink import Sink
 
 __all__ = [
     "DEFAULT_SCHEDULER",

@@ -5,9 +5,9 @@ Public API::
     from cdcflow.core.plugin import hookimpl, PluginConfig, PluginManager
 
 The manager is imported lazily: it imports the plugin base classes
-(``cdcflow.core.source`` and friends), which themselves import
+(``cdcflow.core.data.source`` and friends), which themselves import
 ``cdcflow.core.plugin.base``; loading it eagerly here would make importing
-``cdcflow.core.source`` first a circular import.
+``cdcflow.core.data.source`` first a circular import.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from cdcflow.core.codec import Codec
+    from cdcflow.core.control.scheduling import Scheduler
+    from cdcflow.core.data.codec import Codec
+    from cdcflow.core.data.sink import Sink
+    from cdcflow.core.data.source import Source
     from cdcflow.core.plugin.registry import Registrar
-    from cdcflow.core.scheduling import Scheduler
-    from cdcflow.core.sink import Sink
-    from cdcflow.core.source import Source
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -41,7 +41,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec
 def cdcflow_register_sources(registry: Registrar[Source[Any]]) -> None:
-    """Register source plugin classes (subclasses of ``cdcflow.core.source.Source``).
+    """Register source plugin classes (subclasses of ``cdcflow.core.data.source.Source``).
 
     Called once, at plugin load. Return value ignored.
     """
@@ -49,7 +49,7 @@ def cdcflow_register_sources(registry: Registrar[Source[Any]]) -> None:
 
 @hookspec
 def cdcflow_register_sinks(registry: Registrar[Sink[Any]]) -> None:
-    """Register sink plugin classes (subclasses of ``cdcflow.core.sink.Sink``).
+    """Register sink plugin classes (subclasses of ``cdcflow.core.data.sink.Sink``).
 
     Called once, at plugin load. Return value ignored.
     """
@@ -57,7 +57,7 @@ def cdcflow_register_sinks(registry: Registrar[Sink[Any]]) -> None:
 
 @hookspec
 def cdcflow_register_schedulers(registry: Registrar[Scheduler[Any]]) -> None:
-    """Register scheduler plugin classes (subclasses of ``cdcflow.core.scheduling.Scheduler``).
+    """Register scheduler plugin classes (subclasses of ``cdcflow.core.control.scheduling.Scheduler``).
 
     Called once, at plugin load. Return value ignored.
     """
@@ -65,7 +65,7 @@ def cdcflow_register_schedulers(registry: Registrar[Scheduler[Any]]) -> None:
 
 @hookspec
 def cdcflow_register_codecs(registry: Registrar[Codec[Any]]) -> None:
-    """Register codec (message format) classes (subclasses of ``cdcflow.core.codec.Codec``).
+    """Register codec (message format) classes (subclasses of ``cdcflow.core.data.codec.Codec``).
 
     Called once, at plugin load. Return value ignored.
     """

@@ -20,16 +20,17 @@ from typing import Any, TypeVar
 
 import pluggy
 
+from cdcflow.core.control.scheduling import Scheduler
+
 # cdcflow.core.plugin loads this module lazily, so the plugin kinds (which
 # import cdcflow.core.plugin.base) can be imported here at module level.
-from cdcflow.core.codec import Codec
+from cdcflow.core.data.codec import Codec
+from cdcflow.core.data.sink import Sink
+from cdcflow.core.data.source import Source
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry, Registrar
-from cdcflow.core.scheduling import Scheduler
-from cdcflow.core.sink import Sink
-from cdcflow.core.source import Source
 
 __all__ = [
     "AUTOLOAD_ENV",

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from cdcflow.core.codec import Codec, EncodedMessage
-from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, tso_physical_ms
+from cdcflow.core.data.codec import Codec, EncodedMessage
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, tso_physical_ms
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.plugins.codecs.columns import TypeCode, column_of, columns_of, elements_of, format_date_value, fsp_of
 from cdcflow.plugins.codecs.gojson import go_float_plain, go_json

@@ -2,7 +2,7 @@
 
 Type codes are MySQL's type bytes (Open Protocol §2.4) and flags the Open
 Protocol column flag bits (§2.5), as carried by
-:class:`~cdcflow.core.events.ColumnInfo`. When a row arrives without a
+:class:`~cdcflow.core.data.events.ColumnInfo`. When a row arrives without a
 table schema (a test source, a raw key-value feed), :func:`column_for` infers
 a type from the Python value, so that every protocol can still encode it;
 such inferred columns carry no key flags.
@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from cdcflow.core.events import ColumnInfo, RowChange
+from cdcflow.core.data.events import ColumnInfo, RowChange
 
 __all__ = [
     "TypeCode",

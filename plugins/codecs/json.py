@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import Field
 
-from cdcflow.core.codec import Codec, EncodedMessage
-from cdcflow.core.events import DDLEvent, RowChange
+from cdcflow.core.data.codec import Codec, EncodedMessage
+from cdcflow.core.data.events import DDLEvent, RowChange
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 
 __all__ = ["JsonCodec", "JsonCodecConfig", "json_value"]

@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from cdcflow.core.codec import Codec, EncodedMessage
+from cdcflow.core.data.codec import Codec, EncodedMessage
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange
 from cdcflow.core.errors import ConfigInvalidError, UnsupportedProtocolError
-from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.plugins.codecs.columns import (
     TypeCode,

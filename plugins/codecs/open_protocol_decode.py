@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, TableSchema
 from cdcflow.core.errors import UnsupportedProtocolError
-from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, TableSchema
 from cdcflow.plugins.codecs.columns import TypeCode
 from cdcflow.plugins.codecs.gojson import go_unquote
 from cdcflow.plugins.codecs.open_protocol import BATCH_VERSION, MessageType

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import Field
 
-from cdcflow.core.events import Span
+from cdcflow.core.control.scheduling import AgentMessage, Scheduler, SpanReplication, TickResult
+from cdcflow.core.data.events import Span
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.core.scheduling import AgentMessage, Scheduler, SpanReplication, TickResult
 from cdcflow.plugins.schedulers.balance import BalancePolicy
 from cdcflow.plugins.schedulers.two_phase import TwoPhaseConfig, TwoPhaseScheduler
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cdcflow.core.events import ResolvedEvent, RowChange, Span, tso_from_ms
+from cdcflow.core.data.events import ResolvedEvent, RowChange, Span, tso_from_ms
 from tests.ticker_source import TickerConfig, TickerSource, first_tick_after, tick_ts
 
 INTERVAL = 0.01

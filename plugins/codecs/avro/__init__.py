@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdcflow.core.codec import Codec
+from cdcflow.core.data.codec import Codec
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.plugins.codecs.avro.codec import AvroCodec, subject_prefix
 from cdcflow.plugins.codecs.avro.config import AvroConfig

@@ -44,9 +44,9 @@ from urllib.parse import urlsplit
 
 import fastavro
 
-from cdcflow.core.codec import Codec, EncodedMessage
+from cdcflow.core.data.codec import Codec, EncodedMessage
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, tso_physical_ms
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, tso_physical_ms
 from cdcflow.core.plugin import PluginConfig
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.plugins.codecs.avro.config import AvroConfig

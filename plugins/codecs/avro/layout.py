@@ -19,7 +19,7 @@ from typing import Any
 
 import fastavro
 
-from cdcflow.core.events import ColumnInfo, TableName
+from cdcflow.core.data.events import ColumnInfo, TableName
 from cdcflow.plugins.codecs.avro.config import AvroConfig
 from cdcflow.plugins.codecs.avro.errors import AvroEncodeError
 from cdcflow.plugins.codecs.avro.registry import schema_text

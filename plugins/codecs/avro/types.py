@@ -1,7 +1,7 @@
 """Column types → Avro types, and column values → Avro values and back.
 
 The mapping follows TiCDC's Avro protocol, column by column (MySQL type code
-and flags of :class:`~cdcflow.core.events.ColumnInfo`):
+and flags of :class:`~cdcflow.core.data.events.ColumnInfo`):
 
 ====================================  ==============================================  ===========================
 Column                                Avro type                                       Value written
@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.core.events import ColumnInfo
+from cdcflow.core.data.events import ColumnInfo
 from cdcflow.plugins.codecs.avro.config import AvroConfig
 from cdcflow.plugins.codecs.avro.errors import AvroEncodeError
 from cdcflow.plugins.codecs.columns import TypeCode, elements_of, format_date_value, fsp_of

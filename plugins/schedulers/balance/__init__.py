@@ -30,8 +30,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from cdcflow.core.events import Span
-from cdcflow.core.scheduling import ReplicationState
+from cdcflow.core.control.scheduling import ReplicationState
+from cdcflow.core.data.events import Span
 
 __all__ = ["AddTask", "BalancePolicy", "MoveTask", "Placement"]
 

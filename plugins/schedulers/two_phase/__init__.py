@@ -24,9 +24,7 @@ from typing import Any
 
 from pydantic import Field
 
-from cdcflow.core.events import Span
-from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.core.scheduling import (
+from cdcflow.core.control.scheduling import (
     AgentMessage,
     CaptureLiveness,
     HeartbeatResponse,
@@ -37,6 +35,8 @@ from cdcflow.core.scheduling import (
     SpanReplication,
     TickResult,
 )
+from cdcflow.core.data.events import Span
+from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.plugins.schedulers.balance import AddTask, BalancePolicy
 from cdcflow.plugins.schedulers.two_phase.manager import ReplicationManager
 from cdcflow.plugins.schedulers.two_phase.replication_set import Command, ReplicationSet

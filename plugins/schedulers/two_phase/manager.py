@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from cdcflow.core.events import Span
-from cdcflow.core.executor import SpanState, SpanStatus
-from cdcflow.core.scheduling import RemoveSpan, ReplicationState, Watermark
+from cdcflow.core.control.scheduling import RemoveSpan, ReplicationState, Watermark
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.span_executor import SpanState, SpanStatus
 from cdcflow.plugins.schedulers.two_phase.replication_set import Command, ReplicationSet
 
 __all__ = ["ReplicationManager"]

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdcflow.core.events import Span
-from cdcflow.core.executor import SpanState, SpanStatus
-from cdcflow.core.scheduling import AddSpan, RemoveSpan, ReplicationState, SpanReplication
+from cdcflow.core.control.scheduling import AddSpan, RemoveSpan, ReplicationState, SpanReplication
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.span_executor import SpanState, SpanStatus
 
 __all__ = ["Command", "ReplicationSet"]
 

@@ -31,12 +31,12 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import Field
 
-from cdcflow.core.codec import Codec, EncodedMessage
+from cdcflow.core.data.codec import Codec, EncodedMessage
+from cdcflow.core.data.events import MicroBatch, RowChange, TableName
+from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
-from cdcflow.core.events import MicroBatch, RowChange, TableName
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
-from cdcflow.core.sink import Sink, SinkContext
 
 __all__ = ["FileSink", "FileSinkConfig", "cdcflow_register_sinks"]
 

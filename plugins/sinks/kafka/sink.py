@@ -74,12 +74,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
-from cdcflow.core.codec import Codec, EncodedMessage
+from cdcflow.core.data.codec import Codec, EncodedMessage
+from cdcflow.core.data.events import MicroBatch, OpType, RowChange
+from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnavailableError
-from cdcflow.core.events import MicroBatch, OpType, RowChange
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
-from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.plugins.sinks.kafka.config import DEFAULT_PARTITIONS, MOCK_HOST, KafkaSinkConfig, bootstrap_of
 from cdcflow.plugins.sinks.kafka.dispatch import EventRouter, TopicExpression, key_changed
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.core.events import RowChange, TableName
+from cdcflow.core.data.events import RowChange, TableName
 from cdcflow.plugins.sinks.mysql.dml import TableMeta
 
 __all__ = ["Unit", "assign_lanes", "conflict_keys", "group_for_transactions", "lanes_of", "split_units"]

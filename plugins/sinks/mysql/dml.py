@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.core.events import OpType, RowChange
+from cdcflow.core.data.events import OpType, RowChange
 
 __all__ = ["Statement", "TableMeta", "plan_statements", "quote"]
 

@@ -51,11 +51,11 @@ from typing import Any
 
 import pymysql
 
+from cdcflow.core.data.events import DDLEvent, MicroBatch, RowChange, TableName
+from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.errors import CdcflowError
-from cdcflow.core.events import DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.plugins.sinks.mysql.catalog import load_table_meta
 from cdcflow.plugins.sinks.mysql.causality import Unit, assign_lanes, group_for_transactions, lanes_of, split_units
 from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointState, CheckpointTable

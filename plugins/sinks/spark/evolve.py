@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow.core.data.events import DDLEvent, RowChange, TableName
 from cdcflow.core.errors import DDLBlockedError, Retryable, Severity
-from cdcflow.core.events import DDLEvent, RowChange, TableName
 from cdcflow.plugins.sinks.spark.frames import column_type
 
 __all__ = [

@@ -14,7 +14,7 @@ import decimal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cdcflow.core.events import ColumnInfo, OpType, RowChange, tso_physical_ms
+from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, tso_physical_ms
 
 __all__ = [
     "CHANGE_META",

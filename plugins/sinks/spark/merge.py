@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cdcflow.core.data.events import TableName
 from cdcflow.core.errors import DDLBlockedError, Retryable, Severity
-from cdcflow.core.events import TableName
 from cdcflow.plugins.sinks.spark.evolve import ColumnPlan, sql_literal
 
 __all__ = ["MERGE_PROVIDERS", "alter_sql", "alter_table", "merge_sql", "provider_of"]

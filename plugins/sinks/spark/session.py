@@ -25,7 +25,7 @@ def spark_session(master: str, warehouse_dir: str, conf: Mapping[str, str] | Non
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from cdcflow.core.pipeline.session import spawn_jvm_without_fork
+    from cdcflow.core.data.pipeline.session import spawn_jvm_without_fork
 
     spawn_jvm_without_fork()  # this process may run gRPC threads (the playground, a source)
 

@@ -53,11 +53,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
+from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.errors import CdcflowError, DownstreamUnavailableError, Retryable
-from cdcflow.core.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.core.sink import Sink, SinkContext
 from cdcflow.plugins.sinks.spark.config import SparkSinkConfig, describe_issues, path_of
 from cdcflow.plugins.sinks.spark.evolve import TargetColumn, column_plan, cut_at_ddl, ddl_by_table, ddl_error, evolve
 from cdcflow.plugins.sinks.spark.frames import (

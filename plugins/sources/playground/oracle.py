@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cdcflow.core.events import TSO_LOGICAL_BITS
+from cdcflow.core.data.events import TSO_LOGICAL_BITS
 
 __all__ = ["TSOOracle"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cdcflow.core.events import DDLEvent, Span, TableName, TableSchema, TableSetChange
+from cdcflow.core.data.events import DDLEvent, Span, TableName, TableSchema, TableSetChange
 from cdcflow.plugins.sources.tikv.tidb import ddl_job
 from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 
-from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, Span
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter

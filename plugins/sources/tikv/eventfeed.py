@@ -42,8 +42,8 @@ from typing import Any
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
+from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.core.errors import CdcflowError, Retryable, Severity, UnsupportedProtocolError
-from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.tikv.channels import TLSFiles, open_channel
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2
 from cdcflow.plugins.sources.tikv.matcher import Committed, Matcher, UnmatchedCommitError

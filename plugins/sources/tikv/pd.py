@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from cdcflow.core.data.events import TSO_LOGICAL_BITS
 from cdcflow.core.errors import PDUnavailableError
-from cdcflow.core.events import TSO_LOGICAL_BITS
 from cdcflow.plugins.sources.tikv.channels import TLSFiles, host_port, open_channel
 from cdcflow.plugins.sources.tikv.kvproto import metapb_pb2, pdpb_pb2, pdpb_pb2_grpc
 from cdcflow.plugins.sources.tikv.regions import RegionCache, RegionInfo

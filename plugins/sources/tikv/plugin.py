@@ -25,8 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import (
+from cdcflow.core.data.events import (
     DDLEvent,
     RawKVEvent,
     ResolvedEvent,
@@ -37,8 +36,9 @@ from cdcflow.core.events import (
     TableSchema,
     TableSetChange,
 )
+from cdcflow.core.data.source import Mounter, Source
+from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import Registrar, hookimpl
-from cdcflow.core.source import Mounter, Source
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig

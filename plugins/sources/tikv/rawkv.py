@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cdcflow.core.data.events import ColumnInfo, OpType, RawKVEvent, RowChange, Span, TableName, TableSchema
+from cdcflow.core.data.source import Mounter
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
-from cdcflow.core.events import ColumnInfo, OpType, RawKVEvent, RowChange, Span, TableName, TableSchema
-from cdcflow.core.source import Mounter
 
 __all__ = ["KeySpace", "RawKVMounter", "parse_key_spans"]
 

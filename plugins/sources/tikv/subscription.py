@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
+from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2
 from cdcflow.plugins.sources.tikv.matcher import Matcher
 from cdcflow.plugins.sources.tikv.rangets import RangeTs

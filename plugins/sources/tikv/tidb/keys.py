@@ -3,7 +3,7 @@
 Two forms of a key exist and must not be mixed up:
 
 * the **raw** TiDB key, e.g. ``b"t" + encode_int(table_id) + b"_r" + handle``.
-  TiKV's EventFeed reports rows under raw keys, and :class:`~cdcflow.core.events.Span`
+  TiKV's EventFeed reports rows under raw keys, and :class:`~cdcflow.core.data.events.Span`
   holds raw keys;
 * the **memcomparable** form (:func:`encode_bytes`), in which transactional keys
   sit inside TiKV: region boundaries in PD and the ``start_key`` / ``end_key``

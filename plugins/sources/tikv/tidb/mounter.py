@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
+from cdcflow.core.data.source import Mounter
 from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity
-from cdcflow.core.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
-from cdcflow.core.source import Mounter
 from cdcflow.plugins.sources.tikv.tidb import ddl_job, keydatum, keys, rowcodec, values
 from cdcflow.plugins.sources.tikv.tidb.keydatum import Datum
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable

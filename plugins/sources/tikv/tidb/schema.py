@@ -6,7 +6,7 @@
 ``is_primary``). Parsing is lenient: unknown keys are ignored and kept in
 ``raw`` so that :meth:`TiDBTable.to_json` writes back what was read.
 
-:meth:`TiDBTable.table_schema` maps a table to :class:`cdcflow.core.events.TableSchema`:
+:meth:`TiDBTable.table_schema` maps a table to :class:`cdcflow.core.data.events.TableSchema`:
 public, non-virtual columns in offset order, MySQL type byte as ``type_code``
 and the Open Protocol flag bits:
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.core.events import ColumnInfo, TableName, TableSchema
+from cdcflow.core.data.events import ColumnInfo, TableName, TableSchema
 from cdcflow.plugins.sources.tikv.tidb.fieldtype import (
     INT_TYPES,
     STRING_TYPES,

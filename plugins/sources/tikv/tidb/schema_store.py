@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdcflow.core.events import TableName
+from cdcflow.core.data.events import TableName
 from cdcflow.plugins.sources.tikv.tidb.ddl_job import ACTION_CREATE_TABLE, ACTION_CREATE_TABLES, DDLJob
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBDatabase, TiDBTable
 

@@ -15,10 +15,10 @@ from typing import Any
 import pymysql
 import pytest
 
+from cdcflow.core.data.events import DDLEvent, MicroBatch, TableName
+from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
-from cdcflow.core.events import DDLEvent, MicroBatch, TableName
-from cdcflow.core.filter import TableFilter
-from cdcflow.core.sink import SinkContext
 from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert, update
 from cdcflow.plugins.sinks.mysql import ConstraintViolationError, DownstreamRejectedError, MySQLSink, MySQLSinkConfig
 from tests.fixtures.mariadb import MariaDB, new_database

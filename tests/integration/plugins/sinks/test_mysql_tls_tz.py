@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cdcflow.core.data.events import MicroBatch
+from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.errors import DownstreamUnavailableError, Retryable
-from cdcflow.core.events import MicroBatch
-from cdcflow.core.sink import SinkContext
 from cdcflow.core.testing import insert
 from cdcflow.plugins.sinks.mysql import MySQLSink, MySQLSinkConfig
 from tests.fixtures.mariadb import MariaDB, new_database, start_mariadb

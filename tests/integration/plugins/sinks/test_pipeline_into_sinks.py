@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.core.pipeline.executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
 from cdcflow.core.testing import ListSource
 from cdcflow.plugins.sinks.mysql import MySQLSink, MySQLSinkConfig
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig
@@ -34,7 +34,7 @@ async def _until(predicate: Any, timeout: float = 240.0) -> None:
 
 
 def test_pipeline_into_mysql_and_spark_sinks(spark: Any, mariadb: MariaDB, mysql_database: str, tmp_path: Path) -> None:
-    from cdcflow.core.pipeline.datasource import CdcflowDataSource
+    from cdcflow.core.data.pipeline.datasource import CdcflowDataSource
 
     spark.dataSource.register(CdcflowDataSource)  # what the capture's own session does at start-up
     w = make_workload(mysql_database, txns=80, resolve_every=20)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from cdcflow.core.data.events import DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.errors import DownstreamUnavailableError
-from cdcflow.core.events import DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig, Storage, read_snapshot
 from cdcflow.plugins.sinks.spark.sink import table_dir

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, RowChange, TableName, TableSchema
 from cdcflow.core.errors import DDLBlockedError, Retryable
-from cdcflow.core.events import ColumnInfo, DDLEvent, RowChange, TableName, TableSchema
 from cdcflow.core.testing import ListSource, SimulatedCrash, delete, drive, insert, update
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig, Storage, read_snapshot
 from tests.integration.plugins.sinks.test_spark_sink import CrashingSparkSink

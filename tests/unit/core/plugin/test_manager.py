@@ -98,6 +98,11 @@ def test_every_core_module_imports_first_in_a_fresh_interpreter():
     import subprocess
     import sys
 
-    for module in ("cdcflow.core.source", "cdcflow.core.sink", "cdcflow.core.codec", "cdcflow.core.scheduling"):
+    for module in (
+        "cdcflow.core.data.source",
+        "cdcflow.core.data.sink",
+        "cdcflow.core.data.codec",
+        "cdcflow.core.control.scheduling",
+    ):
         result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, check=False)
         assert result.returncode == 0, (module, result.stderr)

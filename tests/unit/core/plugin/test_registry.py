@@ -1,11 +1,11 @@
 import pytest
 from pydantic import Field
 
+from cdcflow.core.data.events import MicroBatch
+from cdcflow.core.data.sink import Sink
 from cdcflow.core.errors import ConfigInvalidError, PluginConflictError
-from cdcflow.core.events import MicroBatch
 from cdcflow.core.plugin import PluginConfig, PluginManager, hookimpl
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry
-from cdcflow.core.sink import Sink
 
 
 class _Cfg(PluginConfig):
@@ -90,7 +90,7 @@ def test_config_must_forbid_extra_and_be_frozen():
 
 
 def test_wrong_kind_is_rejected():
-    from cdcflow.core.scheduling import Scheduler
+    from cdcflow.core.control.scheduling import Scheduler
 
     reg = PluginRegistry("schedulers", Scheduler)
     with pytest.raises(ConfigInvalidError, match="does not derive"):

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdcflow.core.config import validate_text
-from cdcflow.core.events import ColumnInfo
+from cdcflow.core.data.events import ColumnInfo
 from cdcflow.core.plugin import PluginManager
 from cdcflow.plugins.codecs.avro import AvroCodec, AvroConfig, AvroEncodeError, AvroFormatError
 from cdcflow.plugins.codecs.avro.types import column_codec, encode_value, from_avro, sanitize_name

@@ -1,7 +1,7 @@
 import decimal
 import json
 
-from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, TableSchema, tso_from_ms
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, TableSchema, tso_from_ms
 from cdcflow.plugins.codecs.canal_json import CanalJsonCodec, CanalJsonConfig
 
 T = TableName("test", "tp_int", 3)

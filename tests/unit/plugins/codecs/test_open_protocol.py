@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.core.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, TableSchema
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, TableSchema
 from cdcflow.core.testing import delete, insert, update
 from cdcflow.plugins.codecs.open_protocol import (
     MessageTooLargeError,

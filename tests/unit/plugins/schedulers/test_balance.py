@@ -1,8 +1,8 @@
 from collections import Counter
 from dataclasses import dataclass
 
-from cdcflow.core.events import Span
-from cdcflow.core.scheduling import ReplicationState
+from cdcflow.core.control.scheduling import ReplicationState
+from cdcflow.core.data.events import Span
 from cdcflow.plugins.schedulers.balance import AddTask, BalancePolicy, MoveTask
 
 R, A = ReplicationState.REPLICATING, ReplicationState.ABSENT

@@ -1,8 +1,8 @@
 """Seed 002's transitions, one report at a time."""
 
-from cdcflow.core.events import Span
-from cdcflow.core.executor import SpanState, SpanStatus
-from cdcflow.core.scheduling import AddSpan, RemoveSpan, ReplicationState
+from cdcflow.core.control.scheduling import AddSpan, RemoveSpan, ReplicationState
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.span_executor import SpanState, SpanStatus
 from cdcflow.plugins.schedulers.two_phase.replication_set import Command, ReplicationSet
 
 SPAN = Span(7, b"a", b"z")

@@ -3,9 +3,9 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.core.events import Span
-from cdcflow.core.scheduling import DispatchTableRequest, HeartbeatRequest, ReplicationState
-from cdcflow.core.scheduling.simulation import SimulatedCluster
+from cdcflow.core.control.scheduling import DispatchTableRequest, HeartbeatRequest, ReplicationState
+from cdcflow.core.data.events import Span
+from cdcflow.core.testing.scheduling import SimulatedCluster
 from cdcflow.plugins.schedulers.round_robin import RoundRobinConfig, RoundRobinScheduler
 
 SPANS = [Span(i, b"%d" % i, b"%d~" % i) for i in range(10)]

@@ -2,9 +2,9 @@ from collections import Counter
 
 import pytest
 
-from cdcflow.core.events import Span
-from cdcflow.core.scheduling import InvalidScheduleRequestError, ReplicationState
-from cdcflow.core.scheduling.simulation import SimulatedCluster
+from cdcflow.core.control.scheduling import InvalidScheduleRequestError, ReplicationState
+from cdcflow.core.data.events import Span
+from cdcflow.core.testing.scheduling import SimulatedCluster
 from cdcflow.plugins.schedulers.two_phase import TwoPhaseConfig, TwoPhaseScheduler
 
 SPANS = [Span(i, b"", b"") for i in range(12)]

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from cdcflow.core.events import Span
-from cdcflow.core.executor import SpanState
-from cdcflow.core.scheduling import Agent, InvalidScheduleRequestError, ReplicationState
-from cdcflow.core.scheduling.simulation import MemorySpanExecutor
+from cdcflow.core.control.scheduling import Agent, InvalidScheduleRequestError, ReplicationState
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.span_executor import SpanState
+from cdcflow.core.testing.scheduling import MemorySpanExecutor
 from cdcflow.plugins.schedulers.two_phase import TwoPhaseConfig, TwoPhaseScheduler
 
 SPANS = [Span(t, b"", b"") for t in range(6)]

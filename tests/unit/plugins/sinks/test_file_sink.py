@@ -4,9 +4,9 @@ import struct
 
 import pytest
 
+from cdcflow.core.data.events import DDLEvent, MicroBatch, TableName
+from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
-from cdcflow.core.events import DDLEvent, MicroBatch, TableName
-from cdcflow.core.sink import SinkContext
 from cdcflow.core.testing import ListSource, drive, insert, update
 from cdcflow.plugins.sinks.file import FileSink, FileSinkConfig
 from cdcflow.plugins.sinks.file.sink import directory_of

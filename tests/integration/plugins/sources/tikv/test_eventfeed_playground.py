@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
+from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.pd import PDClient

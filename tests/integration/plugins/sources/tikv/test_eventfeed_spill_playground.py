@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.core.events import RawKVEvent
+from cdcflow.core.data.events import RawKVEvent
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient

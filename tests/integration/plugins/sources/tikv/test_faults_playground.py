@@ -16,8 +16,8 @@ import contextlib
 
 import pytest
 
+from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.core.errors import ErrorCode, PDUnavailableError, Severity
-from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
 from cdcflow.plugins.sources.tikv.pd import PDClient

@@ -7,8 +7,8 @@ arguments and XORs the sums.
 
 import pytest
 
+from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, TableName, TableSchema
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import ColumnInfo, OpType, RowChange, TableName, TableSchema
 from cdcflow.plugins.sinks.kafka.dispatch import (
     DispatchRule,
     EventRouter,

@@ -7,7 +7,7 @@ import decimal
 
 import pytest
 
-from cdcflow.core.events import ColumnInfo, DDLEvent, TableName, TableSchema
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, TableName, TableSchema
 from cdcflow.core.testing import insert
 from cdcflow.plugins.sinks.spark.evolve import TargetColumn, column_plan, cut_at_ddl, renamed_columns, sql_literal
 from cdcflow.plugins.sinks.spark.merge import alter_sql

@@ -7,8 +7,8 @@ import decimal
 
 import pytest
 
+from cdcflow.core.data.events import ColumnInfo, TableSchema, tso_from_ms
 from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.events import ColumnInfo, TableSchema, tso_from_ms
 from cdcflow.core.testing import delete, insert, update
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig
 from cdcflow.plugins.sinks.spark.config import describe_issues, path_of

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, Span, TableName
 from cdcflow.core.errors import CdcflowError
-from cdcflow.core.events import DDLEvent, RawKVEvent, ResolvedEvent, Span, TableName
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.ddl import DDLTracker
 

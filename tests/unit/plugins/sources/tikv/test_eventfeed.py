@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
+from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.core.errors import CdcflowError, UnsupportedProtocolError
-from cdcflow.core.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.plugins.sources.tikv.eventfeed import ClusterIDMismatchError, EventFeedClient
 from cdcflow.plugins.sources.tikv.kvproto import (
     cdcpb_pb2,

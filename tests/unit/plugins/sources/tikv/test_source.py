@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from cdcflow.core.data.events import OpType, RawKVEvent, ResolvedEvent, Span, TableName
 from cdcflow.core.errors import CheckpointStaleError, ConfigInvalidError
-from cdcflow.core.events import OpType, RawKVEvent, ResolvedEvent, Span, TableName
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, cdcpb_pb2_grpc, pdpb_pb2_grpc
 from cdcflow.plugins.sources.tikv.tidb.keys import encode_int

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, Span
 from cdcflow.core.errors import CdcflowError, Severity
-from cdcflow.core.events import DDLEvent, OpType, RawKVEvent, Span
 from cdcflow.plugins.sources.tikv.tidb import ddl_job
 from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
 from cdcflow.plugins.sources.tikv.tidb.mounter import RowDecodeError, TiDBMounter, UnsupportedColumnTypeError

@@ -3,7 +3,7 @@
 import datetime as dt
 import decimal
 
-from cdcflow.core.events import ColumnInfo
+from cdcflow.core.data.events import ColumnInfo
 from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable, parse_default
 

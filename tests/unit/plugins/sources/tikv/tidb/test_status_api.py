@@ -276,7 +276,7 @@ def test_schema_store_resolves_an_unknown_id():
 def test_schema_store_load_lists_tables_as_they_were_at_the_start():
     """A table created after the start ts did not exist then (no base version); one dropped
     after it did (its last version before the start, from the history)."""
-    from cdcflow.core.events import DDLEvent, TableName, TableSetChange
+    from cdcflow.core.data.events import DDLEvent, TableName, TableSetChange
     from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
     from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
 
@@ -324,7 +324,7 @@ def test_schema_store_load_lists_tables_as_they_were_at_the_start():
 
 
 def test_truncate_and_rename_change_the_table_set_add_column_does_not():
-    from cdcflow.core.events import TableName
+    from cdcflow.core.data.events import TableName
     from cdcflow.plugins.sources.tikv.tidb.ddl_job import DDLJob
 
     fake = FakeTiDB()

@@ -1,0 +1,185 @@
+"""The shape of ``connectors.yaml``: a ``server`` section and a list of connectors.
+
+Plugin sections (``source``, ``sinks[]``, ``scheduler``) are kept as raw
+mappings here and validated by the loader against the selected plugin's own
+config model, so that plugins own their options (STYLE §8).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from cdcflow.core.config.units import ByteSize, Duration
+from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.plugin.base import kebab
+
+__all__ = [
+    "CHANGEFEED_ID_PATTERN",
+    "ColumnSelectorSettings",
+    "ConnectorSettings",
+    "DeploymentFile",
+    "FilterSettings",
+    "ServerSettings",
+    "SparkSettings",
+]
+
+#: Changefeed ids, as TiCDC accepts them: words of letters and digits joined by dashes.
+CHANGEFEED_ID_PATTERN = re.compile(r"^[a-zA-Z0-9]+(-[a-zA-Z0-9]+)*$")
+
+
+def _start_ts(value: object) -> object:
+    if value == "now":
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise ValueError("start-ts must be a TSO (a non-negative integer) or 'now'")
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=kebab, populate_by_name=True)
+
+
+class SparkSettings(_Settings):
+    """Where the data pipeline runs."""
+
+    master: str = Field("local[*]", description="spark.master: local[*] in the capture's process, or a cluster URL.")
+    app_name: str = Field("cdcflow", description="Spark application name.")
+    warehouse_dir: str = Field("./data/lake", description="spark.sql.warehouse.dir for Spark table sinks.")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark properties; applied last.")
+    trigger_interval: Duration = Field(
+        0.5, gt=0, description="How often each changefeed's streaming query looks for new resolved data (e.g. 500ms)."
+    )
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value
+
+
+class ServerSettings(_Settings):
+    """The capture process: metastore, API, data directory, Spark."""
+
+    metastore: str = Field(
+        "sqlite:///./data/meta.db",
+        description="Metastore URL: sqlite:///path (one node) or etcd://host:port[,host:port] (cluster).",
+    )
+    api_addr: str = Field("127.0.0.1:8300", description="host:port the REST API listens on.")
+    advertise_addr: str = Field("", description="host:port other captures use to reach this one; api-addr when empty.")
+    data_dir: str = Field("./data", description="Directory for the event store's spill files and local state.")
+    gc_ttl: Duration = Field(86400.0, description="TTL of the upstream GC safepoint cdcflow keeps (e.g. 24h).")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark settings.")
+
+    @field_validator("metastore")
+    @classmethod
+    def _metastore_scheme(cls, value: str) -> str:
+        if not (value.startswith("sqlite://") or value.startswith("etcd://")):
+            raise ValueError("the metastore URL must start with sqlite:// or etcd://")
+        return value
+
+    @field_validator("api_addr")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{value!r} is not host:port (e.g. 127.0.0.1:8300)")
+        return value
+
+
+class ColumnSelectorSettings(_Settings):
+    """Which columns of some tables are replicated."""
+
+    matcher: list[str] = Field(description="Table-filter rules of the tables this selector applies to.")
+    columns: list[str] = Field(
+        description="Column patterns to keep (* ? [] wildcards, ! to exclude; the last match wins)."
+    )
+
+    @field_validator("matcher")
+    @classmethod
+    def _parse_matcher(cls, rules: list[str]) -> list[str]:
+        for i, rule in enumerate(rules):
+            problem = TableFilter.check(rule)
+            if problem:
+                raise ValueError(f"matcher {i} {problem}")
+        return rules
+
+
+class FilterSettings(_Settings):
+    """Which tables a connector replicates."""
+
+    rules: list[str] = Field(
+        default_factory=lambda: ["*.*"],
+        description="Table-filter rules (schema.table with * ? [] wildcards, ! to exclude); the last match wins.",
+    )
+    case_sensitive: bool = Field(False, description="Compare schema and table names case-sensitively.")
+    ignore_txn_start_ts: list[int] = Field(
+        default_factory=list, description="Skip the transactions with these start ts."
+    )
+    column_selectors: list[ColumnSelectorSettings] = Field(
+        default_factory=list,
+        description="Per-table column selection; the first selector whose matcher matches a table applies.",
+    )
+
+    @field_validator("rules")
+    @classmethod
+    def _parse_rules(cls, rules: list[str]) -> list[str]:
+        for i, rule in enumerate(rules):
+            problem = TableFilter.check(rule)
+            if problem:
+                raise ValueError(f"rule {i} {problem}")
+        return rules
+
+    def table_filter(self) -> TableFilter:
+        return TableFilter(self.rules, case_sensitive=self.case_sensitive)
+
+
+class ConnectorSettings(_Settings):
+    """One connector: a changefeed from a source into one or more sinks."""
+
+    name: str = Field(description="Changefeed id: letters and digits, words joined by dashes.")
+    description: str = Field("", description="Free text shown in listings.")
+    source: dict[str, Any] = Field(description="The source plugin: 'type' plus its options.")
+    sinks: list[dict[str, Any]] = Field(
+        min_length=1, description="Sink plugins: each 'type' (or a 'uri' whose scheme picks it) plus options."
+    )
+    scheduler: dict[str, Any] | None = Field(None, description="The scheduler plugin; the default when omitted.")
+    start_ts: Annotated[int | Literal["now"], BeforeValidator(_start_ts)] = Field(
+        "now", description="Replicate changes committed after this TSO, or 'now'."
+    )
+    target_ts: int = Field(0, ge=0, description="Stop (state finished) at this TSO; 0 means never.")
+    filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
+    memory_quota: ByteSize = Field(
+        1024**3,
+        description="Memory per changefeed for buffered changes before they spill: the source's feeds take their "
+        "share (tikv: a quarter), the event store the rest.",
+    )
+    spill_disk_quota: ByteSize = Field(
+        0,
+        description="Event-store disk (spill runs, resolved chunks) per changefeed; feeds pause at it; 0: no limit.",
+    )
+    error_stuck_duration: Duration = Field(
+        1800.0, gt=0, description="How long a changefeed may stay Warning before it becomes Failed."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not CHANGEFEED_ID_PATTERN.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid connector name: use letters and digits, words joined by single dashes"
+            )
+        return value
+
+
+class DeploymentFile(_Settings):
+    """The whole file."""
+
+    server: ServerSettings = Field(default_factory=ServerSettings, description="The capture process.")
+    connectors: list[ConnectorSettings] = Field(default_factory=list, description="The connectors.")

@@ -1,0 +1,291 @@
+"""The maintainer: one per changefeed, on one capture (seed 000, seed 002).
+
+It lists the changefeed's spans (through the source plugin and the table
+filter) and ticks the changefeed's scheduler plugin (through
+:mod:`~cdcflow.core.control.maintainer.placement`), which places the spans on the
+captures' agents and reports the watermark: the minimum checkpoint and
+resolved ts over spans, withheld while a span runs nowhere. The maintainer's
+checkpoint and resolved ts only move forward.
+
+When the source's table set changes while the changefeed runs (tables
+created, dropped, truncated, renamed), the maintainer keeps the source open,
+follows its table-set changes and adds and removes spans at each change's
+commit ts (:mod:`~cdcflow.core.control.maintainer.tables`): the changefeed's barrier,
+sent with every request to the agents, holds the captures at the change, and
+the checkpoint never passes it before the spans are in place.
+
+Its heartbeat requests carry its checkpoint to every capture (the executors
+hand it to their sinks: Kafka resolved events). That value is safe to promise
+consumers: it is either the checkpoint the changefeed started from (flushed
+by the previous run, or the start ts) or a watermark, the minimum of the
+spans' checkpoints, each of which moves only once every sink of the capture
+running the span flushed its rows. It is sent as soon as a tick computes it,
+not after the coordinator persisted it (``CheckpointTsMessage``): persisting
+decides where a restart resumes, not whether rows were written, and the
+persisted value is never above it.
+
+Errors of the source, the scheduler or an executor are kept as the
+maintainer's error and reported in its status; the coordinator decides what
+they mean for the changefeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from cdcflow.core.control.changefeed import ChangeFeedInfo
+from cdcflow.core.control.coordinator.spec import connector_for
+from cdcflow.core.control.maintainer.placement import Placement
+from cdcflow.core.control.maintainer.tables import ChangefeedTables
+from cdcflow.core.control.messaging.center import MessageCenter
+from cdcflow.core.control.messaging.messages import MaintainerStatus, SchedulingMessage, Topic
+from cdcflow.core.control.scheduling import Scheduler, SpanReplication, Watermark
+from cdcflow.core.data.events import ResolvedEvent, Span, TableSetChange
+from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.source import Source
+from cdcflow.core.errors import CdcflowError, MaintainerCrashError, NotAvailableError
+from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = ["Maintainer"]
+
+log = logging.getLogger(__name__)
+TICK = 0.1
+
+
+class Maintainer:
+    def __init__(
+        self,
+        capture_id: str,
+        center: MessageCenter,
+        info: ChangeFeedInfo,
+        checkpoint_ts: int,
+        plugins: PluginManager,
+        live_captures: Callable[[], list[str]],
+    ) -> None:
+        self.capture_id = capture_id
+        self.center = center
+        self.info = info
+        self.plugins = plugins
+        self.live_captures = live_captures
+        self.checkpoint_ts = checkpoint_ts
+        self.resolved_ts = checkpoint_ts
+        self.state = "working"
+        self.error: dict[str, Any] | None = None
+        self.placement: Placement | None = None
+        #: The changefeed's tables and the table-set changes still to carry out.
+        self.tables: ChangefeedTables | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._source: Source[Any] | None = None
+        self._follower: asyncio.Task[None] | None = None
+        #: The barrier sent to the agents last (None: no barrier).
+        self._sent_barrier: int | None = None
+        #: What blocks progress now (BlockStatus), "" when nothing does.
+        self.block_reason = ""
+
+    @property
+    def changefeed_id(self) -> str:
+        return self.info.id
+
+    @property
+    def epoch(self) -> int:
+        return self.info.epoch
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"maintainer-{self.info.id}-{self.epoch}")
+
+    def status(self) -> MaintainerStatus:
+        total = len(self.placement.spans) if self.placement else 0
+        replicating = self.placement.replicating() if self.placement else 0
+        return MaintainerStatus(
+            self.info.id, self.epoch, self.state, self.checkpoint_ts, self.resolved_ts, self.error, total, replicating
+        )
+
+    async def _run(self) -> None:
+        try:
+            self.placement = await self._list_spans()
+            while True:
+                if self._follower is not None and self._follower.done():
+                    self._follower.result()  # raises what stopped it
+                    self._follower = None  # the source ended its changes: nothing more to follow
+                self._tick()
+                await asyncio.sleep(TICK)
+        except asyncio.CancelledError:
+            raise
+        except CdcflowError as exc:
+            self._fail(exc.to_dict())
+        except Exception as exc:
+            log.exception("maintainer of %s crashed", self.info.id)
+            self._fail(MaintainerCrashError(f"maintainer of changefeed {self.info.id} crashed: {exc!r}").to_dict())
+        finally:
+            await self._release_source()
+
+    def _fail(self, error: dict[str, Any]) -> None:
+        self.error = error
+        self.state = "failed"
+
+    async def _list_spans(self) -> Placement:
+        """The changefeed's tables at its checkpoint, and (when the source's table set
+        changes) the follower of the changes after it, on a source kept open."""
+        connector = connector_for(self.info, self.plugins)
+        source: Source[Any] = connector.source.instantiate()  # type: ignore[assignment]
+        scheduler: Scheduler[Any] = connector.scheduler.instantiate()  # type: ignore[assignment]
+        table_filter = connector.settings.filter.table_filter()
+        self._source = source
+        await source.open()
+        trigger = source.trigger_span()
+        changes = source.table_changes(self.checkpoint_ts) if trigger is not None else None
+        if changes is None:
+            trigger = None
+            listed = await source.list_tables()
+        else:
+            listed = await source.tables_at(self.checkpoint_ts)
+        tables = {t: await source.spans_for(t) for t in listed if table_filter.matches(t.schema, t.table)}
+        self.tables = ChangefeedTables(table_filter, tables, trigger, self.checkpoint_ts)
+        if changes is None:
+            await self._release_source()
+        else:
+            self._follower = asyncio.create_task(
+                self._follow(source, changes, table_filter), name=f"table-changes-{self.info.id}-{self.epoch}"
+            )
+        return Placement(scheduler, self.info.id, self.epoch, self.tables.spans())
+
+    async def _follow(
+        self,
+        source: Source[Any],
+        changes: AsyncIterator[TableSetChange | ResolvedEvent],
+        table_filter: TableFilter,
+    ) -> None:
+        """Take the source's table-set changes (with the spans of created tables) as they come."""
+        assert self.tables is not None
+        async for event in changes:
+            if isinstance(event, TableSetChange):
+                created = {
+                    t: await source.spans_for(t) for t in event.created if table_filter.matches(t.schema, t.table)
+                }
+                if self.tables.receive(event, created):
+                    log.info(
+                        "changefeed %s: table-set change at ts %d (%s): %s dropped, %s created",
+                        *(self.info.id, event.commit_ts, event.query, len(event.dropped), len(created)),
+                    )
+            else:
+                self.tables.resolve(event.ts)
+
+    async def _release_source(self) -> None:
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+        source, self._source = self._source, None
+        if source is not None:
+            try:
+                await source.close()
+            except Exception:
+                log.exception("closing the source of changefeed %s failed", self.info.id)
+
+    def _tick(self, *, stopping: bool = False) -> None:
+        assert self.placement is not None
+        tables = self.tables
+        if tables is not None and not stopping and tables.apply_due(self.checkpoint_ts):
+            self.placement.set_spans(tables.spans())
+        requests, watermark = self.placement.tick(self.checkpoint_ts, self.live_captures(), stopping=stopping)
+        statuses: dict[Span, SpanReplication] = {}
+        if tables is not None and tables.joining:
+            statuses = {r.span: r for r in self.placement.scheduler.replication_status()}
+            tables.settle(statuses.values(), watermark.checkpoint_ts if watermark is not None else None)
+        if watermark is not None and not stopping:
+            self._advance(watermark, statuses)
+        # Heartbeats carry the changefeed checkpoint to every capture's sinks (see the
+        # module docs for why it is safe to promise downstream).
+        self._send(
+            self.placement.outgoing(requests, self.checkpoint_ts), tables.barrier() if tables is not None else None
+        )
+        self.block_reason = self._blocked()
+
+    def _send(self, requests: list[tuple[str, dict[str, Any]]], barrier: int | None) -> None:
+        """The scheduler's requests, each with the barrier; a new barrier alone to the
+        captures that get no request this tick."""
+        info = self.info.to_json()
+        for capture, payload in requests:
+            message = SchedulingMessage(self.capture_id, self.info.id, self.epoch, payload, info, barrier_ts=barrier)
+            self.center.send(capture, Topic.MAINTAINER_MANAGER, message)
+        if barrier is not None and barrier != self._sent_barrier:
+            told = {capture for capture, _ in requests}
+            for capture in self.live_captures():
+                if capture not in told:
+                    message = SchedulingMessage(self.capture_id, self.info.id, self.epoch, barrier_ts=barrier)
+                    self.center.send(capture, Topic.MAINTAINER_MANAGER, message)
+        self._sent_barrier = barrier
+
+    def _blocked(self) -> str:
+        assert self.placement is not None
+        absent = self.placement.absent()
+        if absent:
+            return f"{absent} span(s) not replicating: waiting for a capture to run them"
+        change = self.tables.next_change() if self.tables is not None else None
+        if change is not None:
+            return f"table-set DDL at ts {change[0]} ({change[1]}): waiting for every span to reach it"
+        return ""
+
+    def _advance(self, watermark: Watermark, statuses: dict[Span, SpanReplication] | None = None) -> None:
+        """The watermark moves progress forward, never back, and never past the
+        changefeed's barrier or a span that joined and has not caught up."""
+        checkpoint, resolved = watermark.checkpoint_ts, watermark.resolved_ts
+        if self.tables is not None:
+            cap = self.tables.checkpoint_cap(statuses or {})
+            barrier = self.tables.barrier()
+            if cap is not None:
+                checkpoint = min(checkpoint, cap)
+            if barrier is not None:
+                resolved = min(resolved, barrier)
+        self.checkpoint_ts = max(self.checkpoint_ts, checkpoint)
+        self.resolved_ts = max(self.resolved_ts, resolved, self.checkpoint_ts)
+
+    def on_scheduling(self, message: SchedulingMessage) -> None:
+        """An agent's response (or its executor's error) for this changefeed."""
+        if message.epoch != self.epoch or self.placement is None:
+            return
+        if message.error is not None:
+            self._fail(message.error)
+        elif message.payload is not None:
+            self.placement.receive(message.payload)
+
+    def move_table(self, table_id: int, target_capture: str) -> list[Span]:
+        """Queue a move of the table's spans (``Scheduler.move_table``); the next ticks carry it out."""
+        return self._scheduler().move_table(table_id, target_capture)
+
+    def replication_status(self) -> list[SpanReplication]:
+        """Every span's scheduling status (``Scheduler.replication_status``)."""
+        return self._scheduler().replication_status()
+
+    def _scheduler(self) -> Scheduler[Any]:
+        if self.placement is None:
+            raise NotAvailableError(
+                f"changefeed {self.info.id} is still listing its spans; retry in a moment",
+                detail={"changefeed_id": self.info.id},
+            )
+        return self.placement.scheduler
+
+    def on_checkpoint(self, checkpoint_ts: int) -> None:
+        """The coordinator persisted ``checkpoint_ts`` (CheckpointTsMessage): nothing at
+        or below it will be asked for again. The persisted value comes from this
+        maintainer's (or an earlier incarnation's) flushed checkpoints, so the
+        heartbeats may carry it on to the sinks."""
+        cap = self.tables.checkpoint_cap({}) if self.tables is not None else None
+        ceiling = self.resolved_ts if cap is None else min(self.resolved_ts, cap)
+        self.checkpoint_ts = max(self.checkpoint_ts, min(checkpoint_ts, ceiling))
+
+    async def close(self) -> MaintainerStatus:
+        """Stop the maintainer and ask the agents to remove its spans; the returned status is the CloseAck."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.placement is not None:
+            with contextlib.suppress(CdcflowError):
+                self._tick(stopping=True)
+        self.state = "stopped"
+        return self.status()

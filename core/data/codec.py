@@ -1,0 +1,70 @@
+"""What a codec plugin is: a message format (Open Protocol, canal-json, Avro, JSON).
+
+Codecs turn row changes, DDL and resolved timestamps into keyed messages for
+message-oriented sinks (Kafka, files) and back, so that one sink can speak
+several protocols (``protocol=`` in a sink URI).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cdcflow.core.data.events import DDLEvent, RowChange, TableName
+from cdcflow.core.plugin.base import ConfigT, Plugin
+
+__all__ = ["Codec", "EncodedMessage"]
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedMessage:
+    """One encoded message: key and value bytes, and what it carries."""
+
+    key: bytes | None
+    #: Empty with a key: a tombstone, which message sinks send as a null value (Avro deletes).
+    value: bytes
+    #: The table the message belongs to (None for resolved events).
+    table: TableName | None = None
+    #: Number of row changes inside (a batching protocol packs several).
+    row_count: int = 0
+    #: Largest commit ts of the contents (resolved ts for resolved events).
+    ts: int = 0
+
+
+class Codec(Plugin[ConfigT], abc.ABC):
+    """Base class of codec plugins."""
+
+    #: File extension for file sinks, without the dot.
+    file_extension: str = "bin"
+
+    @abc.abstractmethod
+    def encode_rows(self, rows: Sequence[RowChange]) -> list[EncodedMessage]:
+        """Messages for ``rows`` (in order). Batching protocols may pack several rows."""
+
+    def encode_rows_for_topic(self, topic: str, rows: Sequence[RowChange]) -> list[EncodedMessage]:
+        """Messages for ``rows`` bound for ``topic``; message sinks call this rather than :meth:`encode_rows`.
+
+        The default ignores the topic. Protocols that name things after it
+        override this (Avro registers schemas under ``{topic}-key`` /
+        ``{topic}-value``).
+        """
+        return self.encode_rows(rows)
+
+    @abc.abstractmethod
+    def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage | None:
+        """One message for a schema change (never batched with rows), or None
+        when the protocol carries no DDL (Avro: schemas live in a registry)."""
+
+    @abc.abstractmethod
+    def encode_resolved(self, ts: int) -> EncodedMessage | None:
+        """A resolved-ts message, or None when the protocol has none."""
+
+    def file_bytes(self, messages: Sequence[EncodedMessage]) -> bytes:
+        """How file sinks lay ``messages`` out in one file.
+
+        The default suits text protocols: each value followed by a newline
+        (keys dropped). Binary protocols override it with a framing that keeps
+        keys and cannot be confused by newline bytes.
+        """
+        return b"".join(m.value + b"\n" for m in messages)

@@ -1,0 +1,247 @@
+"""Events as flat records: the event store's in-memory form and its on-disk (Arrow) form.
+
+A record is a tuple in :data:`FIELDS` order. Its first three fields are
+``(commit_ts, start_ts, key)``, the event store's sort order. The same fields
+are the columns of spill runs and resolved chunks (Arrow IPC files) and of the
+rows the ``cdcflow`` Spark data source yields, so an event crosses from the
+capture to Spark and back without a second encoding.
+
+Row images of :class:`RowChange` are pickled (they hold Python values such as
+Decimal and datetime that no columnar type keeps exactly); raw key-value
+events keep their bytes. Table schemas are not repeated per row: a record
+holds a ``schema_id`` into the changefeed's :class:`SchemaRegistry`.
+"""
+
+from __future__ import annotations
+
+import io
+import operator
+import os
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+
+from cdcflow.core.data.events import OpType, RawKVEvent, RowChange, Span, TableName, TableSchema
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "FIELDS",
+    "KIND_RAW",
+    "KIND_ROW",
+    "SPARK_SCHEMA_DDL",
+    "Record",
+    "SchemaRegistry",
+    "batch_to_records",
+    "event_from_record",
+    "load_pickled",
+    "loads_pickled",
+    "read_record_batches",
+    "record_from_event",
+    "record_size",
+    "records_to_batch",
+    "sort_key",
+    "write_records",
+]
+
+#: A flat event; fields in :data:`FIELDS` order.
+Record = tuple[Any, ...]
+
+KIND_RAW = 0
+KIND_ROW = 1
+
+#: Column names and Arrow types of a record. Keep in step with SPARK_SCHEMA_DDL.
+FIELDS: tuple[tuple[str, pa.DataType], ...] = (
+    ("commit_ts", pa.int64()),
+    ("start_ts", pa.int64()),
+    ("key", pa.binary()),
+    ("kind", pa.int32()),
+    ("span_id", pa.int32()),
+    ("table_id", pa.int64()),
+    ("partition_id", pa.int64()),
+    ("schema_name", pa.string()),
+    ("table_name", pa.string()),
+    ("op", pa.string()),
+    ("value", pa.binary()),
+    ("old_value", pa.binary()),
+    ("schema_id", pa.int32()),
+)
+
+ARROW_SCHEMA = pa.schema([pa.field(name, typ) for name, typ in FIELDS])
+
+#: The same columns as a Spark DDL schema string (the data source's schema()).
+SPARK_SCHEMA_DDL = (
+    "commit_ts BIGINT, start_ts BIGINT, key BINARY, kind INT, span_id INT, table_id BIGINT, "
+    "partition_id BIGINT, schema_name STRING, table_name STRING, op STRING, value BINARY, "
+    "old_value BINARY, schema_id INT"
+)
+
+#: Sort records by (commit ts, start ts, key) only: later fields may be None.
+sort_key: Callable[[Record], tuple[int, int, bytes]] = operator.itemgetter(0, 1, 2)
+
+# What a record costs in memory beyond its byte strings: the tuple, three ints,
+# three bytes headers. Measured with sys.getsizeof on CPython 3.11, rounded up.
+_RECORD_OVERHEAD = 320
+
+_PICKLE_PROTOCOL = 5
+
+
+#: Modules whose classes an event store written by an earlier release pickled
+#: under another name (0.1.0 kept the data-plane model in ``cdcflow.core.events``).
+_RENAMED_MODULES = {"cdcflow.core.events": "cdcflow.core.data.events"}
+
+
+class _StoreUnpickler(pickle.Unpickler):
+    """Loads schemas, row images and DDL pickled by this or an earlier release."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(_RENAMED_MODULES.get(module, module), name)
+
+
+def load_pickled(fh: BinaryIO) -> Any:
+    """The next object the event store pickled into ``fh`` (EOFError past the last)."""
+    return _StoreUnpickler(fh).load()
+
+
+def loads_pickled(data: bytes) -> Any:
+    """The object the event store pickled into ``data``."""
+    return _StoreUnpickler(io.BytesIO(data)).load()
+
+
+def record_size(record: Record) -> int:
+    """An estimate of the memory a record holds (for the memory quota)."""
+    return _RECORD_OVERHEAD + len(record[2]) + len(record[10]) + len(record[11])
+
+
+class SchemaRegistry:
+    """Table schemas by small integer id, appended to a file so that ids survive a restart."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._ids: dict[TableSchema, int] = {}
+        self._schemas: list[TableSchema] = []
+        if path.exists():
+            with path.open("rb") as fh:
+                while True:
+                    try:
+                        schema = load_pickled(fh)
+                    except EOFError:
+                        break
+                    self._ids[schema] = len(self._schemas)
+                    self._schemas.append(schema)
+
+    def id_of(self, schema: TableSchema | None) -> int:
+        """The id of ``schema`` (-1 for None), registering it on first use."""
+        if schema is None:
+            return -1
+        known = self._ids.get(schema)
+        if known is not None:
+            return known
+        with self._path.open("ab") as fh:
+            pickle.dump(schema, fh, protocol=_PICKLE_PROTOCOL)
+        self._ids[schema] = len(self._schemas)
+        self._schemas.append(schema)
+        return len(self._schemas) - 1
+
+    def get(self, schema_id: int) -> TableSchema | None:
+        return self._schemas[schema_id] if 0 <= schema_id < len(self._schemas) else None
+
+
+def record_from_event(event: RawKVEvent | RowChange, span_id: int, schemas: SchemaRegistry) -> Record:
+    """The record of a raw key-value event or a row change."""
+    if isinstance(event, RawKVEvent):
+        return (
+            event.commit_ts,
+            event.start_ts,
+            event.key,
+            KIND_RAW,
+            span_id,
+            event.span.table_id,
+            None,
+            "",
+            "",
+            "delete" if event.delete else "put",
+            event.value,
+            event.old_value,
+            -1,
+        )
+    table = event.table
+    return (
+        event.commit_ts,
+        event.start_ts,
+        event.key,
+        KIND_ROW,
+        span_id,
+        table.table_id,
+        table.partition_id,
+        table.schema,
+        table.table,
+        event.op.value,
+        b"" if event.after is None else pickle.dumps(dict(event.after), protocol=_PICKLE_PROTOCOL),
+        b"" if event.before is None else pickle.dumps(dict(event.before), protocol=_PICKLE_PROTOCOL),
+        schemas.id_of(event.schema),
+    )
+
+
+def event_from_record(
+    record: Sequence[Any], span_of: Callable[[int], Span], schemas: SchemaRegistry
+) -> RawKVEvent | RowChange:
+    """The event a record (or a Spark row with the record's columns) holds."""
+    commit_ts, start_ts, key, kind, span_id, table_id, partition_id, schema_name, table_name, op, value, old, sid = (
+        record
+    )
+    if kind == KIND_RAW:
+        return RawKVEvent(
+            span_of(span_id), bytes(key), bytes(value), bytes(old), start_ts, commit_ts, delete=op == "delete"
+        )
+    return RowChange(
+        TableName(schema_name, table_name, table_id, partition_id),
+        OpType(op),
+        commit_ts,
+        start_ts,
+        loads_pickled(value) if value else None,
+        loads_pickled(old) if old else None,
+        schemas.get(sid),
+        bytes(key),
+    )
+
+
+def records_to_batch(records: Sequence[Record]) -> pa.RecordBatch:
+    """An Arrow record batch of ``records`` with :data:`ARROW_SCHEMA`."""
+    columns = [pa.array([r[i] for r in records], type=typ) for i, (_, typ) in enumerate(FIELDS)]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def batch_to_records(batch: pa.RecordBatch) -> Iterator[Record]:
+    """The records of an Arrow record batch, in order."""
+    return zip(*(column.to_pylist() for column in batch.columns), strict=True)
+
+
+def write_records(path: Path, records: Iterable[Record], batch_rows: int, *, fsync: bool = True) -> int:
+    """Write ``records`` to an Arrow IPC file at ``path`` (temp file + rename); return the bytes written."""
+    tmp = path.with_name(path.name + ".tmp")
+    pending: list[Record] = []
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, ARROW_SCHEMA) as writer:
+        for record in records:
+            pending.append(record)
+            if len(pending) >= batch_rows:
+                writer.write_batch(records_to_batch(pending))
+                pending = []
+        if pending:
+            writer.write_batch(records_to_batch(pending))
+    if fsync:
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+    tmp.replace(path)
+    return path.stat().st_size
+
+
+def read_record_batches(path: str | Path) -> Iterator[pa.RecordBatch]:
+    """The record batches of an Arrow IPC file, read one at a time (not memory-mapped,
+    so that reading a large file does not grow the reader's resident memory)."""
+    with pa.OSFile(str(path), "rb") as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)

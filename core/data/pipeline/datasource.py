@@ -1,0 +1,157 @@
+"""The ``cdcflow`` Spark data source: a changefeed's resolved chunks as a stream.
+
+Registered with ``spark.dataSource.register(CdcflowDataSource)`` and read with
+``spark.readStream.format("cdcflow").option("path", <event-store dir>)``.
+
+* **offset** = ``{"resolved_ts": T, "chunk": N}``: the changefeed's published
+  resolved ts (the span frontier, capped at DDL and maintainer barriers) and
+  the sequence number of the first chunk not yet covered. Chunks are read in
+  sequence order, not by ts: a span that joins the changefeed behind its
+  published ts is caught up by chunks labelled with that same ts, and only
+  the sequence number tells a reader they are new (an offset without
+  ``chunk``, as written by older versions, is read by ts);
+* ``latestOffset(start)`` never passes the first DDL barrier above ``start``,
+  so a DDL always ends a micro-batch;
+* ``partitions(start, end)`` = the resolved chunks numbered in ``[start, end)``,
+  packed into partitions of about ``partitionRows`` rows (option; default
+  131072) because every Spark task costs a Python worker round trip; ``read``
+  yields the chunks' Arrow record batches.
+
+Spark runs these methods in Python processes of its own (the streaming source
+runner and the Python workers), not in the capture's process; they reach the
+event store only through its files: the manifest, written atomically after
+the chunks it names. In local mode those are the capture's own files; on a
+cluster the store's directory (``server.data-dir``) must be on storage that
+the driver and every executor mount at the same path (NFS, a shared volume).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from cdcflow.core.data.logservice.manifest import Manifest, read_manifest
+from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, read_record_batches
+
+__all__ = [
+    "DEFAULT_PARTITION_ROWS",
+    "OFFSET_KEY",
+    "CdcflowDataSource",
+    "CdcflowStreamReader",
+    "ChunkPartition",
+    "offset_chunk",
+    "offset_ts",
+]
+
+OFFSET_KEY = "resolved_ts"
+CHUNK_KEY = "chunk"
+
+
+def offset_ts(offset: dict[str, Any]) -> int:
+    """The resolved ts of a ``cdcflow`` source offset."""
+    return int(offset[OFFSET_KEY])
+
+
+def offset_chunk(offset: dict[str, Any], manifest: Manifest) -> int:
+    """The first chunk sequence number an offset does not cover.
+
+    An offset without it (older versions) covers the chunks labelled at or
+    below its ts."""
+    if CHUNK_KEY in offset:
+        return int(offset[CHUNK_KEY])
+    ts = offset_ts(offset)
+    return min((c.seq for c in manifest.chunks if c.hi > ts), default=manifest.next_chunk)
+
+
+#: Rows per Spark partition when the option ``partitionRows`` is not given.
+DEFAULT_PARTITION_ROWS = 131_072
+
+
+class ChunkPartition(InputPartition):
+    """Some resolved chunk files (absolute paths), read in order."""
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(paths)
+
+
+class CdcflowDataSource(DataSource):
+    """A changefeed's event store as a streaming source. Option ``path``: the store directory."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "cdcflow"
+
+    def schema(self) -> str:
+        return SPARK_SCHEMA_DDL
+
+    def streamReader(self, schema: Any) -> CdcflowStreamReader:
+        path = self.options.get("path")
+        if not path:
+            raise ValueError("the cdcflow data source needs option 'path' (the changefeed's event-store directory)")
+        rows = int(self.options.get("partitionRows", DEFAULT_PARTITION_ROWS))
+        return CdcflowStreamReader(Path(path), rows)
+
+
+class CdcflowStreamReader(DataSourceStreamReader):
+    """Offsets and partitions from the event store's manifest."""
+
+    def __init__(self, directory: Path, partition_rows: int = DEFAULT_PARTITION_ROWS) -> None:
+        self.directory = directory
+        self.partition_rows = max(1, partition_rows)
+
+    def _manifest(self) -> Any:
+        manifest = read_manifest(self.directory)
+        if manifest is None:
+            raise FileNotFoundError(f"no event store at {self.directory} (manifest.json missing)")
+        return manifest
+
+    def initialOffset(self) -> dict[str, int]:
+        # A new query starts at the changefeed's checkpoint: everything above it
+        # that the store has published is still there.
+        manifest = self._manifest()
+        checkpoint = int(manifest.checkpoint_ts)
+        return {OFFSET_KEY: checkpoint, CHUNK_KEY: offset_chunk({OFFSET_KEY: checkpoint}, manifest)}
+
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, int]:
+        manifest = self._manifest()
+        begin = offset_ts(start)
+        first = offset_chunk(start, manifest)
+        end = max(begin, int(manifest.published_ts))
+        barriers = [ts for ts in manifest.ddl_ts if begin < ts <= end]
+        if not barriers:
+            return {OFFSET_KEY: end, CHUNK_KEY: max(first, manifest.next_chunk)}
+        barrier = min(barriers)
+        # Chunks are published in ts order (catch-up chunks carry the published ts
+        # then), so the chunks up to the barrier are a prefix of the sequence.
+        below = [c.seq + 1 for c in manifest.chunks if c.seq >= first and c.hi <= barrier]
+        return {OFFSET_KEY: barrier, CHUNK_KEY: max([first, *below])}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ChunkPartition]:
+        manifest = self._manifest()
+        first, stop = offset_chunk(start, manifest), offset_chunk(end, manifest)
+        partitions: list[ChunkPartition] = []
+        paths: list[str] = []
+        rows = 0
+        for chunk in sorted(manifest.chunks, key=lambda c: c.seq):
+            if first <= chunk.seq < stop:
+                paths.append(str(self.directory / chunk.file))
+                rows += chunk.rows
+                if rows >= self.partition_rows:
+                    partitions.append(ChunkPartition(paths))
+                    paths, rows = [], 0
+        if paths:
+            partitions.append(ChunkPartition(paths))
+        return partitions
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        for path in partition.value:
+            yield from read_record_batches(path)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Chunks are released by the pipeline once the next batch starts (the
+        # capture's process owns the store); nothing to do here.
+        return None

@@ -1,0 +1,350 @@
+"""One changefeed's Spark Structured Streaming query (ARCHITECTURE.md, "Data pipeline on Spark").
+
+The query reads the changefeed's event store through the ``cdcflow`` data
+source, keeps the replicated tables (a Spark predicate), and hands every
+micro-batch to ``foreachBatch``. There, on the capture's driver process, the
+batch is sorted by ``(commit_ts, start_ts, key)`` (a Spark sort, which spills
+rather than holding a huge transaction in memory) and brought to the driver
+as Arrow: a small batch (at most ``collect_rows`` rows) is collected
+directly; a larger one is written by Spark as sorted Parquet files under the
+changefeed's directory and read back file by file, batch by batch, so the
+driver never holds it whole. The driver then mounts raw key-value events
+(through the source's :class:`~cdcflow.core.data.source.Mounter`), applies the column
+selectors, and writes the rows to every sink.
+
+Commit order, per batch: every sink flushed → ``cdcflow_batch_flushed`` →
+the event store records the checkpoint → ``on_checkpoint(end_ts)`` (the
+maintainer reports it) → Spark commits the batch. A crash anywhere before
+Spark's commit replays the batch with the same id (at-least-once; sinks
+dedupe by batch id). Chunks of a batch are released only when the next batch
+starts, because until then Spark may replay it.
+
+A batch's end ts is this capture's frontier, not the changefeed's: sinks are
+told the *changefeed* checkpoint separately (:meth:`ChangefeedPipeline.emit_checkpoint`,
+from the maintainer's heartbeats), by a :class:`~cdcflow.core.data.pipeline.checkpoints.CheckpointWriter`
+that shares a lock with batch delivery, so a checkpoint never lands between
+the writes of a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cdcflow.core.data.events import RawKVEvent, RowChange
+from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.logservice.manifest import read_manifest
+from cdcflow.core.data.logservice.records import batch_to_records, event_from_record
+from cdcflow.core.data.logservice.store import EventStore
+from cdcflow.core.data.pipeline.backoff import is_retryable, retry_delay
+from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
+from cdcflow.core.data.pipeline.columns import ColumnSelection
+from cdcflow.core.data.pipeline.datasource import offset_chunk, offset_ts
+from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
+from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, table_filter_predicate
+from cdcflow.core.data.sink import Sink
+from cdcflow.core.data.source import Mounter
+from cdcflow.core.errors import CdcflowError
+from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = ["DEFAULT_COLLECT_ROWS", "BatchInterruptedError", "ChangefeedPipeline"]
+
+log = logging.getLogger(__name__)
+
+#: Rows converted (and mounted) per step on the driver.
+_CONVERT_ROWS = 4_096
+#: Row-group size of staged batches: bounds what the driver reads at once.
+_STAGING_ROW_GROUP_BYTES = 8 * 1024 * 1024
+#: Batches up to this many rows are collected to the driver; larger ones go through files.
+DEFAULT_COLLECT_ROWS = 50_000
+
+
+class BatchInterruptedError(Exception):
+    """A micro-batch was cut short because its query is being stopped (Spark cancels
+    the batch's jobs); Spark did not commit it, so the next start replays it."""
+
+
+class _DropInterruptedBatches(logging.Filter):
+    """py4j logs every exception raised in ``foreachBatch`` as an error with its
+    traceback; an interrupted batch on stop is expected, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, BatchInterruptedError)
+
+
+_PY4J_FILTER = _DropInterruptedBatches()
+
+
+class ChangefeedPipeline:
+    """Runs one changefeed's streaming query; see the module docs for the guarantees."""
+
+    def __init__(
+        self,
+        *,
+        changefeed_id: str,
+        store: EventStore,
+        sinks: Sequence[Sink[Any]],
+        spark: Any,
+        checkpoint_dir: Path,
+        table_filter: TableFilter | None = None,
+        plugins: PluginManager | None = None,
+        mounter: Mounter | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        trigger_interval: float = 0.5,
+        part_rows: int = DEFAULT_PART_ROWS,
+        collect_rows: int = DEFAULT_COLLECT_ROWS,
+        work_dir: Path | None = None,
+        column_selection: ColumnSelection | None = None,
+        on_checkpoint: Callable[[int], None] | None = None,
+    ) -> None:
+        self.changefeed_id = changefeed_id
+        self.store = store
+        self.sinks = list(sinks)
+        self.spark = spark
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.table_filter = table_filter or TableFilter(["*.*"])
+        self.plugins = plugins
+        self.mounter = mounter
+        self.loop = loop
+        self.trigger_interval = trigger_interval
+        self.part_rows = part_rows
+        self.collect_rows = collect_rows
+        self.column_selection = column_selection or ColumnSelection()
+        #: Where large sorted batches are staged (must be visible to the driver and executors).
+        self.work_dir = Path(work_dir) if work_dir is not None else self.checkpoint_dir.parent / "batches"
+        self.on_checkpoint = on_checkpoint
+        #: The last retryable error a sink raised, while the batch is retried (None once it succeeds).
+        self.batch_error: CdcflowError | None = None
+        self.batches_flushed = 0
+        self.rows_flushed = 0
+        self._query: Any = None
+        self._initial = (0, 0)
+        self._stopping = threading.Event()
+        #: Held while a batch is written to the sinks, and while a checkpoint is.
+        self._delivery_lock = threading.Lock()
+        self.checkpoints = CheckpointWriter(changefeed_id, self.sinks, self._delivery_lock)
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the query (blocking for about a second: call off the event loop)."""
+        if self._query is not None:
+            return
+        self._initial = self._initial_offset()
+        logging.getLogger("py4j.clientserver").addFilter(_PY4J_FILTER)  # idempotent
+        frame = (
+            self.spark.readStream.format("cdcflow")
+            .option("path", str(self.store.directory.resolve()))
+            .load()
+            .where(table_filter_predicate(self.table_filter))
+        )
+        self._query = (
+            frame.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.checkpoint_dir.resolve()))
+            .trigger(processingTime=f"{max(1, round(self.trigger_interval * 1000))} milliseconds")
+            .queryName(f"cdcflow-{self.changefeed_id}")
+            .start()
+        )
+
+    def _initial_offset(self) -> tuple[int, int]:
+        """Where a new query starts: what the data source's ``initialOffset`` says."""
+        ts = self.store.checkpoint_ts
+        manifest = read_manifest(self.store.directory)
+        return ts, (offset_chunk({"resolved_ts": ts}, manifest) if manifest is not None else 0)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the query. Waits up to ``grace`` seconds for a batch in progress to be
+        committed by Spark (so a clean stop does not replay it); a batch still
+        running then is interrupted and replayed on the next start. Then the
+        newest changefeed checkpoint not written yet is written (one attempt)."""
+        query, self._query = self._query, None
+        if query is not None:
+            deadline = time.monotonic() + grace
+            while query.isActive and time.monotonic() < deadline and query.status.get("isTriggerActive"):
+                time.sleep(0.05)
+            self._stopping.set()
+            query.stop()
+        self.checkpoints.stop(grace)
+
+    def emit_checkpoint(self, ts: int) -> None:
+        """Tell every sink the changefeed checkpoint ``ts`` (``Sink.write_checkpoint``) soon,
+        from the checkpoint writer's thread; a ts not above the last offered is ignored."""
+        self.checkpoints.offer(ts)
+
+    @property
+    def last_error(self) -> CdcflowError | None:
+        """The retryable sink error being retried now (a batch's or a checkpoint's), if any."""
+        return self.batch_error or self.checkpoints.last_error
+
+    @property
+    def running(self) -> bool:
+        return self._query is not None and bool(self._query.isActive)
+
+    def failure(self) -> BaseException | None:
+        """The error that ended the query (or the checkpoint writer), or None while
+        it runs (or was stopped)."""
+        if self.checkpoints.failure is not None:
+            return self.checkpoints.failure
+        if self._query is None or self._query.isActive:
+            return None
+        error: BaseException | None = self._query.exception()
+        return error
+
+    # -- one micro-batch ------------------------------------------------------------
+
+    def _on_batch(self, frame: Any, batch_id: int) -> None:
+        (start_ts, start_chunk), (end_ts, end_chunk) = self._batch_offsets(batch_id)
+        # Spark started batch N, so every batch before it is committed: their chunks can go.
+        self.store.release(start_ts, before_chunk=start_chunk)
+        try:
+            rows = self._deliver_with_retry(frame, batch_id, (start_ts, start_chunk), (end_ts, end_chunk))
+        except Exception:
+            if not self._stopping.is_set():
+                raise
+            # Raised without its cause: Spark matches the message of a failed batch
+            # with regular expressions, which overflow the stack on a long Java trace.
+            message = f"changefeed {self.changefeed_id}: batch {batch_id} interrupted by stop; replayed on restart"
+            raise BatchInterruptedError(message) from None
+        self.batches_flushed += 1
+        self.rows_flushed += rows
+        if self.plugins is not None:
+            self.plugins.batch_flushed(self.changefeed_id, batch_id, end_ts, rows)
+        self.store.checkpoint(end_ts, end_chunk)
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(end_ts)
+
+    def _deliver_with_retry(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
+        attempt = 0
+        while True:
+            try:
+                with self._delivery_lock:
+                    rows = self._deliver(frame, batch_id, start, end)
+            except CdcflowError as exc:
+                if not is_retryable(exc) or self._stopping.is_set():
+                    raise
+                self.batch_error = exc
+                delay = retry_delay(attempt)
+                attempt += 1
+                log.warning(
+                    "changefeed %s: batch %d failed (%s); retry %d in %.1fs",
+                    *(self.changefeed_id, batch_id, exc, attempt, delay),
+                )
+                if self._stopping.wait(delay):
+                    raise
+                continue
+            self.batch_error = None
+            return rows
+
+    def _deliver(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
+        (start_ts, start_chunk), (end_ts, end_chunk) = start, end
+        ddl = self.store.ddl_between(start_ts, end_ts)
+        delivery = BatchDelivery(
+            self.changefeed_id, batch_id, start_ts, end_ts, ddl, self.sinks, part_rows=self.part_rows
+        )
+        expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
+        began = time.perf_counter()
+        read = 0.0
+        if expected == 0:
+            # No chunk in the range: the frame is empty, and running a Spark job to
+            # learn that costs more than the rest of the batch. Sinks still see the batch.
+            pass
+        elif expected <= self.collect_rows:
+            # One Spark job (scan, filter, collect) and a sort of at most collect_rows rows
+            # on the driver, instead of Spark's range sort (a sampling job plus a shuffle).
+            table = frame.toArrow()
+            if table.num_rows:
+                table = table.sort_by([(column, "ascending") for column in ORDER_COLUMNS])
+            read = time.perf_counter() - began
+            for batch in table.to_batches(max_chunksize=_CONVERT_ROWS):
+                delivery.add(self._rows(list(batch_to_records(batch))))
+        else:
+            ordered = frame.orderBy(*ORDER_COLUMNS)
+            staging = self.work_dir / f"batch-{batch_id}"
+            shutil.rmtree(staging, ignore_errors=True)
+            # Small row groups: the driver reads one row group at a time.
+            writer = ordered.write.mode("overwrite").option("parquet.block.size", _STAGING_ROW_GROUP_BYTES)
+            writer.parquet(str(staging.resolve()))
+            read = time.perf_counter() - began
+            try:
+                for batch in _read_sorted_parquet(staging):
+                    delivery.add(self._rows(list(batch_to_records(batch))))
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        convert = time.perf_counter() - began - read - sum(delivery.sink_seconds.values())
+        delivery.finish()
+        if log.isEnabledFor(logging.DEBUG):
+            sinks = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in delivery.sink_seconds.items())
+            log.debug(
+                "changefeed %s: batch %d: %d rows, Spark %.3fs, convert and mount %.3fs, sinks: %s",
+                *(self.changefeed_id, batch_id, delivery.row_count, read, convert, sinks or "none"),
+            )
+        return delivery.row_count
+
+    def _rows(self, records: Sequence[Any]) -> list[RowChange]:
+        events = [event_from_record(r, self.store.span_of, self.store.schemas) for r in records]
+        if any(isinstance(e, RawKVEvent) for e in events):
+            mounted = self._mount(events)
+            rows = [r for r in mounted if r is not None and self.table_filter.matches(r.table.schema, r.table.table)]
+        else:
+            rows = [e for e in events if isinstance(e, RowChange)]
+        if self.column_selection:
+            rows = [self.column_selection.apply(r) for r in rows]
+        return rows
+
+    def _mount(self, events: list[RawKVEvent | RowChange]) -> list[RowChange | None]:
+        mounter, loop = self.mounter, self.loop
+        if mounter is None or loop is None:
+            raise CdcflowError(
+                f"changefeed {self.changefeed_id}: the source yields raw key-value events but no mounter "
+                "(or event loop) was given to the pipeline"
+            )
+
+        async def mount_all() -> list[RowChange | None]:
+            return [e if isinstance(e, RowChange) else await mounter.mount(e) for e in events]
+
+        # The mounter belongs to the source, which lives on the capture's event loop.
+        return asyncio.run_coroutine_threadsafe(mount_all(), loop).result()
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def _batch_offsets(self, batch_id: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``(start_ts, start_chunk), (end_ts, end_chunk)`` of a batch, from Spark's
+        offset log (written before the batch runs)."""
+        end = self._logged_offset(batch_id)
+        if end is None:
+            raise CdcflowError(f"changefeed {self.changefeed_id}: Spark logged no offsets for batch {batch_id}")
+        start = self._logged_offset(batch_id - 1) if batch_id > 0 else None
+        return (self._initial if start is None else start), end
+
+    def _logged_offset(self, batch_id: int) -> tuple[int, int] | None:
+        path = self.checkpoint_dir / "offsets" / str(batch_id)
+        try:
+            lines = path.read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        # Format: a version line, the batch metadata, then one offset per source.
+        offset = json.loads(lines[2])
+        manifest = read_manifest(self.store.directory)
+        if manifest is None:
+            raise CdcflowError(f"changefeed {self.changefeed_id}: the event store's manifest is gone")
+        return offset_ts(offset), offset_chunk(offset, manifest)
+
+
+def _read_sorted_parquet(directory: Path) -> Iterator[pa.RecordBatch]:
+    """The record batches of a sorted Spark output, in order: part files are
+    numbered by range partition, and each is sorted."""
+    import pyarrow.parquet as pq
+
+    for path in sorted(directory.glob("part-*.parquet")):
+        with pq.ParquetFile(path) as parquet:
+            yield from parquet.iter_batches(batch_size=_CONVERT_ROWS)

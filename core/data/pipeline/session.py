@@ -1,0 +1,134 @@
+"""The capture's SparkSession: one per process, shared by its changefeeds' queries.
+
+Configuration, in increasing precedence: cdcflow's defaults for local mode,
+the ``cdcflow_spark_conf`` hook of every plugin, then ``server.spark.conf``.
+The Python workers run the driver's interpreter (``PYSPARK_PYTHON`` and
+``PYSPARK_DRIVER_PYTHON`` are set to ``sys.executable``) so that they import
+the same cdcflow and plugins; on a cluster, every node needs the same Python
+environment at the same path (or set ``spark.pyspark.python`` in
+``server.spark.conf``).
+
+Spark's own log goes to stderr (``log4j2.properties`` next to this module),
+at ERROR unless the capture logs more: ``--log-level=info`` shows Spark's
+warnings, ``--log-level=debug`` its info messages. stdout stays cdcflow's.
+
+Spark's JVM is launched without running Python in a forked child
+(:func:`spawn_jvm_without_fork`): a capture always has gRPC threads running,
+and a fork that runs PySpark's ``preexec_fn`` in the child then now and then
+crashes the child (JAVA_GATEWAY_EXITED) and can break the parent's gRPC
+polling. The JVM gets a process group of its own instead, which keeps a
+terminal's Ctrl-C away from it just as PySpark's ignored SIGINT did; it still
+ends with the driver, when its stdin pipe closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cdcflow.core.config.settings import SparkSettings
+
+if TYPE_CHECKING:
+    from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = [
+    "LOCAL_DEFAULTS",
+    "LOG4J2_CONFIG",
+    "spark_conf",
+    "spark_log_level",
+    "spark_session",
+    "spawn_jvm_without_fork",
+    "stop_spark_session",
+]
+
+#: Spark's log configuration in a capture: stderr only, level from the capture's.
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+#: Defaults for local mode: small shuffles, no UI, no event log.
+LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    "spark.python.worker.reuse": "true",
+}
+
+_lock = threading.Lock()
+
+
+def spark_conf(settings: SparkSettings, plugins: PluginManager | None = None) -> dict[str, str]:
+    """The Spark properties the capture's session is built with."""
+    conf = dict(LOCAL_DEFAULTS) if settings.master.startswith("local") else {}
+    conf["spark.driver.extraJavaOptions"] = (
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.resolve().as_uri()} -Dcdcflow.spark.log.level={spark_log_level()}"
+    )
+    conf["spark.sql.warehouse.dir"] = os.path.abspath(settings.warehouse_dir)
+    if plugins is not None:
+        conf.update(plugins.spark_conf(settings.master))
+    conf.update(settings.conf)
+    return conf
+
+
+def spark_log_level(level: int | None = None) -> str:
+    """Spark's log level for a capture logging at ``level`` (default: the root logger's):
+    Spark is one level quieter than cdcflow, and never below INFO."""
+    level = logging.getLogger().getEffectiveLevel() if level is None else level
+    if level <= logging.DEBUG:
+        return "INFO"
+    if level <= logging.INFO:
+        return "WARN"
+    return "ERROR"
+
+
+def _spawn(args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` for PySpark's gateway launch, minus the ``preexec_fn``
+    that forces a fork running Python in the child: with none, Python spawns the
+    child without running fork handlers or Python code in it."""
+    if kwargs.pop("preexec_fn", None) is not None and os.name == "posix":
+        kwargs.setdefault("process_group", 0)  # what the preexec_fn was for: no terminal SIGINT
+    return subprocess.Popen(args, **kwargs)
+
+
+def spawn_jvm_without_fork() -> None:
+    """Make PySpark launch Spark's JVM with :func:`_spawn` (see the module docs); idempotent."""
+    import pyspark.java_gateway as gateway
+
+    gateway.Popen = _spawn  # type: ignore[attr-defined,assignment]
+
+
+def spark_session(settings: SparkSettings, plugins: PluginManager | None = None) -> Any:
+    """The process's SparkSession, built on first use (takes seconds: call off the event loop)."""
+    from pyspark.sql import SparkSession
+
+    from cdcflow.core.data.pipeline.datasource import CdcflowDataSource
+
+    spawn_jvm_without_fork()
+    with _lock:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        if settings.master.startswith("local"):
+            # Everything is on this machine: keep Spark on loopback.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+        for key, value in spark_conf(settings, plugins).items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        # Also when the JVM was started earlier (another session, a test's fixture).
+        session.sparkContext.setLogLevel(spark_log_level())
+        session.dataSource.register(CdcflowDataSource)
+        return session
+
+
+def stop_spark_session() -> None:
+    """Stop the process's SparkSession, if any (its JVM and workers end)."""
+    from pyspark.sql import SparkSession
+
+    with _lock:
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()

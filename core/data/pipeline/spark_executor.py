@@ -1,0 +1,495 @@
+"""The data plane's :class:`~cdcflow.core.data.span_executor.SpanExecutor`: source feeds into
+the event store, the event store into the changefeed's Spark query.
+
+One :class:`PipelineSpanExecutor` per changefeed per capture. The maintainer
+(through the scheduler) adds and removes spans; each loaded span has a feed
+task on the capture's event loop that puts the source's events into the event
+store. A *prepared* span (two-phase scheduling, seed 002) is fed and buffered
+but not published, so it catches up without writing downstream; adding it
+again with ``prepare=False`` makes it part of the span frontier, and the
+Spark query delivers its events from the next micro-batch on.
+
+The changefeed checkpoint the maintainer sends with its heartbeats
+(:meth:`PipelineSpanExecutor.set_changefeed_checkpoint`) is handed to the
+pipeline, which writes it to the sinks off the event loop, never during a
+batch's writes (Kafka resolved events); one that arrives before the pipeline
+runs is written once it does, and the last one is written when the executor
+closes.
+
+Files live under ``<data-dir>/changefeeds/<changefeed-id>/``: ``store/`` (the
+event store) and ``spark-checkpoint/`` (the query's checkpoint). Both survive
+a restart; removing a changefeed must delete the directory
+(:func:`discard_changefeed_data`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
+
+from cdcflow.core.config.loader import Connector
+from cdcflow.core.config.settings import ColumnSelectorSettings, ServerSettings, SparkSettings
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
+from cdcflow.core.data.filter import TableFilter, replicates_ddl
+from cdcflow.core.data.logservice.manifest import read_manifest
+from cdcflow.core.data.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
+from cdcflow.core.data.pipeline.backoff import FIRST_RETRY_DELAY, MAX_RETRY_DELAY, is_retryable
+from cdcflow.core.data.pipeline.columns import ColumnSelection
+from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS
+from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, ChangefeedPipeline
+from cdcflow.core.data.sink import Sink, SinkContext
+from cdcflow.core.data.source import Source
+from cdcflow.core.data.span_executor import SpanExecutor, SpanState, SpanStatus
+from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = ["PipelineSpanExecutor", "changefeed_dir", "create_span_executor", "discard_changefeed_data"]
+
+log = logging.getLogger(__name__)
+
+#: Launches of the Spark session before its failure is the executor's error.
+_SESSION_ATTEMPTS = 3
+_SESSION_RETRY_DELAY = 1.0
+#: How often a paused feed checks whether the event store has room again.
+_BACKPRESSURE_POLL = 0.05
+#: Resolved timestamps are applied to the event store at most this often: every
+#: application may cut chunks (files, fsyncs), and the query polls less often anyway.
+DEFAULT_PUBLISH_INTERVAL = 0.1
+
+
+def changefeed_dir(data_dir: str | Path, changefeed_id: str) -> Path:
+    """Where a changefeed's event store and Spark checkpoint live."""
+    return Path(data_dir) / "changefeeds" / changefeed_id
+
+
+def discard_changefeed_data(data_dir: str | Path, changefeed_id: str) -> None:
+    """Delete a removed changefeed's event store and Spark checkpoint."""
+    shutil.rmtree(changefeed_dir(data_dir, changefeed_id), ignore_errors=True)
+
+
+@dataclass
+class _LoadedSpan:
+    span: Span
+    state: SpanState
+    #: The checkpoint the span was (last) added with.
+    checkpoint_ts: int
+    feed: asyncio.Task[None] | None = None
+
+
+class PipelineSpanExecutor(SpanExecutor):
+    """Runs one changefeed's spans on this capture (see the module docs)."""
+
+    def __init__(
+        self,
+        changefeed_id: str,
+        source: Source[Any],
+        sinks: Sequence[Sink[Any]],
+        *,
+        data_dir: str | Path,
+        start_ts: int,
+        memory_quota: int = 1024**3,
+        disk_quota: int = 0,
+        spark_settings: SparkSettings | None = None,
+        spark: Any = None,
+        plugins: PluginManager | None = None,
+        table_filter: TableFilter | None = None,
+        column_selectors: Sequence[ColumnSelectorSettings] = (),
+        trigger_interval: float | None = None,
+        part_rows: int = DEFAULT_PART_ROWS,
+        collect_rows: int = DEFAULT_COLLECT_ROWS,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        publish_interval: float = DEFAULT_PUBLISH_INTERVAL,
+        on_checkpoint: Callable[[int], None] | None = None,
+    ) -> None:
+        self.changefeed_id = changefeed_id
+        self.source = source
+        self.sinks = list(sinks)
+        self.plugins = plugins
+        self.spark_settings = spark_settings or SparkSettings()
+        self._spark = spark
+        self._on_checkpoint = on_checkpoint
+        self.directory = changefeed_dir(data_dir, changefeed_id)
+        store_dir = self.directory / "store"
+        if read_manifest(store_dir) is None:
+            # A Spark checkpoint without its event store would point at chunks that are gone.
+            shutil.rmtree(self.directory / "spark-checkpoint", ignore_errors=True)
+        # The feeds' share of the quota (what they hold before the event store), the store the rest.
+        feed_memory = source.limit_memory(memory_quota, self.directory / "feed-spill")
+        self.store = EventStore(
+            store_dir,
+            changefeed_id,
+            start_ts=start_ts,
+            memory_quota=memory_quota - feed_memory,
+            disk_quota=disk_quota,
+            chunk_rows=chunk_rows,
+            auto_spill=False,  # spilled from a thread, off the event loop (see _make_room)
+        )
+        self.table_filter = table_filter or TableFilter(["*.*"])
+        self.column_selection = ColumnSelection(column_selectors)
+        self.trigger_interval = (
+            trigger_interval if trigger_interval is not None else self.spark_settings.trigger_interval
+        )
+        self.part_rows = part_rows
+        self.collect_rows = collect_rows
+        self.pipeline: ChangefeedPipeline | None = None
+        #: Whether a feed is paused because the event store is full (backpressure).
+        self.paused = False
+        self.feed_errors: dict[Span, BaseException] = {}
+        self._spans: dict[Span, _LoadedSpan] = {}
+        self._removed: dict[Span, int] = {}
+        self._source_open = False
+        self._pipeline_lock = asyncio.Lock()
+        #: The pipeline's start, in the background (Spark takes seconds to tens of seconds).
+        self._starting: asyncio.Task[None] | None = None
+        self._start_error: BaseException | None = None
+        self._closing = asyncio.Event()
+        self.publish_interval = publish_interval
+        self._pending_resolved: dict[Span, int] = {}
+        self._publisher: asyncio.Task[None] | None = None
+        # Store work that writes files (cuts, spills) runs in a thread while this
+        # lock is held; feeds take it to put events, so the event loop never
+        # waits on the store's own lock behind disk I/O.
+        self._store_io = asyncio.Lock()
+        #: The newest changefeed checkpoint from the maintainer (0: none yet).
+        self.changefeed_checkpoint = 0
+
+    # -- SpanExecutor ----------------------------------------------------------------
+
+    async def add_span(self, span: Span, checkpoint_ts: int, *, prepare: bool) -> bool:
+        loaded = self._spans.get(span)
+        if loaded is not None and loaded.state is SpanState.STOPPING:
+            return False
+        if loaded is None:
+            await self._open_source(checkpoint_ts)
+            self._removed.pop(span, None)
+            state = SpanState.PREPARING if prepare else SpanState.REPLICATING
+            loaded = _LoadedSpan(span, state, checkpoint_ts)
+            async with self._store_io:
+                feed_from = self.store.add_span(span, checkpoint_ts, replicating=not prepare)
+            loaded.feed = asyncio.create_task(self._feed(span, feed_from), name=f"feed {span}")
+            self._spans[span] = loaded
+            if self._publisher is None:
+                self._publisher = asyncio.create_task(self._publish_resolved(), name=f"publish {self.changefeed_id}")
+        elif not prepare and loaded.state is not SpanState.REPLICATING:
+            async with self._store_io:
+                self.store.add_span(span, checkpoint_ts, replicating=True)
+            loaded.checkpoint_ts = max(loaded.checkpoint_ts, checkpoint_ts)
+            loaded.state = SpanState.REPLICATING
+        if not prepare:
+            self._start_pipeline_soon()
+            return True
+        return self._refresh_prepared(loaded) is SpanState.PREPARED
+
+    async def remove_span(self, span: Span) -> int | None:
+        loaded = self._spans.pop(span, None)
+        if loaded is None:
+            return self._removed.get(span)
+        final = self.status_of(loaded).checkpoint_ts
+        if loaded.feed is not None:
+            loaded.feed.cancel()
+            await asyncio.gather(loaded.feed, return_exceptions=True)
+        self._pending_resolved.pop(span, None)
+        async with self._store_io:
+            await asyncio.to_thread(self.store.remove_span, span)
+        self._removed[span] = final
+        return final
+
+    def status(self, span: Span) -> SpanStatus:
+        loaded = self._spans.get(span)
+        if loaded is None:
+            final = self._removed.get(span)
+            if final is not None:
+                return SpanStatus(span, SpanState.STOPPED, final, final)
+            return SpanStatus(span, SpanState.ABSENT, 0, 0)
+        return self.status_of(loaded)
+
+    def status_of(self, loaded: _LoadedSpan) -> SpanStatus:
+        checkpoint = loaded.checkpoint_ts
+        if loaded.state is SpanState.REPLICATING:
+            # The pipeline's checkpoint covers the span once the batches carrying its
+            # events up to the published ts it joined behind are flushed.
+            if self.store.covers(loaded.span):
+                checkpoint = max(checkpoint, self.store.checkpoint_ts)
+        else:
+            self._refresh_prepared(loaded)
+        resolved = max(checkpoint, self.store.resolved_ts(loaded.span))
+        return SpanStatus(loaded.span, loaded.state, checkpoint, resolved)
+
+    def spans(self) -> list[Span]:
+        return list(self._spans)
+
+    async def set_barrier(self, ts: int) -> None:
+        async with self._store_io:
+            await asyncio.to_thread(self.store.set_barrier, ts)
+
+    async def set_changefeed_checkpoint(self, ts: int) -> None:
+        if ts <= self.changefeed_checkpoint:
+            return
+        self.changefeed_checkpoint = ts
+        if self.pipeline is not None:
+            self.pipeline.emit_checkpoint(ts)  # written from the pipeline's own thread
+
+    async def close(self) -> None:
+        self._closing.set()  # a start being retried gives up
+        if self._starting is not None:
+            # A start in progress cannot be interrupted (it runs in a thread); let it end, then stop it.
+            await asyncio.gather(self._starting, return_exceptions=True)
+            self._starting = None
+        pipeline, self.pipeline = self.pipeline, None
+        if pipeline is not None:
+            await asyncio.to_thread(pipeline.stop)
+        tasks = [s.feed for s in self._spans.values() if s.feed is not None]
+        if self._publisher is not None:
+            tasks.append(self._publisher)
+            self._publisher = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._spans.clear()
+        self.store.close()
+        if pipeline is not None:
+            for sink in self.sinks:
+                sink.close()
+        if self._source_open:
+            await self.source.close()
+            self._source_open = False
+
+    # -- progress and health -----------------------------------------------------------
+
+    @property
+    def checkpoint_ts(self) -> int:
+        """Everything at or below this ts is flushed by every sink (for the spans published so far)."""
+        return self.store.checkpoint_ts
+
+    def error(self) -> BaseException | None:
+        """Why replication is stuck: the query's failure, a feed's error, or the sink
+        error being retried (a CdcflowError whose ``retryable`` says so); None when healthy."""
+        if self.pipeline is not None:
+            failure = self.pipeline.failure()
+            if failure is not None:
+                return failure
+            if self.pipeline.last_error is not None:
+                return self.pipeline.last_error
+        if self._start_error is not None:
+            return self._start_error
+        return next(iter(self.feed_errors.values()), None)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _refresh_prepared(self, loaded: _LoadedSpan) -> SpanState:
+        # Prepared = caught up: the feed has resolved past the span's checkpoint.
+        if loaded.state is SpanState.PREPARING and self.store.resolved_ts(loaded.span) > loaded.checkpoint_ts:
+            loaded.state = SpanState.PREPARED
+        return loaded.state
+
+    async def _open_source(self, checkpoint_ts: int) -> None:
+        if not self._source_open:
+            await self.source.open()
+            # After a restart the pipeline mounts the stored events again from the released
+            # ts on, though the feeds resume from the published ts: the mounter must decode
+            # them with the schema of their own commit ts (a fresh store has nothing below
+            # the span's checkpoint).
+            released = self.store.released_ts
+            try:
+                await self.source.prepare_mounter(min(checkpoint_ts, released) if released else checkpoint_ts)
+            except BaseException:
+                await self.source.close()
+                raise
+            self._source_open = True
+
+    def _start_pipeline_soon(self) -> None:
+        """Start the pipeline in the background, once.
+
+        The span is replicating as soon as it is in the store's frontier; its
+        checkpoint moves only when a batch that covers it is flushed. Not
+        waiting for Spark here keeps the agent answering heartbeats (resolved
+        ts, other spans joining) while the session starts: spans that join
+        before the first batch are covered by it."""
+        if self._starting is None and self.pipeline is None:
+            self._starting = asyncio.create_task(self._ensure_pipeline(), name=f"start {self.changefeed_id}")
+
+    async def _ensure_pipeline(self) -> None:
+        """Start the pipeline; a retryable error (a sink that cannot reach its downstream:
+        2001) is retried with exponential backoff until it succeeds or the executor closes.
+        Meanwhile it is the executor's error (the changefeed shows Warning)."""
+        async with self._pipeline_lock:
+            loop = asyncio.get_running_loop()
+            retrying = AsyncRetrying(
+                retry=retry_if_exception(lambda exc: is_retryable(exc) and not self._closing.is_set()),
+                wait=wait_exponential(multiplier=FIRST_RETRY_DELAY, max=MAX_RETRY_DELAY),
+                sleep=self._pause,
+                before_sleep=self._start_failed,
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        if self.pipeline is not None or self._closing.is_set():
+                            return
+                        self.pipeline = await asyncio.to_thread(self._try_start, loop)
+                        self._start_error = None
+            except Exception as exc:
+                if not self._closing.is_set():
+                    log.exception("changefeed %s: the Spark pipeline did not start", self.changefeed_id)
+                self._start_error = exc
+                return
+            pipeline = self.pipeline
+            if pipeline is not None and self.changefeed_checkpoint:
+                pipeline.emit_checkpoint(self.changefeed_checkpoint)  # arrived while Spark started
+
+    def _start_failed(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        self._start_error = exc
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "changefeed %s: the pipeline did not start (%s); retry %d in %.1fs",
+            *(self.changefeed_id, exc, state.attempt_number, delay),
+        )
+
+    async def _pause(self, seconds: float) -> None:
+        """Tenacity's sleep between start attempts, cut short when the executor closes."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), seconds)
+
+    def _try_start(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
+        try:
+            return self._start_pipeline(loop)
+        except BaseException:
+            # What a failed start holds (a half-opened sink's connections) is released.
+            for sink in self.sinks:
+                try:
+                    sink.close()
+                except Exception:
+                    log.exception("changefeed %s: closing sink %s failed", self.changefeed_id, type(sink).__name__)
+            raise
+
+    def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
+        if self._spark is None:
+            self._spark = self._start_session()
+        context = SinkContext(self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins)
+        for sink in self.sinks:
+            sink.open(context)
+        pipeline = ChangefeedPipeline(
+            changefeed_id=self.changefeed_id,
+            store=self.store,
+            sinks=self.sinks,
+            spark=self._spark,
+            checkpoint_dir=self.directory / "spark-checkpoint",
+            table_filter=self.table_filter,
+            column_selection=self.column_selection,
+            plugins=self.plugins,
+            mounter=self.source.mounter(),
+            loop=loop,
+            trigger_interval=self.trigger_interval,
+            part_rows=self.part_rows,
+            collect_rows=self.collect_rows,
+            on_checkpoint=self._on_checkpoint,
+        )
+        pipeline.start()
+        return pipeline
+
+    def _start_session(self) -> Any:
+        """The capture's SparkSession, retried: launching Spark's JVM while other
+        threads of the capture work (gRPC, store I/O) now and then fails at once
+        with JAVA_GATEWAY_EXITED, and a second launch succeeds."""
+        from cdcflow.core.data.pipeline.session import spark_session
+
+        for attempt in range(1, _SESSION_ATTEMPTS + 1):
+            try:
+                return spark_session(self.spark_settings, self.plugins)
+            except Exception as exc:
+                if attempt == _SESSION_ATTEMPTS:
+                    raise
+                log.warning("changefeed %s: Spark did not start (%s); retrying", self.changefeed_id, exc)
+                time.sleep(_SESSION_RETRY_DELAY)
+        raise AssertionError("unreachable")
+
+    async def _feed(self, span: Span, start_ts: int) -> None:
+        store = self.store
+        try:
+            async for event in self.source.feed(span, start_ts):
+                if isinstance(event, ResolvedEvent):
+                    if event.span == span:
+                        # Applied by _publish_resolved: many resolved ts coalesce into one cut.
+                        self._pending_resolved[span] = event.ts
+                elif isinstance(event, DDLEvent):
+                    if replicates_ddl(self.table_filter, event):
+                        store.put_ddl(event)
+                elif isinstance(event, RawKVEvent | RowChange):
+                    if store.memory_full:
+                        await self._make_room()
+                    async with self._store_io:
+                        store.put(span, event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("changefeed %s: the feed of %s failed", self.changefeed_id, span)
+            self.feed_errors[span] = exc
+
+    async def _publish_resolved(self) -> None:
+        """Apply the feeds' latest resolved ts to the event store, every ``publish_interval``.
+
+        Events are put as they arrive, so a resolved ts applied later still
+        follows every event it covers."""
+        while True:
+            await asyncio.sleep(self.publish_interval)
+            pending, self._pending_resolved = self._pending_resolved, {}
+            pending = {span: ts for span, ts in pending.items() if span in self._spans}
+            if pending:
+                async with self._store_io:
+                    await asyncio.to_thread(self._apply_resolved, pending)
+
+    def _apply_resolved(self, pending: dict[Span, int]) -> None:
+        for span, ts in pending.items():
+            self.store.resolve(span, ts)
+
+    async def _make_room(self) -> None:
+        """Spill (in a thread); when the disk quota forbids it, pause this feed
+        (backpressure) until publishing or a checkpoint frees room."""
+        try:
+            while True:
+                async with self._store_io:
+                    if await asyncio.to_thread(self.store.spill):
+                        return
+                self.paused = True
+                await asyncio.sleep(_BACKPRESSURE_POLL)
+        finally:
+            self.paused = False
+
+
+def create_span_executor(
+    connector: Connector,
+    server: ServerSettings,
+    *,
+    start_ts: int,
+    plugins: PluginManager | None = None,
+    spark: Any = None,
+    on_checkpoint: Callable[[int], None] | None = None,
+) -> PipelineSpanExecutor:
+    """The span executor of ``connector`` on this capture, resuming from ``start_ts``
+    (the changefeed's checkpoint). Instantiates the connector's source and sinks;
+    the executor opens and closes them."""
+    settings = connector.settings
+    return PipelineSpanExecutor(
+        connector.name,
+        cast("Source[Any]", connector.source.instantiate()),
+        [cast("Sink[Any]", choice.instantiate()) for choice in connector.sinks],
+        data_dir=server.data_dir,
+        start_ts=start_ts,
+        memory_quota=settings.memory_quota,
+        disk_quota=settings.spill_disk_quota,
+        spark_settings=server.spark,
+        spark=spark,
+        plugins=plugins,
+        table_filter=settings.filter.table_filter(),
+        column_selectors=settings.filter.column_selectors,
+        on_checkpoint=on_checkpoint,
+    )

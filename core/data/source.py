@@ -1,0 +1,178 @@
+"""What a source plugin is: long-lived feeds of changes per span.
+
+A source connects to one upstream (a TiKV cluster through PD, a CockroachDB
+cluster, an in-memory list in tests). The log service asks it which spans a
+changefeed's table filter covers, opens one feed per span from a start ts,
+and turns the feed into resolved chunks (ARCHITECTURE.md, "Log service").
+
+Guarantees a feed must give (they are what makes the checkpoint safe):
+
+* every change with ``commit_ts > start_ts`` in the span is yielded at least
+  once; a change may repeat after a reconnect, never go missing;
+* after ``ResolvedEvent(span, t)`` no change with ``commit_ts <= t`` follows;
+* resolved timestamps of a span never go backwards.
+
+Not guaranteed: order between changes of different keys before they are
+resolved (the event store sorts), or exactly-once delivery.
+
+Sources whose table set changes while a changefeed runs (TiDB: CREATE,
+DROP, TRUNCATE, RENAME TABLE) implement three more hooks, which the
+changefeed's maintainer uses to follow it (docs/explanation/control-plane.md,
+"Tables that come and go"):
+
+* :meth:`Source.trigger_span` — the *table-trigger span*, scheduled like any
+  other span: its feed yields the DDL that no table's feed can carry (the
+  creation of a table, schema-level DDL) and the DDL resolved ts, so that a
+  changefeed whose filter matches no table yet still advances;
+* :meth:`Source.tables_at` — the tables that existed at a past ts (where a
+  changefeed resumes);
+* :meth:`Source.table_changes` — each table-set change with its commit ts,
+  and how far the changes are known (resolved ts).
+
+Sources without them (raw key-value spans, the test kit's list source) have a
+fixed table set: :meth:`list_tables` once, at the start.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from cdcflow.core.control.gc.keeper import GCSafepointKeeper
+from cdcflow.core.data.events import (
+    RawKVEvent,
+    ResolvedEvent,
+    RowChange,
+    SourceEvent,
+    Span,
+    TableName,
+    TableSchema,
+    TableSetChange,
+)
+from cdcflow.core.plugin.base import ConfigT, Plugin
+
+__all__ = ["Mounter", "Source"]
+
+
+class Mounter(abc.ABC):
+    """Turns raw key-value changes into rows (TiDB keys and rowcodec values, …)."""
+
+    @abc.abstractmethod
+    async def mount(self, event: RawKVEvent) -> RowChange | None:
+        """The row change for ``event``, using the schema valid at ``commit_ts - 1``.
+
+        Returns None for keys that are not rows of a replicated table (index
+        keys, system tables). Raises a :class:`~cdcflow.core.errors.CdcflowError`
+        naming table, key and commit ts when the value cannot be decoded.
+        """
+
+
+class Source(Plugin[ConfigT], abc.ABC):
+    """Base class of source plugins. Methods are coroutines; the log service
+    runs them on the capture's event loop."""
+
+    #: Whether feeds yield :class:`RawKVEvent` (and need :meth:`mounter`) or rows.
+    yields_raw_kv: ClassVar[bool] = False
+
+    async def open(self) -> None:
+        """Connect to the upstream. Called once before any other coroutine."""
+
+    async def close(self) -> None:
+        """Release connections; open feeds end. Not called on abrupt shutdown."""
+
+    @abc.abstractmethod
+    async def list_tables(self) -> Sequence[TableName]:
+        """Every table the upstream has now (the table filter is applied by the caller)."""
+
+    @abc.abstractmethod
+    async def spans_for(self, table: TableName) -> Sequence[Span]:
+        """The spans that hold ``table``'s rows (usually one per table)."""
+
+    @abc.abstractmethod
+    async def table_schema(self, table: TableName, ts: int) -> TableSchema:
+        """The schema of ``table`` valid at ``ts``."""
+
+    @abc.abstractmethod
+    def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
+        """Changes of ``span`` with commit ts above ``start_ts``, and resolved timestamps.
+
+        The iterator runs until cancelled or closed; it reconnects by itself on
+        retryable upstream errors and raises a CdcflowError on fatal ones.
+        """
+
+    def mounter(self) -> Mounter | None:
+        """The mounter for raw key-value events, or None if feeds yield rows."""
+        return None
+
+    async def prepare_mounter(self, ts: int) -> None:
+        """Make :meth:`mounter` decode every event committed after ``ts``.
+
+        Called once after :meth:`open` and before the first :meth:`feed`, with
+        the lowest commit ts the log service may still mount: after a restart
+        it mounts its stored, not yet flushed events again, which can be older
+        than the start ts of the feeds it resumes. A source whose decoding
+        depends on history (TiDB's schemas over time) loads that history from
+        ``ts``; the default does nothing.
+        """
+
+    # -- a table set that changes (optional) ----------------------------------------------
+
+    def trigger_span(self) -> Span | None:
+        """The table-trigger span, or None when the table set never changes (the default).
+
+        A changefeed replicates it like a table's span, on one capture. Its
+        :meth:`feed` yields the :class:`DDLEvent` s no table's feed carries
+        (the creation of a table: no feed of it exists yet; schema-level DDL)
+        and resolved timestamps that follow the upstream's DDL, so a
+        changefeed with no table still advances. Only a source that returns a
+        span here and implements :meth:`table_changes` gets tables added and
+        removed while the changefeed runs.
+        """
+        return None
+
+    async def tables_at(self, ts: int) -> Sequence[TableName]:
+        """Every table that existed at ``ts`` (the table filter is applied by the caller).
+
+        A changefeed resuming from checkpoint ``ts`` starts with these tables
+        and takes later changes from :meth:`table_changes`. The default is
+        :meth:`list_tables` (right for a table set that never changes).
+        """
+        return await self.list_tables()
+
+    def table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent] | None:
+        """The table-set changes committed above ``start_ts``, or None when the
+        table set never changes (the default).
+
+        The iterator yields each :class:`TableSetChange` in commit-ts order and
+        ``ResolvedEvent(trigger_span, t)`` promises: no change at or below
+        ``t`` follows. It runs until cancelled or closed; resolved timestamps
+        never go backwards. Its resolved ts bounds the changefeed's progress,
+        so it must move on while nothing changes.
+        """
+        return None
+
+    def limit_memory(self, quota: int, spill_dir: Path) -> int:
+        """Bound what the feeds hold in memory before their events reach the event store.
+
+        Called once, before :meth:`open`, with the changefeed's memory quota
+        and a directory the source may spill to (its contents are not kept
+        across restarts). Returns the share of ``quota`` the feeds may use;
+        the event store gets the rest. The default, for sources whose feeds
+        hold no per-row state, takes nothing.
+        """
+        return 0
+
+    def gc_safepoint_keeper(self) -> GCSafepointKeeper | None:
+        """The keeper of this upstream's service GC safepoint (see :mod:`cdcflow.core.control.gc.keeper`),
+        or None when the upstream does not garbage-collect history.
+
+        Called on the coordinator before :meth:`open`; the keeper manages its
+        own connection.
+        """
+        return None
+
+    async def current_ts(self) -> int:
+        """The upstream's current timestamp (TSO), used for lag and ``start-ts: now``."""
+        raise NotImplementedError(f"{type(self).__name__} does not report a current timestamp")

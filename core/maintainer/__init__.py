@@ -1,1 +1,0 @@
-"""Maintainer manager, maintainers, span agent and the scheduler placement."""

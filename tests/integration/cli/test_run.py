@@ -1,0 +1,98 @@
+"""``cdcflow run connectors.yaml``: one embedded capture on SQLite runs the file's connectors."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.control.cluster import CDCFLOW, env_with_plugin
+
+pytestmark = pytest.mark.integration
+
+
+def write_file(tmp):
+    path = tmp / "connectors.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"metastore": f"sqlite:///{tmp}/meta.db", "api-addr": "127.0.0.1:0", "data-dir": str(tmp)},
+                "connectors": [
+                    {
+                        "name": "ticks",
+                        "source": {"type": "ticker"},
+                        "sinks": [{"uri": f"file://{tmp}/out?protocol=json"}],
+                    }
+                ],
+            }
+        )
+    )
+    return str(path)
+
+
+def summary_checkpoint(stdout: str) -> int:
+    line = next(line for line in stdout.splitlines() if line.startswith("ticks:"))
+    assert "normal" in line, line
+    match = re.search(r"checkpoint (\d+),", line)
+    assert match, line
+    return int(match.group(1))
+
+
+def test_run_with_duration_then_again_from_the_checkpoint(tmp_path):
+    env = env_with_plugin(tmp_path / "plugins")
+    path = write_file(tmp_path)
+    # Long enough for the embedded Spark session to start and commit batches on a loaded machine
+    # (Spark's startup alone took 20-70 s with the load average at 7 per core).
+    first = subprocess.run([CDCFLOW, "run", path, "--duration", "60"], capture_output=True, text=True, env=env,
+                           timeout=240, check=False)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    progress = [line for line in first.stderr.splitlines() if line.startswith("ticks normal")]
+    assert progress, first.stderr  # the progress line
+    assert "rows/s, checkpoint lag" in progress[0] and "resolved lag" in progress[0]
+    assert re.search(r"ticks: normal, checkpoint \d+, [1-9]\d* rows in \d+ batches", first.stdout), first.stdout
+    checkpoint = summary_checkpoint(first.stdout)
+    assert list((tmp_path / "out").rglob("*.jsonl"))
+    second = subprocess.run([CDCFLOW, "run", path, "--duration", "60"], capture_output=True, text=True, env=env,
+                            timeout=240, check=False)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert summary_checkpoint(second.stdout) > checkpoint  # the stored connector resumed, not recreated
+
+
+def test_ctrl_c_stops_cleanly(tmp_path):
+    env = env_with_plugin(tmp_path / "plugins")
+    proc = subprocess.Popen([CDCFLOW, "run", write_file(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)  # fmt: skip
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert summary_checkpoint(out) > 0
+
+
+def test_a_changed_file_is_applied_to_the_existing_changefeed(tmp_path):
+    env = env_with_plugin(tmp_path / "plugins")
+    path = write_file(tmp_path)
+    # The control plane's in-process executor: this is about declarations, not Spark.
+    run = [CDCFLOW, "run", path, "--duration", "8", "--executor", "cdcflow.core.testing.inprocess:executor_factory"]
+    first = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert first.returncode == 0, first.stderr
+    checkpoint = summary_checkpoint(first.stdout)
+
+    document = yaml.safe_load(Path(path).read_text())
+    document["connectors"][0]["sinks"] = [{"uri": f"file://{tmp_path}/elsewhere?protocol=json"}]
+    document["connectors"][0]["description"] = "ticks, moved"
+    Path(path).write_text(yaml.safe_dump(document))
+    second = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert second.returncode == 0, second.stderr
+    assert "ticks: description, sinks changed in the file" in second.stderr, second.stderr
+    assert summary_checkpoint(second.stdout) > checkpoint  # resumed from its checkpoint, not recreated
+    assert list((tmp_path / "elsewhere").rglob("*.jsonl"))  # the new sink took the rows
+
+    third = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert third.returncode == 0, third.stderr
+    assert "changed in the file" not in third.stderr

@@ -1,0 +1,316 @@
+import dataclasses
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, RawKVEvent, Span, TableName, TableSchema
+from cdcflow.core.data.logservice import EventStore, event_from_record, read_manifest
+from cdcflow.core.data.logservice.records import batch_to_records, read_record_batches
+from cdcflow.core.testing import insert
+
+SPAN_A = Span(1, b"t1", b"t1~")
+SPAN_B = Span(2, b"t2", b"t2~")
+
+
+def raw(span, key, commit_ts, start_ts=None, value=b"v"):
+    return RawKVEvent(span, key, value, b"", start_ts or commit_ts - 1, commit_ts)
+
+
+def read_chunks(store, start, end):
+    """Every event published in (start, end], per chunk, decoded."""
+    out = []
+    for chunk in store.chunks_between(start, end):
+        events = []
+        for batch in read_record_batches(store.directory / chunk.file):
+            events.extend(event_from_record(r, store.span_of, store.schemas) for r in batch_to_records(batch))
+        out.append((chunk, events))
+    return out
+
+
+def published_events(store, start, end):
+    return [e for _, events in read_chunks(store, start, end) for e in events]
+
+
+def new_store(tmp_path, **kw):
+    kw.setdefault("fsync", False)
+    return EventStore(tmp_path / "store", "cf", **kw)
+
+
+def test_chunks_are_sorted_by_commit_start_key_and_cut_at_the_frontier(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=True)
+    events = [raw(SPAN_A, b"k%d" % (i % 7), 10 + i % 5, start_ts=5 + i % 3) for i in range(40)]
+    random.Random(7).shuffle(events)
+    for e in events:
+        store.put(SPAN_A, e)
+    store.put(SPAN_B, raw(SPAN_B, b"b", 11))
+    store.put(SPAN_B, raw(SPAN_B, b"c", 30))
+    assert not store.resolve(SPAN_A, 20)  # span B still at 0
+    assert store.resolve(SPAN_B, 12)
+    assert store.published_ts == 12
+    chunks = read_chunks(store, 0, 12)
+    by_span = {chunk.span_id: evs for chunk, evs in chunks}
+    a = by_span[0]
+    assert [e.sort_key() for e in a] == sorted(e.sort_key() for e in events if e.commit_ts <= 12)
+    assert [e.key for e in by_span[1]] == [b"b"]
+    assert store.resolve(SPAN_B, 25)
+    rest = published_events(store, 12, 25)
+    assert sorted(e.sort_key() for e in rest) == sorted(e.sort_key() for e in events if e.commit_ts > 12)
+    assert all(c.lo == 12 and c.hi == 20 for c, _ in read_chunks(store, 12, 25))
+
+
+def test_row_changes_round_trip_with_schema_and_images(tmp_path):
+    store = new_store(tmp_path)
+    row = insert("shop", "orders", {"id": 1, "note": "é", "blob": b"\x00"}, commit_ts=10)
+    span = Span(row.table.table_id, b"x", b"y")
+    store.add_span(span, 0, replicating=True)
+    store.put(span, row)
+    store.resolve(span, 10)
+    [got] = published_events(store, 0, 10)
+    assert got == row
+
+
+def test_events_at_or_below_the_floor_are_dropped(tmp_path):
+    store = new_store(tmp_path)
+    assert store.add_span(SPAN_A, 100, replicating=True) == 100
+    assert not store.put(SPAN_A, raw(SPAN_A, b"a", 100))
+    assert store.put(SPAN_A, raw(SPAN_A, b"a", 101))
+    assert store.stats().dropped_duplicates == 1
+
+
+def test_memory_quota_spills_sorted_runs_and_publishes_everything_in_order(tmp_path):
+    store = new_store(tmp_path, memory_quota=20_000, chunk_rows=64, batch_rows=16, max_runs=6)
+    store.add_span(SPAN_A, 0, replicating=True)
+    rng = random.Random(1)
+    events = [raw(SPAN_A, b"k%05d" % i, rng.randint(1, 50), value=b"x" * 50) for i in range(1000)]
+    for e in events:
+        store.put(SPAN_A, e)
+        assert store.stats().memory_bytes < 20_000 + 1000
+    stats = store.stats()
+    assert stats.spilled_runs > 3
+    assert stats.spilled_runs <= store.max_runs  # compacted beyond that
+    store.resolve(SPAN_A, 25)
+    first = published_events(store, 0, 25)
+    assert [e.sort_key() for e in first] == sorted(e.sort_key() for e in events if e.commit_ts <= 25)
+    assert all(c.rows <= 64 for c, _ in read_chunks(store, 0, 25))
+    store.resolve(SPAN_A, 50)
+    second = published_events(store, 25, 50)
+    assert [e.sort_key() for e in second] == sorted(e.sort_key() for e in events if e.commit_ts > 25)
+    assert store.stats().spilled_runs == 0
+    assert not list((store.directory / "spill").iterdir())
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 30), st.integers(0, 5)), max_size=120),
+    st.lists(st.integers(1, 35), min_size=1, max_size=6),
+    st.integers(2_000, 40_000),
+    st.integers(2, 4),
+)
+def test_publishing_loses_and_repeats_nothing_whatever_the_quota(tmp_path_factory, puts, resolves, quota, max_runs):
+    store = new_store(tmp_path_factory.mktemp("s"), memory_quota=quota, chunk_rows=7, batch_rows=3, max_runs=max_runs)
+    store.add_span(SPAN_A, 0, replicating=True)
+    expected = []
+    resolved = 0
+    for n, (ts, key) in enumerate(puts):
+        if ts > resolved:
+            event = raw(SPAN_A, b"%d-%d" % (key, n), ts)
+            store.put(SPAN_A, event)
+            expected.append(event)
+        if n % 20 == 19 and resolves:
+            resolved = max(resolved, resolves.pop())
+            store.resolve(SPAN_A, resolved)
+    store.resolve(SPAN_A, 40)
+    got = published_events(store, 0, 40)
+    assert [e.sort_key() for e in got] == sorted(e.sort_key() for e in expected)
+    assert sorted(got, key=lambda e: e.sort_key()) == sorted(expected, key=lambda e: e.sort_key())
+
+
+def test_cut_at_every_ddl_barrier(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    for ts in (5, 10, 15):
+        store.put(SPAN_A, raw(SPAN_A, b"k%d" % ts, ts))
+    ddl = DDLEvent(10, "ALTER TABLE t ADD c INT", TableName("s", "t", 1))
+    assert store.put_ddl(ddl)
+    assert not store.put_ddl(ddl)
+    # The same change sent again with a richer schema (a newer source after a restart) is a repeat too.
+    richer = TableSchema(TableName("s", "t", 1), (ColumnInfo("c", 3, origin_default=7),))
+    assert not store.put_ddl(dataclasses.replace(ddl, schema_after=richer))
+    assert store.put_ddl(dataclasses.replace(ddl, commit_ts=12))  # another change
+    store.resolve(SPAN_A, 20)
+    assert store.published_ts == 20
+    assert read_manifest(store.directory).ddl_ts == [10, 12]
+    assert [e.commit_ts for e in published_events(store, 0, 10)] == [5, 10]
+    assert [e.commit_ts for e in published_events(store, 12, 20)] == [15]
+    assert store.ddl_between(0, 10) == [ddl]
+    assert store.ddl_between(12, 20) == []
+
+
+def test_barrier_caps_publishing(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.put(SPAN_A, raw(SPAN_A, b"a", 8))
+    store.set_barrier(6)
+    store.resolve(SPAN_A, 10)
+    assert store.published_ts == 6
+    assert store.set_barrier(None)
+    assert store.published_ts == 10
+
+
+def test_published_chunks_survive_a_restart_until_released(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    for ts in (5, 15, 25):
+        store.put(SPAN_A, raw(SPAN_A, b"k%d" % ts, ts))
+    store.resolve(SPAN_A, 10)
+    store.resolve(SPAN_A, 20)
+    store.checkpoint(10)
+    store.release(10)
+    assert store.chunks_between(0, 10) == []
+    del store  # a crash: nothing closed
+
+    again = new_store(tmp_path)
+    assert again.published_ts == 20
+    assert [e.commit_ts for e in published_events(again, 10, 20)] == [15]
+    # The span resumes from the published ts: events up to it are not fed twice.
+    assert again.add_span(SPAN_A, 10, replicating=True) == 20
+    assert not again.put(SPAN_A, raw(SPAN_A, b"k15", 15))
+    assert again.put(SPAN_A, raw(SPAN_A, b"k25", 25))
+    again.release(20)
+    assert not list((again.directory / "chunks").iterdir())
+
+
+def test_after_a_restart_spans_re_added_one_by_one_lose_nothing(tmp_path):
+    """The spans come back one at a time (a maintainer adds them over several ticks): the
+    first one moves the published ts on, and the others still feed from where the store
+    stopped, catching up in new chunks, covered only once those are flushed."""
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=True)
+    store.put(SPAN_B, raw(SPAN_B, b"b15", 15))
+    store.resolve(SPAN_A, 20)
+    store.resolve(SPAN_B, 20)
+    store.checkpoint(20, store.next_chunk)
+    del store  # the executor closed (a changefeed restart) or the capture crashed
+
+    again = new_store(tmp_path)
+    assert again.add_span(SPAN_A, 20, replicating=True) == 20
+    assert again.resolve(SPAN_A, 40)
+    assert again.published_ts == 40  # B is not back yet
+    seen = again.next_chunk
+    # B must feed from 20, where its events stop in chunks, not from the published 40.
+    assert again.add_span(SPAN_B, 20, replicating=True) == 20
+    for ts in (25, 35, 45):
+        assert again.put(SPAN_B, raw(SPAN_B, b"b%d" % ts, ts))
+    assert not again.covers(SPAN_B)  # its checkpoint cannot count the store's yet
+    again.resolve(SPAN_B, 40)
+    late = again.chunks_in(seen, again.next_chunk)
+    events = [
+        event_from_record(r, again.span_of, again.schemas)
+        for chunk in late
+        for batch in read_record_batches(again.directory / chunk.file)
+        for r in batch_to_records(batch)
+    ]
+    assert [e.commit_ts for e in events] == [25, 35]
+    assert not again.covers(SPAN_B)
+    again.checkpoint(40, again.next_chunk)
+    assert again.covers(SPAN_B)
+
+
+def test_prepared_span_buffers_without_publishing_then_drops_what_was_flushed_elsewhere(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    assert store.add_span(SPAN_B, 0, replicating=False) == 0
+    for ts in (5, 12, 18):
+        store.put(SPAN_B, raw(SPAN_B, b"b%d" % ts, ts))
+    store.resolve(SPAN_B, 20)
+    store.resolve(SPAN_A, 20)
+    assert store.published_ts == 20
+    assert published_events(store, 0, 20) == []
+    seen = store.next_chunk
+    store.add_span(SPAN_B, 10, replicating=True)  # the old capture flushed up to 10
+    # B resolved up to the published ts already: its events there are caught up at once.
+    caught_up = store.chunks_in(seen, store.next_chunk)
+    assert [c.hi for c in caught_up] == [20] and sum(c.rows for c in caught_up) == 2
+    store.put(SPAN_B, raw(SPAN_B, b"b25", 25))
+    store.resolve(SPAN_A, 30)
+    assert store.published_ts == 20  # B's resolved ts holds the frontier
+    store.resolve(SPAN_B, 30)
+    assert [e.commit_ts for e in published_events(store, 0, 30)] == [12, 18, 25]
+
+
+def test_backpressure_when_memory_is_full_and_the_disk_quota_forbids_spilling(tmp_path):
+    store = new_store(tmp_path, memory_quota=10_000, disk_quota=1)
+    store.add_span(SPAN_A, 0, replicating=True)
+    n = 0
+    while store.has_room():
+        n += 1
+        store.put(SPAN_A, raw(SPAN_A, b"k%d" % n, 5 + n % 3, value=b"x" * 100))
+    assert store.stats().memory_bytes >= 10_000
+    assert store.stats().spilled_runs == 0
+    store.resolve(SPAN_A, 100)  # publishing moves the events to chunks and frees memory
+    assert store.has_room()
+    assert len(published_events(store, 0, 100)) == n
+
+
+def test_remove_span_drops_unpublished_events(tmp_path):
+    store = new_store(tmp_path, memory_quota=5_000)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=True)
+    for i in range(50):
+        store.put(SPAN_B, raw(SPAN_B, b"k%d" % i, 50))
+    store.remove_span(SPAN_B)
+    assert store.stats().memory_bytes == 0
+    assert store.stats().spilled_runs == 0
+    store.resolve(SPAN_A, 60)
+    assert store.published_ts == 60
+    assert published_events(store, 0, 60) == []
+
+
+def test_a_span_joining_behind_the_published_ts_is_caught_up_in_new_chunks(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.put(SPAN_A, raw(SPAN_A, b"a", 10))
+    assert store.resolve(SPAN_A, 100)
+    seen = store.next_chunk
+    # B joins later from an older checkpoint; no cut can take its events any more.
+    store.add_span(SPAN_B, 0, replicating=True)
+    for ts in (5, 50, 90):
+        store.put(SPAN_B, raw(SPAN_B, b"b%d" % ts, ts))
+    assert store.resolve(SPAN_B, 60)
+    assert store.resolve(SPAN_B, 100)
+    assert store.published_ts == 100
+    late = store.chunks_in(seen, store.next_chunk)
+    assert all(c.lo == c.hi == 100 and c.span_id == 1 for c in late)
+    events = []
+    for chunk in late:
+        for batch in read_record_batches(store.directory / chunk.file):
+            events.extend(event_from_record(r, store.span_of, store.schemas) for r in batch_to_records(batch))
+    assert [e.commit_ts for e in events] == [5, 50, 90]
+    assert not store.covers(SPAN_B)
+    store.checkpoint(100, store.next_chunk)
+    assert store.covers(SPAN_B)
+    store.release(100, before_chunk=store.next_chunk)
+    assert store.chunks_in(0, store.next_chunk) == []
+
+
+def test_a_removed_and_re_added_span_publishes_what_came_after_its_checkpoint(tmp_path):
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=True)
+    store.put(SPAN_B, raw(SPAN_B, b"x", 10))
+    store.resolve(SPAN_A, 40)
+    store.resolve(SPAN_B, 20)
+    store.remove_span(SPAN_B)
+    assert store.published_ts == 40
+    seen = store.next_chunk
+    store.add_span(SPAN_B, 20, replicating=True)
+    store.put(SPAN_B, raw(SPAN_B, b"y", 30))
+    store.resolve(SPAN_B, 50)
+    store.resolve(SPAN_A, 50)
+    assert store.published_ts == 50
+    late = [c for c in store.chunks_in(seen, store.next_chunk) if c.span_id == 1]
+    assert sum(c.rows for c in late) == 1 and late[0].hi == 40

@@ -1,0 +1,60 @@
+"""The data source's offsets and partitions, read from a real event store's files."""
+
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, Span, TableName
+from cdcflow.core.data.logservice import EventStore
+from cdcflow.core.data.logservice.records import ARROW_SCHEMA
+from cdcflow.core.data.pipeline.datasource import CdcflowDataSource, CdcflowStreamReader
+
+SPAN = Span(1, b"a", b"b")
+
+
+def offset(ts, chunk=None):
+    return {"resolved_ts": ts} if chunk is None else {"resolved_ts": ts, "chunk": chunk}
+
+
+def store_with_ddl(tmp_path):
+    store = EventStore(tmp_path, "cf", start_ts=5, fsync=False, chunk_rows=2)
+    store.add_span(SPAN, 5, replicating=True)
+    for ts in range(10, 60, 5):
+        store.put(SPAN, RawKVEvent(SPAN, b"k%d" % ts, b"v", b"", ts - 1, ts))
+    store.put_ddl(DDLEvent(30, "alter table t add c int", TableName("s", "t", 1)))
+    store.resolve(SPAN, 50)
+    return store
+
+
+def test_offsets_start_at_the_checkpoint_and_stop_at_each_ddl_barrier(tmp_path):
+    store_with_ddl(tmp_path)
+    reader = CdcflowStreamReader(tmp_path)
+    # Chunks of 2 rows: 10,15 | 20,25 | 30 (cut at the DDL) | 35,40 | 45,50.
+    assert reader.initialOffset() == offset(5, 0)
+    assert reader.latestOffset(offset(5, 0), None) == offset(30, 3)
+    assert reader.latestOffset(offset(30, 3), None) == offset(50, 5)
+    assert reader.latestOffset(offset(50, 5), None) == offset(50, 5)
+    # Offsets logged before chunk numbers existed are read by ts.
+    assert reader.latestOffset(offset(5), None) == offset(30, 3)
+    assert reader.latestOffset(offset(30), None) == offset(50, 5)
+
+
+def test_partitions_pack_the_chunks_of_the_range_and_read_yields_arrow_batches(tmp_path):
+    store = store_with_ddl(tmp_path)
+    reader = CdcflowStreamReader(tmp_path, partition_rows=3)
+    parts = reader.partitions(offset(5), offset(30))
+    assert [len(p.value) for p in parts] == [2, 1]  # chunks of 2, 2, 1 rows packed to >= 3 rows
+    batches = [b for p in parts for b in reader.read(p)]
+    assert all(b.schema == ARROW_SCHEMA for b in batches)
+    assert [ts for b in batches for ts in b.column("commit_ts").to_pylist()] == [10, 15, 20, 25, 30]
+    later = reader.partitions(offset(30), offset(50))
+    assert [ts for p in later for b in reader.read(p) for ts in b.column("commit_ts").to_pylist()] == [35, 40, 45, 50]
+    store.release(30)
+    assert reader.partitions(offset(5), offset(30)) == []
+
+
+def test_data_source_requires_the_store_path():
+    source = CdcflowDataSource({})
+    assert CdcflowDataSource.name() == "cdcflow"
+    try:
+        source.streamReader(None)
+    except ValueError as exc:
+        assert "path" in str(exc)
+    else:
+        raise AssertionError("expected a ValueError")
