@@ -47,7 +47,7 @@ typecheck: $(STAMP)
 	@mkdir -p $(TYPECHECK_ROOT)/cdcflow
 	@ln -sfn ../../../core $(TYPECHECK_ROOT)/cdcflow/core
 	@ln -sfn ../../../plugins $(TYPECHECK_ROOT)/cdcflow/plugins
-	cd $(TYPECHECK_ROOT) && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p cdcflow.core
+	cd $(TYPECHECK_ROOT) && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p cdcflow.core -p cdcflow.plugins
 
 test: setup lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -75,7 +75,7 @@ class MessageServer:
     def __init__(self, listen: str, tls: TLSConfig | None = None) -> None:
         self.center: MessageCenter | None = None
         self._server = grpc.aio.server()
-        messaging_pb2_grpc.add_MessageCenterServicer_to_server(_Servicer(self), self._server)  # type: ignore[no-untyped-call]
+        messaging_pb2_grpc.add_MessageCenterServicer_to_server(_Servicer(self), self._server)
         if tls is None:
             self.port = self._server.add_insecure_port(listen)
         else:
@@ -105,7 +105,7 @@ class _Peer:
                 else grpc.aio.insecure_channel(self.address)
             )
             try:
-                stub = messaging_pb2_grpc.MessageCenterStub(channel)  # type: ignore[no-untyped-call]
+                stub = messaging_pb2_grpc.MessageCenterStub(channel)
                 await stub.SendMessages(self._envelopes())
             except grpc.aio.AioRpcError as exc:
                 log.debug("stream to %s (%s) broke: %s", self.target, self.address, exc.code())

@@ -81,9 +81,9 @@ class Cluster:
             touched[region.id] = touched.get(region.id, 0) + len(change.key) + len(change.value)
         for region_id, size in touched.items():
             written = self._written[region_id] = self._written.get(region_id, 0) + size
-            region = self.regions.by_id(region_id)
-            assert region is not None
-            too_many = self.split_keys < self.mvcc.key_count(region.start, region.end)
+            grown = self.regions.by_id(region_id)
+            assert grown is not None
+            too_many = self.split_keys < self.mvcc.key_count(grown.start, grown.end)
             if too_many or 0 < self.split_bytes < written:
                 middle = self.mvcc.middle_key(region.start, region.end)
                 if middle is not None and middle != region.start:

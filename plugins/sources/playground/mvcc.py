@@ -208,9 +208,7 @@ class MVCCStore:
                     items.append((raw, value))
         yield from items
 
-    def feed_scan(
-        self, enc_start: bytes, enc_end: bytes, checkpoint_ts: int
-    ) -> tuple[list[Change], list[Lock | Change]]:
+    def feed_scan(self, enc_start: bytes, enc_end: bytes, checkpoint_ts: int) -> tuple[list[Change], list[Change]]:
         """What an incremental scan from ``checkpoint_ts`` sees in encoded range [start, end).
 
         Returns (committed, locks): every write with commit ts > checkpoint_ts (as COMMIT
@@ -219,7 +217,7 @@ class MVCCStore:
         """
         with self.lock:
             committed: list[Change] = []
-            locks: list[Lock | Change] = []
+            locks: list[Change] = []
             for raw in self._raw_keys_between(enc_start, enc_end):
                 state = self._keys[raw]
                 prev = b""

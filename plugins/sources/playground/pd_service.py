@@ -87,7 +87,7 @@ def _region_response(region: Region | None, header: pdpb_pb2.ResponseHeader) -> 
     )
 
 
-class PDService(pdpb_pb2_grpc.PDServicer):  # type: ignore[misc]
+class PDService(pdpb_pb2_grpc.PDServicer):
     def __init__(self, cluster: Cluster, address: str = "") -> None:
         self.cluster = cluster
         self.address = address

@@ -23,7 +23,7 @@ FEATURE_STREAM_MULTIPLEXING = "stream-multiplexing"
 _KNOWN_FEATURES = {FEATURE_STREAM_MULTIPLEXING}
 
 
-class ChangeDataService(cdcpb_pb2_grpc.ChangeDataServicer):  # type: ignore[misc]
+class ChangeDataService(cdcpb_pb2_grpc.ChangeDataServicer):
     """The ChangeData servicer of store ``store_id``."""
 
     def __init__(self, hub: FeedHub, store_id: int, *, v2_enabled: bool = True) -> None:

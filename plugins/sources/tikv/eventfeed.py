@@ -66,6 +66,13 @@ __all__ = ["KV_APIS", "ClusterIDMismatchError", "EventFeedClient", "FeedEvent"]
 
 log = logging.getLogger(__name__)
 
+
+def _retired(state: RegionState) -> bool:
+    # Read afresh after an await, which may have retired the region (a type
+    # checker would otherwise keep the value narrowed from before the await).
+    return state.retired
+
+
 KV_APIS = {
     "tidb": cdcpb_pb2.ChangeDataRequest.TiDB,
     "rawkv": cdcpb_pb2.ChangeDataRequest.RawKV,
@@ -358,7 +365,7 @@ class EventFeedClient:
         sub.failures += 1
         if sub.failures >= 10 and now - sub.failing_since > self._retry_timeout:
             return None
-        return min(self._backoff_max, 0.02 * 2 ** min(sub.failures, 16)) * random.uniform(0.5, 1.0)
+        return min(float(self._backoff_max), 0.02 * 2.0 ** min(sub.failures, 16)) * random.uniform(0.5, 1.0)
 
     async def _retry_later(self, states: list[RegionState], *, at_least: float = 0.0) -> None:
         """Resubscribe ``states`` after a backoff (per subscription), or fail a subscription that keeps failing."""
@@ -420,7 +427,7 @@ class EventFeedClient:
                 matcher.initialized()
                 for change in matcher.release():
                     await self._emit(state, change)
-                    if state.retired:
+                    if _retired(state):
                         return
             elif kind == cdcpb_pb2.Event.COMMITTED:
                 await self._deliver(state, matcher.committed(row))

@@ -1,29 +1,30 @@
 """The service GC safepoint a changefeed keeps in PD, so TiKV keeps the history it still needs.
 
-The control plane calls :meth:`GCSafepointKeeper.update_service_gc_safepoint`
+The control plane calls :meth:`PDSafepointKeeper.update_service_gc_safepoint`
 with the minimum checkpoint of the changefeeds it runs (after the checkpoint
 is persisted, seed 000's order: sinks flushed, checkpoint saved, upstream
 told), with a TTL that outlives a coordinator fail-over. PD answers with the
 minimum service safepoint of all services; if that is above the checkpoint,
 TiKV may already have collected versions the changefeed still needs, and the
 changefeed fails with :class:`CheckpointStaleError` (5001) —
-:meth:`GCSafepointKeeper.update` raises it, the ``*_service_gc_safepoint``
+:meth:`PDSafepointKeeper.update` raises it, the ``*_service_gc_safepoint``
 methods return PD's answer for the caller to judge.
 
 A keeper either shares the source's open PD client or owns one that it
-connects on first use and closes in :meth:`GCSafepointKeeper.close` (the
+connects on first use and closes in :meth:`PDSafepointKeeper.close` (the
 control plane asks an unopened source for its keeper).
 """
 
 from __future__ import annotations
 
+from cdcflow.core.control.gc.keeper import GCSafepointKeeper
 from cdcflow.core.errors import CheckpointStaleError
 from cdcflow.plugins.sources.tikv.pd import PDClient
 
-__all__ = ["GCSafepointKeeper"]
+__all__ = ["PDSafepointKeeper"]
 
 
-class GCSafepointKeeper:
+class PDSafepointKeeper(GCSafepointKeeper):
     """Service GC safepoints in one PD. Calls raise PDUnavailableError (3001) when PD cannot be reached."""
 
     def __init__(self, pd: PDClient, *, owns_client: bool = False) -> None:

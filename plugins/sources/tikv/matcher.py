@@ -302,6 +302,11 @@ class Matcher:
         """Whether this matcher has a spill file."""
         return self._disk is not None
 
+    def _early_spilled_by_admit(self) -> bool:
+        # Admitting may spill this region's early entries (the account spills
+        # the regions holding most); read the flag afresh after it.
+        return self._early_spilled
+
     def _spill_file(self) -> RegionSpill:
         if self._disk is None:
             self._disk = self._account.open_spill()
@@ -348,7 +353,7 @@ class Matcher:
         if not self._early_spilled:
             size = _early_size(entry)
             if self._account.admit(size):
-                if not self._early_spilled:
+                if not self._early_spilled_by_admit():
                     self._early.setdefault((entry[1], entry[2]), []).append(entry)
                     self.memory += size
                     return

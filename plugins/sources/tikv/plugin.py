@@ -44,7 +44,7 @@ from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig
 from cdcflow.plugins.sources.tikv.ddl import DDLTracker, TrackerSuperseded
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
-from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
+from cdcflow.plugins.sources.tikv.gc import PDSafepointKeeper
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVMounter, parse_key_spans
 from cdcflow.plugins.sources.tikv.spill import FeedMemory
@@ -144,7 +144,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
             raise RuntimeError("the tikv source is not open")
         return self._feeds
 
-    def gc_safepoint_keeper(self) -> GCSafepointKeeper:
+    def gc_safepoint_keeper(self) -> PDSafepointKeeper:
         """The service GC safepoint keeper of this upstream, for the control plane.
 
         Shares the source's PD client when the source is open; otherwise the
@@ -152,7 +152,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
         by ``keeper.close()``.
         """
         if self._pd is not None:
-            return GCSafepointKeeper(self._pd)
+            return PDSafepointKeeper(self._pd)
         endpoints = self._pd_endpoints
         options = self.config.embedded_playground()
         if options is not None:
@@ -161,7 +161,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
             from cdcflow.plugins.sources.playground.embedded import embedded_playground
 
             endpoints = [embedded_playground(stores=options.stores, rate=options.rate, seed=options.seed).pd_address]
-        return GCSafepointKeeper(PDClient(endpoints, tls=self._tls()), owns_client=True)
+        return PDSafepointKeeper(PDClient(endpoints, tls=self._tls()), owns_client=True)
 
     def _tls(self) -> TLSFiles | None:
         cfg = self.config
@@ -248,8 +248,8 @@ class TiKVSource(Source[TiKVSourceConfig]):
             return
         await self._catalog.ensure_loaded(min(start_ts, self._mount_from or start_ts))
         if span in TiDBCatalog.ddl_spans():
-            async for event in self._ddl_feed(span, start_ts):
-                yield event
+            async for ddl_feed_event in self._ddl_feed(span, start_ts):
+                yield ddl_feed_event
             return
         last = start_ts
         async for event in self.feeds.feed(span, start_ts):

@@ -157,7 +157,7 @@ def _decode_container(tp: int, buf: memoryview, base: int) -> Any:
 
 
 #: JSON string literal of a str, exactly as ``json.dumps(s, ensure_ascii=False)`` spells it.
-_quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_quote: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def _to_text(value: Any) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
 from cdcflow.core.data.source import Mounter
@@ -168,7 +168,7 @@ class TiDBMounter(Mounter):
                 elif isinstance(raw, Datum):
                     image[col.name] = rowcodec.value_from_datum(col.column.type, raw)
                 else:
-                    image[col.name] = col.decode(raw)
+                    image[col.name] = col.decode(cast(bytes, raw))  # neither None, absent nor a Datum
         except values.UnsupportedColumnType as e:
             assert col is not None
             raise self._error(UnsupportedColumnTypeError, f"column {col.name!r}", event, version, e) from e

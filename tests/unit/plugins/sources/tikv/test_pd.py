@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from cdcflow.core.errors import CheckpointStaleError, PDUnavailableError
-from cdcflow.plugins.sources.tikv.gc import GCSafepointKeeper
+from cdcflow.plugins.sources.tikv.gc import PDSafepointKeeper
 from cdcflow.plugins.sources.tikv.kvproto import pdpb_pb2_grpc
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.regions import encode_bytes
@@ -94,7 +94,7 @@ def test_gc_keeper_updates_removes_and_refuses_stale_checkpoints() -> None:
     async def main() -> None:
         state = PDState(gc_safepoint=100)
         server, pd = await _pd(state)
-        keeper = GCSafepointKeeper(pd)
+        keeper = PDSafepointKeeper(pd)
         try:
             assert await keeper.update("cdcflow-a", 150, ttl=60) == 150
             assert await keeper.update("cdcflow-b", 120, ttl=60) == 120
