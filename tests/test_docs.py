@@ -59,3 +59,27 @@ def test_relative_links_resolve():
             if "://" in target:
                 continue
             assert (page.parent / target).resolve().exists(), f"{page}: broken link {target}"
+
+
+def _packages(root: str) -> list[str]:
+    return sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / root).rglob("__init__.py"))
+
+
+@pytest.mark.parametrize("package", _packages("core") + _packages("plugins"))
+def test_the_architecture_page_lists_every_package(package):
+    text = (DOCS / "explanation" / "architecture.md").read_text()
+    assert f"| `{package}/` |" in text, f"docs/explanation/architecture.md: the layout table has no row for {package}/"
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    re.findall(
+        r"^\| [^|]+ \| `([A-Za-z]+)`[^|]* \| `((?:core|plugins)/[^`]+)` \|$",
+        (DOCS / "explanation" / "architecture.md").read_text(),
+        re.M,
+    ),
+)
+def test_the_architecture_page_names_where_each_concept_lives(name, module):
+    path = ROOT / module
+    sources = [path] if path.is_file() else sorted(path.rglob("*.py"))
+    assert any(re.search(rf"^class {name}\b", src.read_text(), re.M) for src in sources), f"{name} is not in {module}"
