@@ -128,6 +128,17 @@ class CdcflowError(Exception):
             return self.message
         return f"[{self.code_name} {int(self.code)}] {self.message}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (raised in a Spark task, handled by the
+        # capture): keep every field, whatever the subclass's constructor takes.
+        return (_rebuild_error, (type(self), self.args), self.__dict__)
+
+
+def _rebuild_error(cls: type[CdcflowError], args: tuple[Any, ...]) -> CdcflowError:
+    error = cls.__new__(cls)
+    error.args = args
+    return error
+
 
 class ConfigIssue:
     """One problem found in a configuration: where it is and what is wrong."""

@@ -43,28 +43,69 @@ The contract (the runtime relies on each point):
   returning; a replay starts again at part 0. Other sinks always get whole
   batches.
 
-Where it runs: the Spark pipeline calls ``write_batch`` on the capture's
-driver process, from Spark's micro-batch thread (``foreachBatch``), one batch
-at a time per changefeed, and ``write_checkpoint`` from a thread of its own,
-never at the same time as ``write_batch``; ``open`` and ``close`` are called
-from the same process. Every capture that runs spans of a changefeed has its
-own sink instances, and each of them gets the changefeed checkpoint.
+* **writes in Spark tasks (opt-in)** — a sink whose :meth:`Sink.task_writer`
+  returns a :class:`TaskWriter` has each micro-batch's rows written by Spark
+  tasks, in parallel: the batch is partitioned by (table, key hash), so every
+  change of a key is in one partition, sorted within it by
+  ``(commit_ts, start_ts, key)``; each task opens one :class:`PartitionWriter`
+  per (batch id, partition), writes its rows, flushes and closes it. Once every
+  partition of every sink flushed, the driver calls :meth:`Sink.commit_batch`
+  with the batch's DDL (and no rows), and only then does the checkpoint move.
+  A task may run again (Spark retries a failed or lost task, the runtime
+  replays a batch after an error or a crash), alone or with any subset of the
+  batch's partitions: writing a partition again must leave the downstream as
+  if it had been written once, as for ``write_batch``.
+
+Where it runs: the Spark pipeline calls ``write_batch`` and ``commit_batch``
+on the capture's driver process, from Spark's micro-batch thread
+(``foreachBatch``), one batch at a time per changefeed, and
+``write_checkpoint`` from a thread of its own, never at the same time as a
+batch; ``open`` and ``close`` are called from the same process. A
+:class:`TaskWriter` is pickled and its partition writers run in Spark's
+Python workers (other processes, possibly other machines): it must carry
+what it needs (addresses, credentials, encoders), not handles of the
+driver's. Every capture that runs spans of a changefeed has its own sink
+instances, and each of them gets the changefeed checkpoint.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from cdcflow.core.data.events import MicroBatch
+from cdcflow.core.data.events import MicroBatch, RowChange
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
 if TYPE_CHECKING:
     from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["Sink", "SinkContext"]
+__all__ = ["PartitionWriter", "Sink", "SinkContext", "TaskWriter"]
+
+
+class PartitionWriter(abc.ABC):
+    """Writes one partition of one micro-batch, in a Spark task (see the module docs)."""
+
+    @abc.abstractmethod
+    def write(self, rows: Sequence[RowChange]) -> None:
+        """Write the next rows of the partition, in the order given (they continue it)."""
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Make every row written so far durable downstream before returning."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the writer holds. Called after :meth:`flush`, and after an error."""
+
+
+class TaskWriter(abc.ABC):
+    """A picklable factory of :class:`PartitionWriter` s, shipped to Spark's workers."""
+
+    @abc.abstractmethod
+    def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
+        """A writer for ``partition`` of ``batch`` (whose ``rows`` and ``ddl`` are empty:
+        only its changefeed id, batch id and ts range are set)."""
 
 
 class SinkContext:
@@ -117,6 +158,20 @@ class Sink(Plugin[ConfigT], abc.ABC):
     @abc.abstractmethod
     def write_batch(self, batch: MicroBatch) -> None:
         """Write ``batch`` (rows, then DDL) and flush it before returning."""
+
+    def task_writer(self) -> TaskWriter | None:
+        """The writer Spark tasks use for this sink's rows, or None (the default) for
+        a sink written from the driver through :meth:`write_batch` only.
+
+        Called on the driver after :meth:`open`, once per micro-batch."""
+        return None
+
+    def commit_batch(self, batch: MicroBatch) -> None:
+        """Complete a batch whose rows every partition writer flushed: apply its DDL
+        (``batch.ddl``; ``batch.rows`` is empty) and whatever the sink records per
+        batch, and flush before returning. Called on the driver, only for sinks
+        with a :meth:`task_writer`; the default hands the DDL to :meth:`write_batch`."""
+        self.write_batch(batch)
 
     def write_checkpoint(self, ts: int) -> None:
         """Tell the downstream that the changefeed is complete up to ``ts``

@@ -53,11 +53,47 @@ from cdcflow.core.data.events import (
 )
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
-__all__ = ["Mounter", "Source"]
+__all__ = ["BatchMounter", "Mounter", "Source"]
+
+
+class BatchMounter(abc.ABC):
+    """Turns the raw key-value changes of one micro-batch into rows, inside a Spark task.
+
+    A batch mounter is **picklable and pure**: it holds everything decoding
+    needs for commit timestamps in its batch's range (the table schemas valid
+    there), makes no call back into the capture, and the same event always
+    gives the same row. The pipeline ships it to Spark's Python workers with
+    the batch, where each partition mounts its own events, in parallel.
+    """
+
+    @abc.abstractmethod
+    def mount(self, event: RawKVEvent) -> RowChange | None:
+        """The row change for ``event`` (schema valid at ``commit_ts - 1``), or None
+        for keys that are not rows of a replicated table. Raises a
+        :class:`~cdcflow.core.errors.CdcflowError` naming table, key and commit ts
+        when the value cannot be decoded."""
+
+    @abc.abstractmethod
+    def schemas(self) -> Sequence[TableSchema]:
+        """Every table schema that the rows :meth:`mount` returns may carry (the
+        driver registers them before the batch runs, so rows mounted in tasks
+        refer to them by id)."""
 
 
 class Mounter(abc.ABC):
     """Turns raw key-value changes into rows (TiDB keys and rowcodec values, …)."""
+
+    async def for_batch(self, start_ts: int, end_ts: int) -> BatchMounter | None:
+        """A :class:`BatchMounter` for the events committed in ``(start_ts, end_ts]``.
+
+        Called on the capture's event loop before a micro-batch runs; it may wait
+        until the schemas of that range are known (every DDL below ``end_ts``
+        applied). Returns None when this mounter can only run on the capture
+        (the default, for mounters written before batch mounting): the pipeline
+        then mounts that batch on the driver with :meth:`mount`, one event at a
+        time, which does not scale with Spark's executors.
+        """
+        return None
 
     @abc.abstractmethod
     async def mount(self, event: RawKVEvent) -> RowChange | None:

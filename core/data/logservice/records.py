@@ -20,7 +20,7 @@ import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import pyarrow as pa
 
@@ -33,7 +33,9 @@ __all__ = [
     "KIND_ROW",
     "SPARK_SCHEMA_DDL",
     "Record",
+    "SchemaIds",
     "SchemaRegistry",
+    "SchemasById",
     "batch_to_records",
     "event_from_record",
     "load_pickled",
@@ -149,7 +151,19 @@ class SchemaRegistry:
         return self._schemas[schema_id] if 0 <= schema_id < len(self._schemas) else None
 
 
-def record_from_event(event: RawKVEvent | RowChange, span_id: int, schemas: SchemaRegistry) -> Record:
+class SchemaIds(Protocol):
+    """Where a record finds the id of its row's table schema."""
+
+    def id_of(self, schema: TableSchema | None) -> int: ...
+
+
+class SchemasById(Protocol):
+    """Where a record's schema id leads back to the schema."""
+
+    def get(self, schema_id: int) -> TableSchema | None: ...
+
+
+def record_from_event(event: RawKVEvent | RowChange, span_id: int, schemas: SchemaIds) -> Record:
     """The record of a raw key-value event or a row change."""
     if isinstance(event, RawKVEvent):
         return (
@@ -186,7 +200,7 @@ def record_from_event(event: RawKVEvent | RowChange, span_id: int, schemas: Sche
 
 
 def event_from_record(
-    record: Sequence[Any], span_of: Callable[[int], Span], schemas: SchemaRegistry
+    record: Sequence[Any], span_of: Callable[[int], Span], schemas: SchemasById
 ) -> RawKVEvent | RowChange:
     """The event a record (or a Spark row with the record's columns) holds."""
     commit_ts, start_ts, key, kind, span_id, table_id, partition_id, schema_name, table_name, op, value, old, sid = (

@@ -239,6 +239,11 @@ class EventStore:
         with self._lock:
             return self._span_by_id[span_id]
 
+    def spans_by_id(self) -> dict[int, Span]:
+        """Every span the store has an id for (a copy, shipped to Spark tasks with a batch)."""
+        with self._lock:
+            return dict(self._span_by_id)
+
     def resolved_ts(self, span: Span) -> int:
         """The span's resolved ts (0 when not loaded); no lock."""
         buf = self._buffers.get(span)

@@ -2,18 +2,30 @@
 
 The query reads the changefeed's event store through the ``cdcflow`` data
 source, keeps the replicated tables (a Spark predicate), and hands every
-micro-batch to ``foreachBatch``. There, on the capture's driver process, the
-batch is sorted by ``(commit_ts, start_ts, key)`` (a Spark sort, which spills
-rather than holding a huge transaction in memory) and brought to the driver
-as Arrow: a small batch (at most ``collect_rows`` rows) is collected
-directly; a larger one is written by Spark as sorted Parquet files under the
-changefeed's directory and read back file by file, batch by batch, so the
-driver never holds it whole. The driver then mounts raw key-value events
-(through the source's :class:`~cdcflow.core.data.source.Mounter`), applies the column
-selectors, and writes the rows to every sink.
+micro-batch to ``foreachBatch``. There, on the capture's driver, the batch is
+planned — its ts range, its DDL, a picklable batch mounter with the schemas
+valid in the range (:meth:`~cdcflow.core.data.source.Mounter.for_batch`) —
+and the per-row work is left to Spark tasks (:mod:`.tasks`):
 
-Commit order, per batch: every sink flushed → ``cdcflow_batch_flushed`` →
-the event store records the checkpoint → ``on_checkpoint(end_ts)`` (the
+* sinks with a :meth:`~cdcflow.core.data.sink.Sink.task_writer` are written
+  by Spark tasks: the batch is repartitioned by ``(table_id, key)`` (every
+  change of a key in one partition), sorted within each partition by
+  ``(commit_ts, start_ts, key)``, and each task mounts, selects columns and
+  writes its partition through every such sink's partition writer, in
+  parallel; the driver then calls ``commit_batch`` (the DDL) on each;
+* the other sinks get the batch from the driver, in order: raw events are
+  mounted by Spark tasks first, then the rows come to the driver — a small
+  batch (at most ``collect_rows`` rows) collected and sorted there, a larger
+  one sorted by Spark, staged as Parquet under the changefeed's directory and
+  read back row group by row group, so the driver never holds it whole.
+
+A source whose mounter gives no batch mounter is mounted on the driver, one
+event at a time on the capture's event loop (the way of mounters written
+before batch mounting; it does not scale with executors).
+
+Commit order, per batch: every partition of every sink flushed, then every
+sink's ``commit_batch`` / ``write_batch`` returned → ``cdcflow_batch_flushed``
+→ the event store records the checkpoint → ``on_checkpoint(end_ts)`` (the
 maintainer reports it) → Spark commits the batch. A crash anywhere before
 Spark's commit replays the batch with the same id (at-least-once; sinks
 dedupe by batch id). Chunks of a batch are released only when the next batch
@@ -34,16 +46,16 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from cdcflow.core.data.events import RawKVEvent, RowChange
+from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.manifest import read_manifest
-from cdcflow.core.data.logservice.records import batch_to_records, event_from_record
+from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, batch_to_records, event_from_record
 from cdcflow.core.data.logservice.store import EventStore
 from cdcflow.core.data.pipeline.backoff import is_retryable, retry_delay
 from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
@@ -51,14 +63,25 @@ from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.datasource import offset_chunk, offset_ts
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, table_filter_predicate
-from cdcflow.core.data.sink import Sink
+from cdcflow.core.data.pipeline.tasks import (
+    SUMMARY_SCHEMA_DDL,
+    MountTask,
+    RowPlan,
+    TaskSummary,
+    WriteTask,
+    check_mounted,
+    raise_task_error,
+)
+from cdcflow.core.data.sink import Sink, TaskWriter
 from cdcflow.core.data.source import Mounter
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["DEFAULT_COLLECT_ROWS", "BatchInterruptedError", "ChangefeedPipeline"]
+__all__ = ["DEFAULT_COLLECT_ROWS", "DEFAULT_TASK_ROWS", "BatchInterruptedError", "ChangefeedPipeline"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Rows converted (and mounted) per step on the driver.
 _CONVERT_ROWS = 4_096
@@ -66,6 +89,8 @@ _CONVERT_ROWS = 4_096
 _STAGING_ROW_GROUP_BYTES = 8 * 1024 * 1024
 #: Batches up to this many rows are collected to the driver; larger ones go through files.
 DEFAULT_COLLECT_ROWS = 50_000
+#: A batch gets one more task partition per this many rows, up to Spark's parallelism.
+DEFAULT_TASK_ROWS = 8_192
 
 
 class BatchInterruptedError(Exception):
@@ -106,6 +131,8 @@ class ChangefeedPipeline:
         work_dir: Path | None = None,
         column_selection: ColumnSelection | None = None,
         on_checkpoint: Callable[[int], None] | None = None,
+        task_rows: int = DEFAULT_TASK_ROWS,
+        task_partitions: int | None = None,
     ) -> None:
         self.changefeed_id = changefeed_id
         self.store = store
@@ -123,6 +150,11 @@ class ChangefeedPipeline:
         #: Where large sorted batches are staged (must be visible to the driver and executors).
         self.work_dir = Path(work_dir) if work_dir is not None else self.checkpoint_dir.parent / "batches"
         self.on_checkpoint = on_checkpoint
+        self.task_rows = max(1, task_rows)
+        #: At most this many partitions per batch (None: Spark's default parallelism).
+        self.task_partitions = task_partitions
+        #: What the tasks of the last batch written in tasks did, one entry per partition.
+        self.last_tasks: list[TaskSummary] = []
         #: The last retryable error a sink raised, while the batch is retried (None once it succeeds).
         self.batch_error: CdcflowError | None = None
         self.batches_flushed = 0
@@ -247,29 +279,103 @@ class ChangefeedPipeline:
 
     def _deliver(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
         (start_ts, start_chunk), (end_ts, end_chunk) = start, end
-        ddl = self.store.ddl_between(start_ts, end_ts)
-        delivery = BatchDelivery(
-            self.changefeed_id, batch_id, start_ts, end_ts, ddl, self.sinks, part_rows=self.part_rows
-        )
+        ddl = tuple(self.store.ddl_between(start_ts, end_ts))
         expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
+        plan = self._plan(start_ts, end_ts) if expected else None
+        # A source that cannot mount in tasks has every sink written from the driver.
+        on_driver = plan is not None and self.mounter is not None and plan.mounter is None
+        writers = {id(sink): None if on_driver else sink.task_writer() for sink in self.sinks}
+        task_sinks = [s for s in self.sinks if writers[id(s)] is not None]
+        driver_sinks = [s for s in self.sinks if writers[id(s)] is None]
+        head = MicroBatch(self.changefeed_id, batch_id, start_ts, end_ts)
+        rows = 0
+        if task_sinks:
+            if plan is not None:
+                task_writers = tuple(w for w in writers.values() if w is not None)
+                rows = self._write_in_tasks(frame, plan, head, task_writers, expected)
+            for sink in task_sinks:
+                sink.commit_batch(MicroBatch(self.changefeed_id, batch_id, start_ts, end_ts, ddl=ddl))
+        if driver_sinks or not task_sinks:
+            rows = self._deliver_on_driver(frame, plan, head, ddl, driver_sinks, expected)
+        return rows
+
+    def _plan(self, start_ts: int, end_ts: int) -> RowPlan:
+        """What the tasks of batch ``(start_ts, end_ts]`` need: spans, the batch mounter
+        (schemas valid in the range; its schemas registered here, once)."""
+        batch_mounter = None
+        ids = {}
+        if self.mounter is not None:
+            batch_mounter = self._on_loop(self.mounter.for_batch(start_ts, end_ts))
+            if batch_mounter is not None:
+                ids = {schema: self.store.schemas.id_of(schema) for schema in batch_mounter.schemas()}
+        return RowPlan(
+            self.changefeed_id,
+            str(self.store.directory.resolve()),
+            self.store.spans_by_id(),
+            batch_mounter,
+            self.table_filter,
+            ids,
+        )
+
+    def _task_partition_count(self, expected: int) -> int:
+        limit = self.task_partitions or int(self.spark.sparkContext.defaultParallelism)
+        return max(1, min(limit, -(-expected // self.task_rows)))
+
+    def _write_in_tasks(
+        self, frame: Any, plan: RowPlan, head: MicroBatch, writers: tuple[TaskWriter, ...], expected: int
+    ) -> int:
+        task = WriteTask(plan, head, writers, self.column_selection)
+        began = time.perf_counter()
+        out = (
+            frame.repartition(self._task_partition_count(expected), "table_id", "key")
+            .sortWithinPartitions(*ORDER_COLUMNS)
+            .mapInArrow(task, SUMMARY_SCHEMA_DDL)
+            .collect()
+        )
+        summaries = [TaskSummary.from_row(row.asDict()) for row in out]
+        self.last_tasks = summaries
+        raise_task_error(summaries)
+        rows = sum(s.rows for s in summaries)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "changefeed %s: batch %d: %d rows written by %d tasks in %.3fs",
+                *(self.changefeed_id, head.batch_id, rows, len(summaries), time.perf_counter() - began),
+            )
+        return rows
+
+    def _deliver_on_driver(
+        self,
+        frame: Any,
+        plan: RowPlan | None,
+        head: MicroBatch,
+        ddl: tuple[Any, ...],
+        sinks: Sequence[Sink[Any]],
+        expected: int,
+    ) -> int:
+        delivery = BatchDelivery(
+            self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl, sinks, part_rows=self.part_rows
+        )
         began = time.perf_counter()
         read = 0.0
+        if plan is not None and plan.mounter is not None:
+            frame = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL)
         if expected == 0:
             # No chunk in the range: the frame is empty, and running a Spark job to
             # learn that costs more than the rest of the batch. Sinks still see the batch.
             pass
         elif expected <= self.collect_rows:
-            # One Spark job (scan, filter, collect) and a sort of at most collect_rows rows
-            # on the driver, instead of Spark's range sort (a sampling job plus a shuffle).
+            # One Spark job (scan, filter, mount, collect) and a sort of at most collect_rows
+            # rows on the driver, instead of Spark's range sort (a sampling job plus a shuffle).
             table = frame.toArrow()
             if table.num_rows:
                 table = table.sort_by([(column, "ascending") for column in ORDER_COLUMNS])
             read = time.perf_counter() - began
             for batch in table.to_batches(max_chunksize=_CONVERT_ROWS):
+                check_mounted(batch)
                 delivery.add(self._rows(list(batch_to_records(batch))))
         else:
             ordered = frame.orderBy(*ORDER_COLUMNS)
-            staging = self.work_dir / f"batch-{batch_id}"
+            staging = self.work_dir / f"batch-{head.batch_id}"
             shutil.rmtree(staging, ignore_errors=True)
             # Small row groups: the driver reads one row group at a time.
             writer = ordered.write.mode("overwrite").option("parquet.block.size", _STAGING_ROW_GROUP_BYTES)
@@ -277,16 +383,17 @@ class ChangefeedPipeline:
             read = time.perf_counter() - began
             try:
                 for batch in _read_sorted_parquet(staging):
+                    check_mounted(batch)
                     delivery.add(self._rows(list(batch_to_records(batch))))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         convert = time.perf_counter() - began - read - sum(delivery.sink_seconds.values())
         delivery.finish()
         if log.isEnabledFor(logging.DEBUG):
-            sinks = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in delivery.sink_seconds.items())
+            sinks_seconds = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in delivery.sink_seconds.items())
             log.debug(
-                "changefeed %s: batch %d: %d rows, Spark %.3fs, convert and mount %.3fs, sinks: %s",
-                *(self.changefeed_id, batch_id, delivery.row_count, read, convert, sinks or "none"),
+                "changefeed %s: batch %d: %d rows, Spark %.3fs, convert %.3fs, sinks: %s",
+                *(self.changefeed_id, head.batch_id, delivery.row_count, read, convert, sinks_seconds or "none"),
             )
         return delivery.row_count
 
@@ -302,18 +409,25 @@ class ChangefeedPipeline:
         return rows
 
     def _mount(self, events: list[RawKVEvent | RowChange]) -> list[RowChange | None]:
-        mounter, loop = self.mounter, self.loop
-        if mounter is None or loop is None:
+        """Mount on the driver: only for a source whose mounter gives no batch mounter."""
+        mounter = self.mounter
+        if mounter is None:
             raise CdcflowError(
                 f"changefeed {self.changefeed_id}: the source yields raw key-value events but no mounter "
-                "(or event loop) was given to the pipeline"
+                "was given to the pipeline"
             )
 
         async def mount_all() -> list[RowChange | None]:
             return [e if isinstance(e, RowChange) else await mounter.mount(e) for e in events]
 
-        # The mounter belongs to the source, which lives on the capture's event loop.
-        return asyncio.run_coroutine_threadsafe(mount_all(), loop).result()
+        return self._on_loop(mount_all())
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the capture's event loop (where the source lives) and wait."""
+        if self.loop is None:
+            coroutine.close()
+            raise CdcflowError(f"changefeed {self.changefeed_id}: the pipeline has no event loop to reach its source")
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     # -- offsets -----------------------------------------------------------------------
 

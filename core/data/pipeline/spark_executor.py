@@ -45,7 +45,7 @@ from cdcflow.core.data.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
 from cdcflow.core.data.pipeline.backoff import FIRST_RETRY_DELAY, MAX_RETRY_DELAY, is_retryable
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS
-from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, ChangefeedPipeline
+from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TASK_ROWS, ChangefeedPipeline
 from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.source import Source
 from cdcflow.core.data.span_executor import SpanExecutor, SpanState, SpanStatus
@@ -105,6 +105,7 @@ class PipelineSpanExecutor(SpanExecutor):
         trigger_interval: float | None = None,
         part_rows: int = DEFAULT_PART_ROWS,
         collect_rows: int = DEFAULT_COLLECT_ROWS,
+        task_rows: int = DEFAULT_TASK_ROWS,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         publish_interval: float = DEFAULT_PUBLISH_INTERVAL,
         on_checkpoint: Callable[[int], None] | None = None,
@@ -139,6 +140,7 @@ class PipelineSpanExecutor(SpanExecutor):
         )
         self.part_rows = part_rows
         self.collect_rows = collect_rows
+        self.task_rows = task_rows
         self.pipeline: ChangefeedPipeline | None = None
         #: Whether a feed is paused because the event store is full (backpressure).
         self.paused = False
@@ -391,6 +393,7 @@ class PipelineSpanExecutor(SpanExecutor):
             trigger_interval=self.trigger_interval,
             part_rows=self.part_rows,
             collect_rows=self.collect_rows,
+            task_rows=self.task_rows,
             on_checkpoint=self._on_checkpoint,
         )
         pipeline.start()

@@ -2,7 +2,9 @@
 
 Layout under the target directory::
 
-    {schema}/{table}/{batch_id:012d}-{end_ts}.{ext}   rows of one batch, laid out by the codec
+    {schema}/{table}/{batch_id:012d}-{end_ts}.{ext}   rows of one batch, written from the driver
+    {schema}/{table}/{batch_id:012d}-{end_ts}-p{partition:05d}.{ext}
+                                                       rows of one partition of a batch, written by a Spark task
     {schema}/{table}/ddl-{commit_ts}.{ext}            a table's DDL
     {schema}/ddl-{commit_ts}.{ext}                    a schema-level DDL
     metadata                                           {"checkpoint-ts": …, "batch-id": …}
@@ -13,10 +15,17 @@ a file (``Codec.file_bytes``): text protocols write one message per line;
 ``LEN(8 bytes BE) + value``, each key and value exactly as a Kafka message
 would carry them (docs/reference/open-protocol.md, "Files").
 
+On Spark the rows are written by Spark tasks: each partition of a batch
+(all changes of the keys hashed to it) writes one file per table, in
+``(commit_ts, start_ts, key)`` order; a table's rows of one batch are the
+union of its partition files, and the order of changes holds per key, not
+across the files. The driver writes the batch's DDL files and ``metadata``
+after every partition flushed.
+
 Every file is written to a temporary name, flushed and fsynced, then renamed
-into place, so a reader never sees a half-written file. A replayed batch
-writes the same names again, which makes replay idempotent. ``metadata`` is
-written last and records the batch's resolved ts.
+into place, so a reader never sees a half-written file. A replayed batch (or
+a retried partition) writes the same names again, which makes replay
+idempotent. ``metadata`` is written last and records the batch's resolved ts.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import json
 import os
 import tempfile
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -33,7 +43,7 @@ from pydantic import Field
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
-from cdcflow.core.data.sink import Sink, SinkContext
+from cdcflow.core.data.sink import PartitionWriter, Sink, SinkContext, TaskWriter
 from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
@@ -100,6 +110,9 @@ class FileSink(Sink[FileSinkConfig]):
         except OSError as exc:
             raise DownstreamUnavailableError(f"file sink cannot create {self._dir}: {exc}") from exc
 
+    def task_writer(self) -> TaskWriter:
+        return _FileTaskWriter(self._dir, self._require_codec(), self.config.fsync)
+
     def write_batch(self, batch: MicroBatch) -> None:
         codec = self._require_codec()
         ext = codec.file_extension
@@ -139,24 +152,71 @@ class FileSink(Sink[FileSinkConfig]):
         self._write_bytes(path, self._require_codec().file_bytes(messages))
 
     def _write_bytes(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _write_atomically(path, data, fsync=self.config.fsync)
+
+
+def _write_atomically(path: Path, data: bytes, *, fsync: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if fsync:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                if self.config.fsync:
-                    os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        if self.config.fsync:
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class _FileTaskWriter(TaskWriter):
+    """Ships the target directory and the codec to Spark tasks."""
+
+    def __init__(self, directory: Path, codec: Codec[Any], fsync: bool) -> None:
+        self.directory = directory
+        self.codec = codec
+        self.fsync = fsync
+
+    def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
+        return _FilePartitionWriter(self, batch, partition)
+
+
+class _FilePartitionWriter(PartitionWriter):
+    """One partition of one batch: a file per table, encoded as rows come, renamed into place on flush."""
+
+    def __init__(self, target: _FileTaskWriter, batch: MicroBatch, partition: int) -> None:
+        self._target = target
+        self._name = f"{batch.batch_id:012d}-{batch.end_ts}-p{partition:05d}.{target.codec.file_extension}"
+        self._batch_id = batch.batch_id
+        self._encoded: dict[TableName, list[bytes]] = defaultdict(list)
+
+    def write(self, rows: Sequence[RowChange]) -> None:
+        by_table: dict[TableName, list[RowChange]] = defaultdict(list)
+        for row in rows:
+            by_table[row.table].append(row)
+        codec = self._target.codec
+        for table, table_rows in by_table.items():
+            self._encoded[table].append(codec.file_bytes(codec.encode_rows(table_rows)))
+
+    def flush(self) -> None:
+        directory = self._target.directory
+        try:
+            for table, parts in self._encoded.items():
+                path = directory / table.schema / table.table / self._name
+                _write_atomically(path, b"".join(parts), fsync=self._target.fsync)
+        except OSError as exc:
+            raise DownstreamUnavailableError(
+                f"file sink cannot write batch {self._batch_id} to {directory}: {exc}",
+                detail={"batch_id": self._batch_id, "dir": str(directory)},
+            ) from exc
+        self._encoded.clear()
 
 
 @hookimpl

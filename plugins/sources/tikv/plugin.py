@@ -36,7 +36,7 @@ from cdcflow.core.data.events import (
     TableSchema,
     TableSetChange,
 )
-from cdcflow.core.data.source import Mounter, Source
+from cdcflow.core.data.source import BatchMounter, Mounter, Source
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
@@ -381,6 +381,11 @@ class _TrackedMounter(Mounter):
     async def mount(self, event: RawKVEvent) -> RowChange | None:
         await self._ready(event.commit_ts)
         return await self._inner.mount(event)
+
+    async def for_batch(self, start_ts: int, end_ts: int) -> BatchMounter | None:
+        # The schemas of every commit ts up to end_ts: every DDL below it applied.
+        await self._ready(end_ts)
+        return await self._inner.for_batch(start_ts, end_ts)
 
 
 @hookimpl

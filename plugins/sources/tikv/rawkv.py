@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, OpType, RawKVEvent, RowChange, Span, TableName, TableSchema
-from cdcflow.core.data.source import Mounter
+from cdcflow.core.data.source import BatchMounter, Mounter
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 
-__all__ = ["KeySpace", "RawKVMounter", "parse_key_spans"]
+__all__ = ["KeySpace", "RawKVBatchMounter", "RawKVMounter", "parse_key_spans"]
 
 # MySQL type bytes (Open Protocol §2.4): VARCHAR with the binary flag is VARBINARY; BLOB.
 _VARCHAR = 15
@@ -81,13 +81,18 @@ class KeySpace:
         )
 
 
-class RawKVMounter(Mounter):
-    """Key/value changes as rows of the two-column pseudo-table of their key span."""
+class RawKVBatchMounter(BatchMounter):
+    """Key/value changes as rows of the two-column pseudo-table of their key span.
+
+    Pure and picklable: it holds only the configured key spans, valid at every ts."""
 
     def __init__(self, keyspace: KeySpace) -> None:
         self._keyspace = keyspace
 
-    async def mount(self, event: RawKVEvent) -> RowChange | None:
+    def schemas(self) -> list[TableSchema]:
+        return [self._keyspace.schema(table) for table in self._keyspace.tables]
+
+    def mount(self, event: RawKVEvent) -> RowChange | None:
         table = self._keyspace.table(event.span)
         if table is None:
             return None
@@ -108,3 +113,16 @@ class RawKVMounter(Mounter):
             schema=self._keyspace.schema(table),
             key=event.key,
         )
+
+
+class RawKVMounter(Mounter):
+    """The raw mode's mounter: :class:`RawKVBatchMounter` on the capture, and for every batch."""
+
+    def __init__(self, keyspace: KeySpace) -> None:
+        self._batch = RawKVBatchMounter(keyspace)
+
+    async def for_batch(self, start_ts: int, end_ts: int) -> BatchMounter:
+        return self._batch
+
+    async def mount(self, event: RawKVEvent) -> RowChange | None:
+        return self._batch.mount(event)

@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
-from cdcflow.core.data.source import Mounter
+from cdcflow.core.data.source import BatchMounter, Mounter
 from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity
 from cdcflow.plugins.sources.tikv.tidb import ddl_job, keydatum, keys, rowcodec, values
 from cdcflow.plugins.sources.tikv.tidb.keydatum import Datum
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable
 from cdcflow.plugins.sources.tikv.tidb.schema_store import DROP_ACTIONS, SchemaStore, TableVersion
 
-__all__ = ["RowDecodeError", "TiDBMounter", "UnsupportedColumnTypeError"]
+__all__ = ["RowDecodeError", "TiDBBatchMounter", "TiDBMounter", "UnsupportedColumnTypeError"]
 
 _DECODE_ERRORS = (ValueError, json.JSONDecodeError, keys.KeyFormatError)
 _MISSING = object()
@@ -120,6 +120,16 @@ class TiDBMounter(Mounter):
         """A row change, a DDL event (job-table writes), or None for anything else."""
         if ddl_job.is_ddl_key(event.key):
             return self._mount_ddl(event)
+        return self.mount_row(event)
+
+    async def for_batch(self, start_ts: int, end_ts: int) -> TiDBBatchMounter:
+        """A picklable mounter of the rows committed in ``(start_ts, end_ts]``, holding
+        the schema versions valid in that range (the store must know them already:
+        the caller waits until every DDL below ``end_ts`` is applied)."""
+        return TiDBBatchMounter(self.schemas.snapshot(start_ts, end_ts))
+
+    def mount_row(self, event: RawKVEvent) -> RowChange | None:
+        """The row change of a record key's event (None for other keys and unknown tables)."""
         if not keys.is_record_key(event.key):
             return None
         try:
@@ -266,3 +276,34 @@ class TiDBMounter(Mounter):
             "cause": str(cause),
         }
         return kind(message, detail=detail)
+
+
+class TiDBBatchMounter(BatchMounter):
+    """Decodes the TiDB rows of one micro-batch, in a Spark task.
+
+    It holds a :meth:`SchemaStore.snapshot` of the versions valid in the
+    batch's ts range and nothing else, so it pickles and decodes anywhere;
+    DDL job keys are not rows and give None (the source follows DDL itself).
+    """
+
+    def __init__(self, schemas: SchemaStore) -> None:
+        self._schemas = schemas
+        self._mounter: TiDBMounter | None = None
+
+    def __getstate__(self) -> SchemaStore:
+        return self._schemas
+
+    def __setstate__(self, state: SchemaStore) -> None:
+        self._schemas, self._mounter = state, None
+
+    def schemas(self) -> list[TableSchema]:
+        return [
+            version.table.table_schema(version.db_name, physical_id, version.schema_version)
+            for physical_id, version in self._schemas.versions()
+            if version.table is not None and version.table.has_rows
+        ]
+
+    def mount(self, event: RawKVEvent) -> RowChange | None:
+        if self._mounter is None:
+            self._mounter = TiDBMounter(self._schemas)
+        return self._mounter.mount_row(event)

@@ -31,7 +31,7 @@ ids take their default, unknown ids are ignored).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -113,6 +113,28 @@ class SchemaStore:
     def table_for_row(self, physical_id: int, commit_ts: int) -> TableVersion | None:
         """The version that decodes a row committed at ``commit_ts`` (the one at ``commit_ts − 1``)."""
         return self.table_at(physical_id, commit_ts - 1)
+
+    def snapshot(self, start_ts: int, end_ts: int) -> SchemaStore:
+        """A store with only what decoding rows committed in ``(start_ts, end_ts]``
+        needs: per physical table, the versions valid at ``commit_ts − 1`` for some
+        commit ts in that range (small enough to ship to Spark tasks with a batch)."""
+        snapshot = SchemaStore()
+        for pid, versions in self._versions.items():
+            first = max(0, bisect.bisect_right(versions, start_ts, key=_version_ts) - 1)
+            last = bisect.bisect_right(versions, end_ts - 1, key=_version_ts)
+            kept = [v for v in versions[first:last] if v.ts <= end_ts - 1]
+            if kept:
+                snapshot._versions[pid] = kept
+        snapshot._databases = dict(self._databases)
+        snapshot._logical = dict(self._logical)
+        snapshot._loaded_at = self._loaded_at
+        return snapshot
+
+    def versions(self) -> Iterator[tuple[int, TableVersion]]:
+        """Every (physical id, version) the store holds."""
+        for pid, versions in self._versions.items():
+            for version in versions:
+                yield pid, version
 
     def knows(self, physical_id: int) -> bool:
         return physical_id in self._versions

@@ -322,3 +322,26 @@ def test_every_type_mounts_back_to_its_value(case):
     if got[json_col] is not None:
         got[json_col] = json.loads(got[json_col])
     assert got == expected
+
+
+def test_batch_mounter_pickles_and_decodes_like_the_mounter_across_a_ddl():
+    """What a Spark task gets: the versions valid in the batch's range, nothing else."""
+    import pickle
+
+    store = store_with(tj.users_table(with_email=False))
+    store.add_table(1, "shop", TiDBTable.from_json(tj.users_table()), 200)
+    m = TiDBMounter(store)
+    batch = pickle.loads(pickle.dumps(asyncio.run(m.for_batch(150, 260))))
+    value = users_value("c", "1", None, "c@x")
+    for commit_ts in (160, 200, 201, 260):
+        event = RawKVEvent(SPAN, row_key(100, 1), value, b"", 90, commit_ts)
+        assert batch.mount(event) == mount(m, key=row_key(100, 1), value=value, commit_ts=commit_ts)
+    # Both versions the range decodes with, and only those, are declared.
+    assert sorted(len(s.columns) for s in batch.schemas()) == [4, 5]
+    assert all(
+        row.schema in batch.schemas() for row in [batch.mount(RawKVEvent(SPAN, row_key(100, 1), value, b"", 90, 201))]
+    )
+    # A range after the DDL ships only the new version.
+    assert [len(s.columns) for s in asyncio.run(m.for_batch(300, 400)).schemas()] == [5]
+    # DDL job keys are not rows: the source follows DDL itself.
+    assert batch.mount(RawKVEvent(SPAN, b"mDDLJobList", b"x", b"", 90, 201)) is None

@@ -1,0 +1,245 @@
+"""Rows are written by Spark tasks, in parallel, partitioned by key; a partition that
+fails is written again and the downstream ends as after a single write."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.core.config.settings import SparkSettings
+from cdcflow.core.data.events import MicroBatch, RowChange
+from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.sink import PartitionWriter, Sink, TaskWriter
+from cdcflow.core.errors import DownstreamUnavailableError
+from cdcflow.core.plugin import PluginConfig
+from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.testing import ListSource, insert, update
+from cdcflow.plugins.sinks.file.sink import FileSink, FileSinkConfig
+
+pytestmark = pytest.mark.integration
+
+ROWS_PER_TABLE = 120
+END_TS = 100_000
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from cdcflow.core.data.pipeline.session import spark_session, stop_spark_session
+
+    session = spark_session(SparkSettings(master="local[2]"))
+    yield session
+    stop_spark_session()
+
+
+def source_events() -> list[Any]:
+    out: list[Any] = []
+    for i in range(ROWS_PER_TABLE):
+        for table in ("orders", "items"):
+            out.append(insert("shop", table, {"id": i, "v": 0}, commit_ts=1_000 + i * 10, start_ts=995 + i * 10))
+    # Every key changes again later: the order of a key's changes must hold downstream.
+    for i in range(0, ROWS_PER_TABLE, 3):
+        out.append(update("shop", "orders", {"id": i, "v": 0}, {"id": i, "v": 1}, commit_ts=5_000 + i))
+    out.append(ListSource.resolved(END_TS))
+    return out
+
+
+# -- a sink whose partition writers record where and when they ran ------------------
+
+
+class RecordingConfig(PluginConfig):
+    pass
+
+
+class _Recorder(TaskWriter):
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
+        return _RecordingWriter(Path(self.directory), batch.batch_id, partition)
+
+
+class _RecordingWriter(PartitionWriter):
+    """Records its rows, its process and whether another partition of its batch was
+    being written at the same time (it waits a while for one to start)."""
+
+    def __init__(self, directory: Path, batch_id: int, partition: int) -> None:
+        self.directory = directory
+        self.prefix = f"{batch_id}-"
+        self.path = directory / f"{batch_id}-{partition}.json"
+        self.partition = partition
+        self.rows: list[tuple[str, int, int, int]] = []
+        self.overlapped = False
+        (directory / f"{batch_id}-{partition}.running").touch()
+
+    def _others_running(self) -> bool:
+        return any(p != self.path.with_suffix(".running") for p in self.directory.glob(f"{self.prefix}*.running"))
+
+    def write(self, rows: list[RowChange]) -> None:
+        self.rows += [(r.table.table, r.after["id"], r.after["v"], r.commit_ts) for r in rows if r.after]
+        deadline = time.monotonic() + 30
+        while not self.overlapped and time.monotonic() < deadline:
+            self.overlapped = self._others_running()
+            time.sleep(0.05)
+
+    def flush(self) -> None:
+        doc = {"pid": os.getpid(), "partition": self.partition, "overlapped": self.overlapped, "rows": self.rows}
+        self.path.write_text(json.dumps(doc))
+
+
+class RecordingSink(Sink[RecordingConfig]):
+    type_name = "recording"
+    Config = RecordingConfig
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(RecordingConfig())
+        self.directory = directory
+        self.committed: list[MicroBatch] = []
+
+    def task_writer(self) -> TaskWriter:
+        return _Recorder(str(self.directory))
+
+    def write_batch(self, batch: MicroBatch) -> None:
+        raise AssertionError("a sink with a task writer gets its rows from tasks")
+
+    def commit_batch(self, batch: MicroBatch) -> None:
+        assert not batch.rows
+        self.committed.append(batch)
+
+
+def run_pipeline(tmp_path: Path, spark: Any, sinks: list[Sink[Any]], name: str) -> PipelineSpanExecutor:
+    source = ListSource.of(source_events())
+
+    async def run() -> PipelineSpanExecutor:
+        executor = PipelineSpanExecutor(
+            name,
+            source,
+            sinks,
+            data_dir=tmp_path / "data",
+            start_ts=0,
+            spark=spark,
+            plugins=PluginManager.default(autoload=False),
+            trigger_interval=0.2,
+            task_rows=20,  # several partitions even for this small batch
+        )
+        for table in await source.list_tables():
+            for span in await source.spans_for(table):
+                assert await executor.add_span(span, 0, prepare=False)
+        deadline = time.monotonic() + 180
+        while executor.checkpoint_ts < END_TS:
+            assert executor.error() is None or isinstance(executor.error(), DownstreamUnavailableError)
+            assert time.monotonic() < deadline, "the checkpoint did not reach the source's resolved ts"
+            await asyncio.sleep(0.2)
+        await executor.close()
+        return executor
+
+    return asyncio.run(run())
+
+
+def expected_rows() -> set[tuple[str, int, int, int]]:
+    want = set()
+    for event in source_events():
+        if isinstance(event, RowChange) and event.after is not None:
+            want.add((event.table.table, event.after["id"], event.after["v"], event.commit_ts))
+    return want
+
+
+def test_rows_are_written_by_spark_tasks_in_parallel_partitioned_by_key(tmp_path, spark):
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = RecordingSink(out)
+    run_pipeline(tmp_path, spark, [sink], "tasks")
+
+    docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    # One batch (its rows were resolved at once), written by several tasks.
+    assert len({p.name.split("-")[0] for p in out.glob("*.json")}) == 1
+    rows = [tuple(r) for d in docs for r in d["rows"]]
+    assert sorted(rows) == sorted(expected_rows())  # every row once
+    # Written in Spark's Python workers, not in this (the driver's) process.
+    assert {d["pid"] for d in docs} and os.getpid() not in {d["pid"] for d in docs}
+    # Several partitions, and two of them were written at the same time.
+    assert len({d["partition"] for d in docs}) >= 2
+    assert all(d["overlapped"] for d in docs), [(d["partition"], len(d["rows"])) for d in docs]
+    # All changes of a key are in one partition, in commit-ts order.
+    where: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for d in docs:
+        for table, key, _, _ in d["rows"]:
+            where[(table, key)].add(d["partition"])
+    assert all(len(parts) == 1 for parts in where.values())
+    for d in docs:
+        by_key: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for table, key, _, commit_ts in d["rows"]:
+            by_key[(table, key)].append(commit_ts)
+        assert all(ts == sorted(ts) for ts in by_key.values())
+    # The driver committed each batch after its partitions.
+    assert sink.committed and sink.committed[-1].end_ts == END_TS
+
+
+# -- the file sink: a partition that fails once is written again ----------------------
+
+
+class _FailOnce(TaskWriter):
+    """Delegates to the file sink's writer; partition 1's first flush fails (a marker file
+    remembers it across processes), after its rows were handed over."""
+
+    def __init__(self, inner: TaskWriter, marker: str) -> None:
+        self.inner = inner
+        self.marker = marker
+
+    def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
+        writer = self.inner.open(batch, partition)
+        if partition == 1 and not os.path.exists(self.marker):
+            return _FailingFlush(writer, self.marker)
+        return writer
+
+
+class _FailingFlush(PartitionWriter):
+    def __init__(self, inner: PartitionWriter, marker: str) -> None:
+        self.inner = inner
+        self.marker = marker
+
+    def write(self, rows: list[RowChange]) -> None:
+        self.inner.write(rows)
+
+    def flush(self) -> None:
+        Path(self.marker).touch()
+        raise DownstreamUnavailableError("the downstream went away during the flush")
+
+
+class FlakyFileSink(FileSink):
+    def __init__(self, config: FileSinkConfig, marker: Path) -> None:
+        super().__init__(config)
+        self.marker = marker
+
+    def task_writer(self) -> TaskWriter:
+        return _FailOnce(super().task_writer(), str(self.marker))
+
+
+def read_file_sink(directory: Path) -> list[tuple[str, int, int, int]]:
+    rows = []
+    for path in sorted(directory.rglob("0*.jsonl")):
+        for line in path.read_text().splitlines():
+            doc = json.loads(line)
+            rows.append((path.parent.name, doc["after"]["id"], doc["after"]["v"], doc["commit_ts"]))
+    return rows
+
+
+def test_file_sink_partition_failed_then_retried_equals_a_single_write(tmp_path, spark):
+    marker = tmp_path / "failed-once"
+    flaky = FlakyFileSink(FileSinkConfig(path=str(tmp_path / "flaky"), fsync=False), marker)
+    run_pipeline(tmp_path / "a", spark, [flaky], "flaky")
+    assert marker.exists(), "partition 1 never failed: the test did not exercise a retry"
+
+    clean = FileSink(FileSinkConfig(path=str(tmp_path / "clean"), fsync=False))
+    run_pipeline(tmp_path / "b", spark, [clean], "clean")
+
+    flaky_rows, clean_rows = read_file_sink(tmp_path / "flaky"), read_file_sink(tmp_path / "clean")
+    assert sorted(flaky_rows) == sorted(clean_rows) == sorted(expected_rows())
+    assert not list((tmp_path / "flaky").rglob("*.tmp"))
+    assert json.loads((tmp_path / "flaky" / "metadata").read_text())["checkpoint-ts"] == END_TS
