@@ -108,6 +108,10 @@ class TableFilter:
             schema, table = _split(body)
             self._rules.append(_Rule(text, exclude, _compile(schema, case_sensitive), _compile(table, case_sensitive)))
 
+    def matches_every_table(self) -> bool:
+        """Whether the rules admit every table (a ``*.*`` rule and no exclusion)."""
+        return any(r.text == "*.*" for r in self._rules) and not any(r.exclude for r in self._rules)
+
     @staticmethod
     def check(rule: str) -> str | None:
         """Why ``rule`` is invalid, or None when it parses."""

@@ -75,7 +75,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from cdcflow.core.data.events import MicroBatch, RowChange
+from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
 if TYPE_CHECKING:
@@ -159,12 +159,21 @@ class Sink(Plugin[ConfigT], abc.ABC):
     def write_batch(self, batch: MicroBatch) -> None:
         """Write ``batch`` (rows, then DDL) and flush it before returning."""
 
-    def task_writer(self) -> TaskWriter | None:
+    def task_writer(self, tables: Sequence[TableName]) -> TaskWriter | None:
         """The writer Spark tasks use for this sink's rows, or None (the default) for
         a sink written from the driver through :meth:`write_batch` only.
 
-        Called on the driver after :meth:`open`, once per micro-batch."""
+        Called on the driver after :meth:`open`, once per micro-batch, with the
+        tables whose rows the batch may hold (a sink prepares what its tasks
+        cannot, such as creating topics)."""
         return None
+
+    def task_partitioning(self) -> str:
+        """How the rows of a batch are split among tasks for this sink: ``"key"``
+        (the default: by (table, key), every change of a key in one partition) or
+        ``"table"`` (every row of a table in one partition, for a downstream that
+        needs a table's rows in commit order, or one transaction of a table whole)."""
+        return "key"
 
     def commit_batch(self, batch: MicroBatch) -> None:
         """Complete a batch whose rows every partition writer flushed: apply its DDL

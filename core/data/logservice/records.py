@@ -150,6 +150,10 @@ class SchemaRegistry:
     def get(self, schema_id: int) -> TableSchema | None:
         return self._schemas[schema_id] if 0 <= schema_id < len(self._schemas) else None
 
+    def all(self) -> list[TableSchema]:
+        """Every schema registered, in id order."""
+        return list(self._schemas)
+
 
 class SchemaIds(Protocol):
     """Where a record finds the id of its row's table schema."""

@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange
+from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, TableName
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.manifest import read_manifest
 from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, batch_to_records, event_from_record
@@ -284,7 +284,8 @@ class ChangefeedPipeline:
         plan = self._plan(start_ts, end_ts) if expected else None
         # A source that cannot mount in tasks has every sink written from the driver.
         on_driver = plan is not None and self.mounter is not None and plan.mounter is None
-        writers = {id(sink): None if on_driver else sink.task_writer() for sink in self.sinks}
+        tables = self._tables(plan) if plan is not None and not on_driver else []
+        writers = {id(sink): None if on_driver else sink.task_writer(tables) for sink in self.sinks}
         task_sinks = [s for s in self.sinks if writers[id(s)] is not None]
         driver_sinks = [s for s in self.sinks if writers[id(s)] is None]
         head = MicroBatch(self.changefeed_id, batch_id, start_ts, end_ts)
@@ -292,7 +293,8 @@ class ChangefeedPipeline:
         if task_sinks:
             if plan is not None:
                 task_writers = tuple(w for w in writers.values() if w is not None)
-                rows = self._write_in_tasks(frame, plan, head, task_writers, expected)
+                by_table = any(sink.task_partitioning() == "table" for sink in task_sinks)
+                rows = self._write_in_tasks(frame, plan, head, task_writers, expected, by_table=by_table)
             for sink in task_sinks:
                 sink.commit_batch(MicroBatch(self.changefeed_id, batch_id, start_ts, end_ts, ddl=ddl))
         if driver_sinks or not task_sinks:
@@ -317,17 +319,32 @@ class ChangefeedPipeline:
             ids,
         )
 
+    def _tables(self, plan: RowPlan) -> list[TableName]:
+        """The replicated tables whose rows a batch may hold: every table the store has a
+        schema of, and every table the batch mounter may give rows of."""
+        schemas = [*self.store.schemas.all(), *(plan.mounter.schemas() if plan.mounter is not None else ())]
+        names = {(s.table.schema, s.table.table): s.table for s in schemas}
+        return [t for t in names.values() if self.table_filter.matches(t.schema, t.table)]
+
     def _task_partition_count(self, expected: int) -> int:
         limit = self.task_partitions or int(self.spark.sparkContext.defaultParallelism)
         return max(1, min(limit, -(-expected // self.task_rows)))
 
     def _write_in_tasks(
-        self, frame: Any, plan: RowPlan, head: MicroBatch, writers: tuple[TaskWriter, ...], expected: int
+        self,
+        frame: Any,
+        plan: RowPlan,
+        head: MicroBatch,
+        writers: tuple[TaskWriter, ...],
+        expected: int,
+        *,
+        by_table: bool,
     ) -> int:
         task = WriteTask(plan, head, writers, self.column_selection)
         began = time.perf_counter()
+        keys = ("table_id",) if by_table else ("table_id", "key")
         out = (
-            frame.repartition(self._task_partition_count(expected), "table_id", "key")
+            frame.repartition(self._task_partition_count(expected), *keys)
             .sortWithinPartitions(*ORDER_COLUMNS)
             .mapInArrow(task, SUMMARY_SCHEMA_DDL)
             .collect()

@@ -110,7 +110,7 @@ class FileSink(Sink[FileSinkConfig]):
         except OSError as exc:
             raise DownstreamUnavailableError(f"file sink cannot create {self._dir}: {exc}") from exc
 
-    def task_writer(self) -> TaskWriter:
+    def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
         return _FileTaskWriter(self._dir, self._require_codec(), self.config.fsync)
 
     def write_batch(self, batch: MicroBatch) -> None:

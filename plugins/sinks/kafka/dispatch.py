@@ -259,6 +259,12 @@ class EventRouter:
             self._cache[key] = hit
         return hit
 
+    def dispatches_by_table(self) -> bool:
+        """Whether some table's rows all go to one partition (the ``table`` rule, or no
+        rule matching every table, which leaves the rest to the default table rule)."""
+        catch_all = any(m.matches_every_table() for m, _, _ in self._rules)
+        return not catch_all or any(isinstance(d, TableDispatcher) for _, _, d in self._rules)
+
     def topic_of(self, table: TableName | None) -> str:
         """Topic of a DDL: its table's topic, the default topic for schema-level DDL."""
         if table is None or not table.table:

@@ -26,6 +26,14 @@ Per micro-batch the sink
    DDL to the default topic);
 4. flushes, and raises if any message was not acknowledged.
 
+On Spark the rows of a batch are produced by Spark tasks (steps 1–2, and a
+flush, per partition of the batch, each task with the producer of its
+Python worker); the driver produces the DDL (step 3) once every partition
+flushed. Spark partitions the batch by table when a rule dispatches by table
+(``default``, ``table``), so a table's rows reach its Kafka partition from
+one task, in commit-ts order, and by (table, key) otherwise, so the rows of
+one key are produced by one task, in order.
+
 Resolved events do not follow batches: a batch's end ts is only the frontier
 of the spans on this capture, and a span that joins behind it (added to a
 running changefeed, moved, re-added) or runs on another capture may still
@@ -70,18 +78,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
-from cdcflow.core.data.events import MicroBatch, OpType, RowChange
-from cdcflow.core.data.sink import Sink, SinkContext
+from cdcflow.core.data.events import MicroBatch, OpType, RowChange, TableName
+from cdcflow.core.data.sink import PartitionWriter, Sink, SinkContext, TaskWriter
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
 from cdcflow.plugins.sinks.kafka.config import DEFAULT_PARTITIONS, MOCK_HOST, KafkaSinkConfig, bootstrap_of
-from cdcflow.plugins.sinks.kafka.dispatch import EventRouter, TopicExpression, key_changed
+from cdcflow.plugins.sinks.kafka.dispatch import (
+    EventRouter,
+    TopicExpression,
+    key_changed,
+)
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
 
 __all__ = ["KafkaSink", "cdcflow_register_sinks"]
@@ -331,15 +343,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if self._fatal:
             self._restart_producer()
         self._errors = []
-        routed: dict[tuple[str, int], list[RowChange]] = defaultdict(list)
-        for row in batch.rows:
-            topic, dispatcher = self._router.route(row.table)
-            count = self._partition_count(topic)
-            for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
-                routed[(topic, dispatcher.partition(part, count))].append(part)
-        # Encode everything first: a row that cannot be encoded (too large)
-        # fails the batch before any of its messages is produced.
-        outgoing = [(t, p, m) for (t, p), rows in routed.items() for m in codec.encode_rows_for_topic(t, rows)]
+        outgoing = encode_rows(batch.rows, self._router, self._partition_count, codec)
         for ddl in batch.ddl:
             topic = self._router.topic_of(ddl.table)
             ddl_message = codec.encode_ddl(ddl)
@@ -350,6 +354,25 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._flush(
             f"batch {batch.batch_id} (ts {batch.start_ts}..{batch.end_ts})",
             batch_id=batch.batch_id,
+        )
+
+    def task_partitioning(self) -> str:
+        """By table when some table's rows all go to one Kafka partition (their commit-ts
+        order there is kept by one task), else by key."""
+        return "table" if self._router.dispatches_by_table() else "key"
+
+    def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
+        """Produces from Spark tasks; topics of ``tables`` exist (created here) before they run."""
+        codec = self._require_codec()
+        for table in tables:
+            self._partition_count(self._router.route(table)[0])
+        return _KafkaTaskWriter(
+            {**self._producer_config(), "client.id": f"{self._producer_config()['client.id']}_task"},
+            self._router,
+            codec,
+            dict(self._partitions),
+            self.config.write_timeout,
+            self.bootstrap_servers,
         )
 
     def write_checkpoint(self, ts: int) -> None:
@@ -368,18 +391,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._flush(f"resolved event {ts}", resolved_ts=ts)
 
     def _produce(self, topic: str, partition: int, message: EncodedMessage) -> None:
-        from confluent_kafka import KafkaException
-
-        while True:
-            try:
-                # An empty value is a tombstone: Kafka's null value (Avro deletes).
-                value = message.value if message.value or message.key is None else None
-                self._producer.produce(topic, value, message.key, partition, on_delivery=self._on_delivery)
-                return
-            except BufferError:
-                self._producer.poll(0.05)  # local queue full: let deliveries drain
-            except KafkaException as exc:
-                raise self._unavailable(f"cannot produce to {topic}[{partition}]: {exc}", topic=topic) from exc
+        produce(self._producer, topic, partition, message, self._on_delivery, self.bootstrap_servers)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -409,6 +421,121 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if self._codec is None or self._producer is None:
             raise RuntimeError("KafkaSink written to before open()")
         return self._codec
+
+
+def encode_rows(
+    rows: Iterable[RowChange], router: EventRouter, partition_count: Callable[[str], int], codec: Codec[Any]
+) -> list[tuple[str, int, EncodedMessage]]:
+    """Route ``rows`` to (topic, partition) — an update that moves a row between
+    partitions as a delete and an insert — and encode each partition's rows in order.
+    Everything is encoded before anything is produced: a row that cannot be encoded
+    (too large) fails the batch first."""
+    routed: dict[tuple[str, int], list[RowChange]] = defaultdict(list)
+    for row in rows:
+        topic, dispatcher = router.route(row.table)
+        count = partition_count(topic)
+        for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
+            routed[(topic, dispatcher.partition(part, count))].append(part)
+    return [(t, p, m) for (t, p), part_rows in routed.items() for m in codec.encode_rows_for_topic(t, part_rows)]
+
+
+#: One producer per Python worker and configuration, reused by the tasks the worker runs.
+_TASK_PRODUCERS: dict[tuple[tuple[str, str], ...], Any] = {}
+_TASK_PRODUCERS_KEPT = 2
+
+
+class _KafkaTaskWriter(TaskWriter):
+    """What Spark tasks need to produce a partition of a batch: the producer's
+    configuration, the routing rules, the codec and the topics' partition counts."""
+
+    def __init__(
+        self,
+        producer_config: dict[str, Any],
+        router: EventRouter,
+        codec: Codec[Any],
+        partitions: dict[str, int],
+        write_timeout: float,
+        brokers: str,
+    ) -> None:
+        self.producer_config = producer_config
+        self.router = router
+        self.codec = codec
+        self.partitions = partitions
+        self.write_timeout = write_timeout
+        self.brokers = brokers
+
+    def producer(self) -> Any:
+        key = tuple(sorted((k, str(v)) for k, v in self.producer_config.items()))
+        producer = _TASK_PRODUCERS.get(key)
+        if producer is None:
+            from confluent_kafka import Producer
+
+            # A worker serves one changefeed's sink at a time, mostly: producers of
+            # other configurations (a changefeed gone, brokers moved) are dropped.
+            while len(_TASK_PRODUCERS) >= _TASK_PRODUCERS_KEPT:
+                _TASK_PRODUCERS.pop(next(iter(_TASK_PRODUCERS))).flush(0)
+            producer = _TASK_PRODUCERS[key] = Producer(self.producer_config)
+        return producer
+
+    def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
+        return _KafkaPartitionWriter(self, batch)
+
+
+class _KafkaPartitionWriter(PartitionWriter):
+    def __init__(self, target: _KafkaTaskWriter, batch: MicroBatch) -> None:
+        self._target = target
+        self._batch = batch
+        self._producer = target.producer()
+        self._errors: list[str] = []
+
+    def _partition_count(self, topic: str) -> int:
+        count = self._target.partitions.get(topic)
+        if count is None:
+            raise DownstreamUnavailableError(
+                f"kafka sink {self._target.brokers}: a Spark task routed a row to topic {topic!r}, "
+                "which the driver did not prepare; the batch is retried",
+                detail={"brokers": self._target.brokers, "topic": topic},
+            )
+        return count
+
+    def write(self, rows: Sequence[RowChange]) -> None:
+        outgoing = encode_rows(rows, self._target.router, self._partition_count, self._target.codec)
+        for topic, partition, message in outgoing:
+            produce(self._producer, topic, partition, message, self._on_delivery, self._target.brokers)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    def flush(self) -> None:
+        left = self._producer.flush(self._target.write_timeout + 5)
+        if left or self._errors:
+            shown = "; ".join(self._errors[:3]) or f"{left} messages not acknowledged in time"
+            raise DownstreamUnavailableError(
+                f"kafka sink {self._target.brokers}: batch {self._batch.batch_id} not fully delivered: {shown}",
+                detail={"brokers": self._target.brokers, "batch_id": self._batch.batch_id},
+            )
+
+
+def produce(
+    producer: Any, topic: str, partition: int, message: EncodedMessage, on_delivery: Callable[..., None], brokers: str
+) -> None:
+    """Produce one message, waiting while librdkafka's local queue is full."""
+    from confluent_kafka import KafkaException
+
+    while True:
+        try:
+            # An empty value is a tombstone: Kafka's null value (Avro deletes).
+            value = message.value if message.value or message.key is None else None
+            producer.produce(topic, value, message.key, partition, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)  # local queue full: let deliveries drain
+        except KafkaException as exc:
+            raise DownstreamUnavailableError(
+                f"kafka sink {brokers}: cannot produce to {topic}[{partition}]: {exc}",
+                detail={"brokers": brokers, "topic": topic},
+            ) from exc
 
 
 def _avro_issues(config: KafkaSinkConfig) -> list[tuple[str, str]]:

@@ -8,13 +8,14 @@ import json
 import os
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdcflow.core.config.settings import SparkSettings
-from cdcflow.core.data.events import MicroBatch, RowChange
+from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
 from cdcflow.core.data.sink import PartitionWriter, Sink, TaskWriter
 from cdcflow.core.errors import DownstreamUnavailableError
@@ -102,7 +103,7 @@ class RecordingSink(Sink[RecordingConfig]):
         self.directory = directory
         self.committed: list[MicroBatch] = []
 
-    def task_writer(self) -> TaskWriter:
+    def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
         return _Recorder(str(self.directory))
 
     def write_batch(self, batch: MicroBatch) -> None:
@@ -217,8 +218,8 @@ class FlakyFileSink(FileSink):
         super().__init__(config)
         self.marker = marker
 
-    def task_writer(self) -> TaskWriter:
-        return _FailOnce(super().task_writer(), str(self.marker))
+    def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
+        return _FailOnce(super().task_writer(tables), str(self.marker))
 
 
 def read_file_sink(directory: Path) -> list[tuple[str, int, int, int]]:
