@@ -44,6 +44,10 @@ class _Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=kebab, populate_by_name=True)
 
 
+#: Rows a micro-batch holds at most, by default (server.spark.max-batch-rows).
+DEFAULT_MAX_BATCH_ROWS = 100_000
+
+
 class SparkSettings(_Settings):
     """Where the data pipeline runs."""
 
@@ -53,6 +57,15 @@ class SparkSettings(_Settings):
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark properties; applied last.")
     trigger_interval: Duration = Field(
         0.5, gt=0, description="How often each changefeed's streaming query looks for new resolved data (e.g. 500ms)."
+    )
+    max_batch_rows: int = Field(
+        DEFAULT_MAX_BATCH_ROWS,
+        ge=0,
+        description=(
+            "Rows a micro-batch may hold: a larger resolved interval (a catch-up, an initial scan) is "
+            "published and read as several batches, so the checkpoint moves during it (0: no bound; "
+            "one transaction is never split)."
+        ),
     )
 
     @field_validator("conf", mode="before")

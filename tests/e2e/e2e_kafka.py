@@ -48,6 +48,7 @@ class CaptureProcess:
         memory_quota: str = "1GiB",
         partitions: int = 3,
         adds_per_tick: int = 1,
+        master: str = "local[2]",
     ) -> None:
         self.tmp = tmp
         self.metastore = f"sqlite:///{tmp}/meta.db"
@@ -73,7 +74,7 @@ class CaptureProcess:
             "api-addr": "127.0.0.1:0",
             "data-dir": str(tmp / "data"),
             "spark": {
-                "master": "local[2]",
+                "master": master,
                 "warehouse-dir": str(tmp / "lake"),
                 "trigger-interval": 0.3,
                 "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},

@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+
 from cdcflow.core.data.logservice.records import Record, batch_to_records, read_record_batches
 
 __all__ = ["SpillRun"]
@@ -57,6 +60,17 @@ class SpillRun:
                 self.consumed += 1
                 yield record
             skip = 0
+
+    def commit_ts_between(self, lo: int, hi: int) -> np.ndarray:
+        """The commit timestamps in ``(lo, hi]`` of the unconsumed records (for sizing cuts)."""
+        if self.exhausted or self.head_ts > hi:
+            return np.empty(0, dtype=np.int64)
+        with pa.memory_map(str(self.path)) as source:
+            reader = pa.ipc.open_file(source)
+            column = pa.concat_arrays([reader.get_batch(i).column(0) for i in range(reader.num_record_batches)])
+        ts = column.to_numpy(zero_copy_only=False)[self.consumed :]
+        selected: np.ndarray = ts[(ts > lo) & (ts <= hi)]
+        return selected
 
     def delete(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -41,6 +41,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, RowChange, Span, TableName
 from cdcflow.core.data.frontier import SpanFrontier
 from cdcflow.core.data.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
@@ -123,6 +126,7 @@ class EventStore:
         fsync: bool = True,
         auto_spill: bool = True,
         max_runs: int = DEFAULT_MAX_RUNS,
+        cut_rows: int = DEFAULT_MAX_BATCH_ROWS,
     ) -> None:
         self.directory = Path(directory)
         self.changefeed_id = changefeed_id
@@ -136,6 +140,8 @@ class EventStore:
         self.auto_spill = auto_spill
         #: Runs per span before they are merged into one (bounds a cut's merge width).
         self.max_runs = max(2, max_runs)
+        #: A resolved interval holding more rows is published as several cuts (0: no bound).
+        self.cut_rows = cut_rows
         self._lock = threading.RLock()
         self._chunk_dir = self.directory / "chunks"
         self._spill_dir = self.directory / "spill"
@@ -350,13 +356,48 @@ class EventStore:
 
     def _publish(self) -> bool:
         target = self._target_ts()
-        moved = False
+        if self._manifest.published_ts >= target:
+            return False
+        bounds = iter(self._bounded_cuts(self._manifest.published_ts, target))
+        bound = next(bounds, target)
         while self._manifest.published_ts < target:
             published = self._manifest.published_ts
+            while bound <= published:
+                bound = next(bounds, target)
             ddl = [d.commit_ts for d in self._ddl if published < d.commit_ts <= target]
-            self._cut(min(ddl, default=target))
-            moved = True
-        return moved
+            self._cut(min(*ddl, bound, target))
+        return True
+
+    def _bounded_cuts(self, lo: int, hi: int) -> list[int]:
+        """Commit timestamps in ``(lo, hi)`` at which to cut so that each cut of the
+        interval holds about ``cut_rows`` rows of the replicating spans (a catch-up
+        after downtime, an incremental scan). A cut takes every event up to its ts,
+        across all spans, so one transaction is never split; one ts with more rows
+        than the bound is one cut."""
+        if self.cut_rows <= 0:
+            return []
+        arrays = []
+        for buf in self._buffers.values():
+            if not buf.replicating:
+                continue
+            floor = max(lo, buf.floor_ts)
+            memory = [r[0] for r in buf.records if floor < r[0] <= hi]
+            if memory:
+                arrays.append(np.fromiter(memory, dtype=np.int64, count=len(memory)))
+            arrays += [run.commit_ts_between(floor, hi) for run in buf.runs]
+        total = sum(len(a) for a in arrays)
+        if total <= self.cut_rows:
+            return []
+        ts = np.sort(np.concatenate(arrays))
+        cuts: list[int] = []
+        at = self.cut_rows - 1
+        while at < total - 1:
+            cut = int(ts[at])
+            if cut < hi and (not cuts or cut > cuts[-1]):
+                cuts.append(cut)
+            # The next cut starts after every row at this ts.
+            at = int(np.searchsorted(ts, cut, side="right")) + self.cut_rows - 1
+        return cuts
 
     def _cut(self, cut_ts: int) -> None:
         lo = self._manifest.published_ts

@@ -11,7 +11,11 @@ Registered with ``spark.dataSource.register(CdcflowDataSource)`` and read with
   the sequence number tells a reader they are new (an offset without
   ``chunk``, as written by older versions, is read by ts);
 * ``latestOffset(start)`` never passes the first DDL barrier above ``start``,
-  so a DDL always ends a micro-batch;
+  so a DDL always ends a micro-batch, and stops at the last cut that keeps the
+  batch within ``maxBatchRows`` rows (option; default 100000; at least one
+  cut): the event store publishes a large resolved interval as several cuts,
+  so a catch-up is a series of bounded batches and the checkpoint moves after
+  each;
 * ``partitions(start, end)`` = the resolved chunks numbered in ``[start, end)``,
   packed into partitions of about ``partitionRows`` rows (option; default
   131072) because every Spark task costs a Python worker round trip; ``read``
@@ -34,6 +38,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
 from cdcflow.core.data.logservice.manifest import Manifest, read_manifest
 from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, read_record_batches
 
@@ -93,15 +98,18 @@ class CdcflowDataSource(DataSource):
         if not path:
             raise ValueError("the cdcflow data source needs option 'path' (the changefeed's event-store directory)")
         rows = int(self.options.get("partitionRows", DEFAULT_PARTITION_ROWS))
-        return CdcflowStreamReader(Path(path), rows)
+        batch_rows = int(self.options.get("maxBatchRows", DEFAULT_MAX_BATCH_ROWS))
+        return CdcflowStreamReader(Path(path), rows, batch_rows)
 
 
 class CdcflowStreamReader(DataSourceStreamReader):
     """Offsets and partitions from the event store's manifest."""
 
-    def __init__(self, directory: Path, partition_rows: int = DEFAULT_PARTITION_ROWS) -> None:
+    def __init__(self, directory: Path, partition_rows: int = DEFAULT_PARTITION_ROWS, max_batch_rows: int = 0) -> None:
         self.directory = directory
         self.partition_rows = max(1, partition_rows)
+        #: Rows a micro-batch may hold, at least one cut (0: no bound).
+        self.max_batch_rows = max_batch_rows
 
     def _manifest(self) -> Any:
         manifest = read_manifest(self.directory)
@@ -123,12 +131,35 @@ class CdcflowStreamReader(DataSourceStreamReader):
         end = max(begin, int(manifest.published_ts))
         barriers = [ts for ts in manifest.ddl_ts if begin < ts <= end]
         if not barriers:
-            return {OFFSET_KEY: end, CHUNK_KEY: max(first, manifest.next_chunk)}
-        barrier = min(barriers)
-        # Chunks are published in ts order (catch-up chunks carry the published ts
-        # then), so the chunks up to the barrier are a prefix of the sequence.
-        below = [c.seq + 1 for c in manifest.chunks if c.seq >= first and c.hi <= barrier]
-        return {OFFSET_KEY: barrier, CHUNK_KEY: max([first, *below])}
+            offset = {OFFSET_KEY: end, CHUNK_KEY: max(first, manifest.next_chunk)}
+        else:
+            barrier = min(barriers)
+            # Chunks are published in ts order (catch-up chunks carry the published ts
+            # then), so the chunks up to the barrier are a prefix of the sequence.
+            below = [c.seq + 1 for c in manifest.chunks if c.seq >= first and c.hi <= barrier]
+            offset = {OFFSET_KEY: barrier, CHUNK_KEY: max([first, *below])}
+        return self._bounded(manifest, begin, first, offset)
+
+    def _bounded(self, manifest: Manifest, begin: int, first: int, offset: dict[str, int]) -> dict[str, int]:
+        """``offset``, or an earlier cut's end when the chunks up to it hold more than
+        ``max_batch_rows`` rows; at least the first cut after ``begin`` is taken."""
+        if self.max_batch_rows <= 0:
+            return offset
+        chunks = sorted((c for c in manifest.chunks if first <= c.seq < offset[CHUNK_KEY]), key=lambda c: c.seq)
+        rows, end = 0, None
+        for n, chunk in enumerate(chunks):
+            rows += chunk.rows
+            last_of_cut = n + 1 == len(chunks) or chunks[n + 1].hi != chunk.hi
+            if not last_of_cut:
+                continue
+            if rows > self.max_batch_rows and end is not None:
+                break  # this cut would overfill the batch; it opens the next one
+            end = {OFFSET_KEY: max(begin, chunk.hi), CHUNK_KEY: chunk.seq + 1}
+            if rows >= self.max_batch_rows:
+                break
+        if end is None or end[CHUNK_KEY] >= offset[CHUNK_KEY]:
+            return offset
+        return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ChunkPartition]:
         manifest = self._manifest()

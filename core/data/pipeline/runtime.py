@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, TableName
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.manifest import read_manifest
@@ -133,6 +134,7 @@ class ChangefeedPipeline:
         on_checkpoint: Callable[[int], None] | None = None,
         task_rows: int = DEFAULT_TASK_ROWS,
         task_partitions: int | None = None,
+        max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
     ) -> None:
         self.changefeed_id = changefeed_id
         self.store = store
@@ -151,6 +153,7 @@ class ChangefeedPipeline:
         self.work_dir = Path(work_dir) if work_dir is not None else self.checkpoint_dir.parent / "batches"
         self.on_checkpoint = on_checkpoint
         self.task_rows = max(1, task_rows)
+        self.max_batch_rows = max_batch_rows
         #: At most this many partitions per batch (None: Spark's default parallelism).
         self.task_partitions = task_partitions
         #: What the tasks of the last batch written in tasks did, one entry per partition.
@@ -177,6 +180,7 @@ class ChangefeedPipeline:
         frame = (
             self.spark.readStream.format("cdcflow")
             .option("path", str(self.store.directory.resolve()))
+            .option("maxBatchRows", str(self.max_batch_rows))
             .load()
             .where(table_filter_predicate(self.table_filter))
         )

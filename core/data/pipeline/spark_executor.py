@@ -131,6 +131,7 @@ class PipelineSpanExecutor(SpanExecutor):
             memory_quota=memory_quota - feed_memory,
             disk_quota=disk_quota,
             chunk_rows=chunk_rows,
+            cut_rows=self.spark_settings.max_batch_rows,
             auto_spill=False,  # spilled from a thread, off the event loop (see _make_room)
         )
         self.table_filter = table_filter or TableFilter(["*.*"])
@@ -394,6 +395,7 @@ class PipelineSpanExecutor(SpanExecutor):
             part_rows=self.part_rows,
             collect_rows=self.collect_rows,
             task_rows=self.task_rows,
+            max_batch_rows=self.spark_settings.max_batch_rows,
             on_checkpoint=self._on_checkpoint,
         )
         pipeline.start()

@@ -1,0 +1,122 @@
+"""Catch-up: rows/s of a changefeed started below a backlog already committed upstream.
+
+    .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2]]
+
+The backlog is committed to the playground (the shop workload, no DDL) before any
+capture starts, so committing does not compete with the run; then, per Spark master,
+a ``cdcflow run`` capture (tikv source over gRPC, Spark pipeline, Kafka sink producing
+Open Protocol to librdkafka's mock cluster) starts a changefeed below the backlog.
+Reported per master:
+
+* **start-up** — from the capture's start until the persisted checkpoint first moves;
+* **catch-up** — rows / seconds from that first move until the persisted checkpoint
+  passes the last committed row (batch by batch: the checkpoint's distinct values and
+  the lag, wall clock − checkpoint, sampled every 0.2 s from the capture's metastore);
+
+and, in the same run on the same rows, the two raw stages next to it:
+
+* **mount** — the committed row events decoded by ``TiDBMounter`` in one process;
+* **produce** — the mounted rows encoded as Open Protocol (not timed), then produced
+  pre-encoded by a plain idempotent librdkafka producer to the same mock cluster.
+
+Targets (docs/explanation/log-service-and-pipeline.md): catch-up on local[2] at least
+50 % of the slowest raw stage, and local[2] at least 1.6 × local[1].
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_e2e import PARTITIONS, LagSampler, Recorder, mount_all, percentile, produce_raw
+from cdcflow.plugins.sinks.kafka.mock import mock_cluster
+from cdcflow.plugins.sources.playground import Playground
+from tests.e2e.e2e_kafka import CaptureProcess
+
+#: Rows per workload transaction of the shop workload, roughly (for --rows → transactions).
+_ROWS_PER_TXN = 6.4
+
+
+def catch_up(pg: Playground, bootstrap: str, master: str, start_ts: int, last_ts: int, rows: int) -> dict[str, Any]:
+    topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        capture = CaptureProcess(Path(tmp), pg, bootstrap, topic, start_ts, partitions=PARTITIONS, master=master)
+        started = time.perf_counter()
+        capture.start()
+        try:
+            while True:
+                _, checkpoint = capture.checkpoint()
+                if checkpoint and checkpoint > start_ts:
+                    break
+                if not capture.alive():
+                    raise RuntimeError(f"the capture exited: see {capture.log}")
+                time.sleep(0.1)
+            first_move = time.perf_counter()
+            sampler = LagSampler(capture)
+            sampler.start()
+            checkpoints: set[int] = set()
+            while True:
+                _, checkpoint = capture.checkpoint()
+                checkpoints.add(checkpoint)
+                if checkpoint >= last_ts:
+                    break
+                if not capture.alive():
+                    raise RuntimeError(f"the capture exited: see {capture.log}")
+                time.sleep(0.1)
+            done = time.perf_counter()
+            lags = sampler.stop()
+        finally:
+            capture.stop()
+    seconds = done - first_move
+    return {
+        "master": master,
+        "startup_s": round(first_move - started, 1),
+        "catch_up_s": round(seconds, 1),
+        "catch_up_rows_per_s": round(rows / seconds),
+        "checkpoint_values_seen": len(checkpoints),
+        "checkpoint_lag_p50_s": round(percentile(lags, 50), 1),
+        "checkpoint_lag_p99_s": round(percentile(lags, 99), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (approximately)")
+    parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"], help="Spark masters to run")
+    args = parser.parse_args()
+    cluster = mock_cluster(3)
+    report: dict[str, Any] = {}
+    with Playground(stores=3, seed=5, ddl_every=0, split_keys=0) as pg:
+        recorder = Recorder(pg)
+        start_ts = pg.now()
+        recorder.on = True
+        began = time.perf_counter()
+        pg.run_workload(max(1, round(args.rows / _ROWS_PER_TXN)))
+        recorder.on = False
+        last_ts = pg.now()
+        rows = len(recorder.events)
+        report["rows"] = rows
+        report["load_s"] = round(time.perf_counter() - began, 1)
+        runs = [catch_up(pg, cluster.bootstrap_servers, master, start_ts, last_ts, rows) for master in args.masters]
+        mount_s, mounted = asyncio.run(mount_all(pg.status_address, start_ts, recorder.events))
+    produce_s, _ = produce_raw(cluster.bootstrap_servers, f"bench-catchup-raw-{uuid.uuid4().hex[:8]}", mounted)
+    mount, produce = rows / mount_s, len(mounted) / produce_s
+    slowest = min(mount, produce)
+    report["mount_rows_per_s"] = round(mount)
+    report["raw_produce_rows_per_s"] = round(produce)
+    for run in runs:
+        run["over_slowest_raw_stage"] = round(run["catch_up_rows_per_s"] / slowest, 3)
+    report["runs"] = runs
+    if len(runs) >= 2:
+        report["scaling_last_over_first"] = round(runs[-1]["catch_up_rows_per_s"] / runs[0]["catch_up_rows_per_s"], 2)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
