@@ -22,6 +22,12 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from cdcflow.core.config.settings import (
+    DEFAULT_ERROR_STUCK_DURATION,
+    DEFAULT_MEMORY_QUOTA,
+    DEFAULT_SPILL_DISK_QUOTA,
+)
+from cdcflow.core.data.filter import DEFAULT_FILTER_RULES
 from cdcflow.core.errors import CdcflowError
 
 __all__ = [
@@ -120,7 +126,7 @@ class ChangeFeedInfo:
     source: dict[str, Any]
     sinks: list[dict[str, Any]]
     scheduler: dict[str, Any] | None = None
-    filter_rules: list[str] = field(default_factory=lambda: ["*.*"])
+    filter_rules: list[str] = field(default_factory=lambda: list(DEFAULT_FILTER_RULES))
     start_ts: int = 0
     target_ts: int = 0
     state: ChangefeedState = ChangefeedState.NORMAL
@@ -130,12 +136,12 @@ class ChangeFeedInfo:
     created_at: float = 0.0
     warning_since: float | None = None
     state_changed_at: float = 0.0
-    error_stuck_duration: float = 1800.0
+    error_stuck_duration: float = DEFAULT_ERROR_STUCK_DURATION
     description: str = ""
     #: The connector's ``memory-quota`` and ``spill-disk-quota`` (bytes), which each
     #: capture's executor applies (records written before they were kept get the defaults).
-    memory_quota: int = 1024**3
-    spill_disk_quota: int = 0
+    memory_quota: int = DEFAULT_MEMORY_QUOTA
+    spill_disk_quota: int = DEFAULT_SPILL_DISK_QUOTA
     #: The connector's ``filter`` section as written (rules, case-sensitive,
     #: ignore-txn-start-ts, column-selectors); None in records written before it
     #: was kept, which had ``filter_rules`` alone.

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdcflow.core.config.settings import DEFAULT_MEMORY_QUOTA, DEFAULT_SPILL_DISK_QUOTA
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, RowChange, Span, TableName
 from cdcflow.core.data.frontier import SpanFrontier
 from cdcflow.core.data.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
@@ -116,8 +117,8 @@ class EventStore:
         changefeed_id: str,
         *,
         start_ts: int = 0,
-        memory_quota: int = 1024**3,
-        disk_quota: int = 0,
+        memory_quota: int = DEFAULT_MEMORY_QUOTA,
+        disk_quota: int = DEFAULT_SPILL_DISK_QUOTA,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         fsync: bool = True,
