@@ -20,6 +20,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from cdcflow.core.config.settings import DEFAULT_API_ADDR, DEFAULT_DATA_DIR, DEFAULT_GC_TTL, ServerSettings
 from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo
@@ -48,8 +49,16 @@ DEFAULT_MESSAGE_ADDR = "127.0.0.1:0"
 DEFAULT_SESSION_TTL = 10.0
 
 
+#: The server-section settings a capture applies itself; the others (Spark, ...) reach
+#: its span executors through ``CaptureOptions.server``.
+_SERVER_FIELDS = ("api_addr", "data_dir", "gc_ttl")
+
+
 @dataclass(frozen=True, slots=True)
 class CaptureOptions:
+    """How a capture runs: what its server section says (see :meth:`from_server`) and
+    the process's own knobs, which connectors.yaml does not set."""
+
     api_addr: str = DEFAULT_API_ADDR
     #: host:port of the message server; the port is picked by the OS when 0.
     message_addr: str = DEFAULT_MESSAGE_ADDR
@@ -62,6 +71,15 @@ class CaptureOptions:
     tls: TLSConfig | None = None
     #: The server section the capture runs with (handed to span executors: Spark, data dir).
     server: ServerSettings | None = None
+
+    @classmethod
+    def from_server(cls, server: ServerSettings, **changes: Any) -> CaptureOptions:
+        """The options of a capture run with ``server``: its API address, data directory
+        and GC TTL, then ``changes`` (command-line flags; those that are None were not
+        given and change nothing)."""
+        values: dict[str, Any] = {name: getattr(server, name) for name in _SERVER_FIELDS}
+        values.update((name, value) for name, value in changes.items() if value is not None)
+        return cls(server=server, **values)
 
 
 class Capture:
