@@ -18,6 +18,7 @@ from cdcflow.core.plugin.base import kebab
 
 __all__ = [
     "CHANGEFEED_ID_PATTERN",
+    "CONNECTOR_OPTIONS",
     "DEFAULT_API_ADDR",
     "DEFAULT_DATA_DIR",
     "DEFAULT_ERROR_STUCK_DURATION",
@@ -208,6 +209,15 @@ class ConnectorSettings(_Settings):
                 f"{value!r} is not a valid connector name: use letters and digits, words joined by single dashes"
             )
         return value
+
+
+#: The connector's own options: every field but its name, its plugin sections and its
+#: start ts. A changefeed record (``ChangeFeedInfo``) keeps each in a field of the same
+#: name, defaulting to the one declared here; API requests and answers, the stored JSON
+#: and the section a capture validates again all follow this list.
+CONNECTOR_OPTIONS: tuple[str, ...] = tuple(
+    name for name in ConnectorSettings.model_fields if name not in {"name", "source", "sinks", "scheduler", "start_ts"}
+)
 
 
 class DeploymentFile(_Settings):
