@@ -34,7 +34,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import pickle
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
@@ -42,13 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdcflow.core.config.settings import DEFAULT_MEMORY_QUOTA, DEFAULT_SPILL_DISK_QUOTA
-from cdcflow.core.data.events import DDLEvent, RawKVEvent, RowChange, Span, TableName
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, RowChange, Span
 from cdcflow.core.data.frontier import SpanFrontier
+from cdcflow.core.data.logservice.ddl_log import DDLLog
 from cdcflow.core.data.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
 from cdcflow.core.data.logservice.records import (
     Record,
     SchemaRegistry,
-    load_pickled,
     record_from_event,
     record_size,
     sort_key,
@@ -74,7 +73,6 @@ _RUN_BATCH_ROWS = 1_024
 
 _MAX_TS = (1 << 63) - 1
 
-_DDL_FILE = "ddl.pkl"
 _SCHEMAS_FILE = "schemas.pkl"
 
 
@@ -152,7 +150,7 @@ class EventStore:
         # flushed that far: nothing at or below it is needed here.
         self._manifest.published_ts = max(self._manifest.published_ts, start_ts)
         self._manifest.checkpoint_ts = max(self._manifest.checkpoint_ts, start_ts)
-        self._ddl: list[DDLEvent] = self._load_ddl()
+        self._ddl = DDLLog(self.directory)
         self._span_ids: dict[Span, int] = {}
         self._span_by_id: dict[int, Span] = {}
         for entry in self._manifest.spans:
@@ -268,20 +266,13 @@ class EventStore:
             return True
 
     def put_ddl(self, ddl: DDLEvent) -> bool:
-        """Record a DDL barrier at ``ddl.commit_ts``; returns False for a repeat.
-
-        A repeat is the same statement on the same table at the same commit ts,
-        whatever schema it carries: a source that sends a DDL again after a
-        restart may describe the schema in more detail than the copy stored by
-        an earlier version (column defaults), and sinks must not run it twice."""
-        identity = _ddl_identity(ddl)
+        """Record a DDL barrier at ``ddl.commit_ts``; returns False for a repeat
+        (see :meth:`DDLLog.add <cdcflow.core.data.logservice.ddl_log.DDLLog.add>`)
+        or one at or below the published ts."""
         with self._lock:
-            if ddl.commit_ts <= self._manifest.published_ts or any(_ddl_identity(d) == identity for d in self._ddl):
+            if ddl.commit_ts <= self._manifest.published_ts or not self._ddl.add(ddl):
                 return False
-            self._ddl.append(ddl)
-            self._ddl.sort(key=lambda d: d.commit_ts)
-            self._save_ddl()
-            self._manifest.ddl_ts = sorted({d.commit_ts for d in self._ddl})
+            self._manifest.ddl_ts = self._ddl.barriers()
             self._save()
             return True
 
@@ -349,7 +340,7 @@ class EventStore:
         moved = False
         while self._manifest.published_ts < target:
             published = self._manifest.published_ts
-            ddl = [d.commit_ts for d in self._ddl if published < d.commit_ts <= target]
+            ddl = [d.commit_ts for d in self._ddl.between(published, target)]
             self._cut(min(ddl, default=target))
             moved = True
         return moved
@@ -450,7 +441,7 @@ class EventStore:
     def ddl_between(self, start_ts: int, end_ts: int) -> list[DDLEvent]:
         """The DDL events with commit ts in ``(start_ts, end_ts]``, in commit order."""
         with self._lock:
-            return [d for d in self._ddl if start_ts < d.commit_ts <= end_ts]
+            return self._ddl.between(start_ts, end_ts)
 
     # -- progress -------------------------------------------------------------------
 
@@ -487,9 +478,8 @@ class EventStore:
                 return
             self._manifest.released_ts = ts
             self._remove_stale_chunks()
-            self._ddl = [d for d in self._ddl if d.commit_ts > ts]
-            self._manifest.ddl_ts = sorted({d.commit_ts for d in self._ddl})
-            self._save_ddl()
+            self._ddl.release(ts)
+            self._manifest.ddl_ts = self._ddl.barriers()
             self._save()
 
     def stats(self) -> StoreStats:
@@ -596,20 +586,6 @@ class EventStore:
                 keep.append(chunk)
         self._manifest.chunks = keep
 
-    def _load_ddl(self) -> list[DDLEvent]:
-        path = self.directory / _DDL_FILE
-        if not path.exists():
-            return []
-        with path.open("rb") as fh:
-            loaded: list[DDLEvent] = load_pickled(fh)
-        return loaded
-
-    def _save_ddl(self) -> None:
-        path = self.directory / _DDL_FILE
-        tmp = path.with_name(_DDL_FILE + ".tmp")
-        tmp.write_bytes(pickle.dumps(self._ddl, protocol=5))
-        tmp.replace(path)
-
     def _save(self) -> None:
         write_manifest(self.directory, self._manifest, fsync=self._fsync)
 
@@ -641,8 +617,3 @@ class _Counter(Iterator[Record]):
         record = next(self._inner)
         self.count += 1
         return record
-
-
-def _ddl_identity(ddl: DDLEvent) -> tuple[int, str, TableName | None, int]:
-    """What makes two DDL events the same schema change (see :meth:`EventStore.put_ddl`)."""
-    return ddl.commit_ts, ddl.query, ddl.table, ddl.action_type
