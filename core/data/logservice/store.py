@@ -31,67 +31,27 @@ while the pipeline releases chunks from Spark's batch thread.
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import logging
-import shutil
 import threading
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from cdcflow.core.config.settings import DEFAULT_MEMORY_QUOTA, DEFAULT_SPILL_DISK_QUOTA
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, RowChange, Span
 from cdcflow.core.data.frontier import SpanFrontier
+from cdcflow.core.data.logservice.buffers import DEFAULT_MAX_RUNS, Counted, SpanBuffer, SpanBuffers
 from cdcflow.core.data.logservice.ddl_log import DDLLog
 from cdcflow.core.data.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
-from cdcflow.core.data.logservice.records import (
-    Record,
-    SchemaRegistry,
-    record_from_event,
-    record_size,
-    sort_key,
-    write_records,
-)
-from cdcflow.core.data.logservice.runs import SpillRun
+from cdcflow.core.data.logservice.records import SchemaRegistry, write_records
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "EventStore", "StoreStats"]
-
-log = logging.getLogger(__name__)
 
 #: Rows per resolved chunk file (one Spark partition reads one chunk).
 DEFAULT_CHUNK_ROWS = 131_072
 #: Rows per Arrow record batch inside chunk and run files.
 DEFAULT_BATCH_ROWS = 8_192
 
-#: Spill runs per span before they are merged into one: a cut reads one batch of
-#: every run at once, so this keeps its memory independent of the transaction size.
-DEFAULT_MAX_RUNS = 16
-#: Rows per record batch in spill runs: a merge holds one batch per run in memory,
-#: so this (not the size of a transaction) bounds what publishing a cut costs.
-_RUN_BATCH_ROWS = 1_024
-
-_MAX_TS = (1 << 63) - 1
-
 _SCHEMAS_FILE = "schemas.pkl"
-
-
-@dataclass
-class _SpanBuffer:
-    """Unpublished events of one span: in memory and in spill runs."""
-
-    span: Span
-    span_id: int
-    replicating: bool
-    #: Events at or below this ts are duplicates (published here or flushed elsewhere).
-    floor_ts: int
-    resolved_ts: int
-    records: list[Record] = field(default_factory=list)
-    memory: int = 0
-    runs: list[SpillRun] = field(default_factory=list)
-    #: Once the span's events up to the published ts are in chunks: the chunk
-    #: sequence number a checkpoint must reach to cover the span (None before).
-    covered_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,23 +85,21 @@ class EventStore:
     ) -> None:
         self.directory = Path(directory)
         self.changefeed_id = changefeed_id
-        self.memory_quota = memory_quota
-        self.disk_quota = disk_quota
         self.chunk_rows = chunk_rows
         self.batch_rows = batch_rows
         self._fsync = fsync
         #: Whether put() spills by itself; callers that keep disk work off their
         #: event loop turn it off and call spill() from a thread.
         self.auto_spill = auto_spill
-        #: Runs per span before they are merged into one (bounds a cut's merge width).
-        self.max_runs = max(2, max_runs)
         self._lock = threading.RLock()
-        self._chunk_dir = self.directory / "chunks"
-        self._spill_dir = self.directory / "spill"
-        self._chunk_dir.mkdir(parents=True, exist_ok=True)
-        # Spill runs hold unresolved data only; a restart feeds it again.
-        shutil.rmtree(self._spill_dir, ignore_errors=True)
-        self._spill_dir.mkdir()
+        (self.directory / "chunks").mkdir(parents=True, exist_ok=True)
+        self._buffers = SpanBuffers(
+            self.directory / "spill",
+            changefeed_id,
+            memory_quota=memory_quota,
+            disk_quota=disk_quota,
+            max_runs=max_runs,
+        )
         self.schemas = SchemaRegistry(self.directory / _SCHEMAS_FILE)
         self._manifest = read_manifest(self.directory) or Manifest(
             changefeed_id, published_ts=start_ts, released_ts=start_ts, checkpoint_ts=start_ts
@@ -162,16 +120,25 @@ class EventStore:
         #: Spans re-added after the published ts moved on (others came back first) are
         #: behind it, and catch up like any span that joins late.
         self._durable_ts = self._manifest.published_ts
-        self._buffers: dict[Span, _SpanBuffer] = {}
         self._frontier = SpanFrontier(())
         self._barrier: int | None = None
-        self._memory = 0
-        self._run_seq = itertools.count()
-        self._dropped = 0
         #: Chunks below this sequence number are flushed (see :meth:`covers`).
         self._checkpoint_chunk = self._manifest.checkpoint_chunk
         self._remove_stale_chunks()
         self._save()
+
+    @property
+    def memory_quota(self) -> int:
+        return self._buffers.memory_quota
+
+    @property
+    def disk_quota(self) -> int:
+        return self._buffers.disk_quota
+
+    @property
+    def max_runs(self) -> int:
+        """Runs per span before they are merged into one (bounds a cut's merge width)."""
+        return self._buffers.max_runs
 
     # -- spans ------------------------------------------------------------------
 
@@ -190,18 +157,15 @@ class EventStore:
                 floor = checkpoint_ts
                 if span in self._durable:
                     floor = max(floor, self._durable_ts)
-                buf = _SpanBuffer(span, self._span_id(span), False, floor, floor)
-                self._buffers[span] = buf
+                buf = self._buffers.add(span, self._span_id(span), floor)
             if replicating and not buf.replicating:
                 self._start_replicating(buf, checkpoint_ts)
                 self._catch_up(buf)
             return buf.floor_ts
 
-    def _start_replicating(self, buf: _SpanBuffer, checkpoint_ts: int) -> None:
+    def _start_replicating(self, buf: SpanBuffer, checkpoint_ts: int) -> None:
         if checkpoint_ts > buf.floor_ts:
-            buf.floor_ts = checkpoint_ts
-            kept = [r for r in buf.records if r[0] > checkpoint_ts]
-            self._drop_memory(buf, kept)
+            self._buffers.raise_floor(buf, checkpoint_ts)
         buf.resolved_ts = max(buf.resolved_ts, buf.floor_ts)
         buf.replicating = True
         self._frontier.add(buf.span, buf.resolved_ts)
@@ -217,12 +181,9 @@ class EventStore:
     def remove_span(self, span: Span) -> None:
         """Drop ``span``'s unpublished events; its published chunks stay until released."""
         with self._lock:
-            buf = self._buffers.pop(span, None)
+            buf = self._buffers.remove(span)
             if buf is None:
                 return
-            self._drop_memory(buf, [])
-            for run in buf.runs:
-                run.delete()
             if buf.replicating:
                 self._frontier.remove(span)
                 self._mark_replicating(buf.span_id, False, None)
@@ -231,7 +192,7 @@ class EventStore:
 
     def spans(self) -> list[Span]:
         with self._lock:
-            return list(self._buffers)
+            return self._buffers.spans()
 
     def span_of(self, span_id: int) -> Span:
         """The span with store id ``span_id`` (for decoding chunk rows)."""
@@ -252,17 +213,10 @@ class EventStore:
         Never blocks: check :meth:`has_room` before putting to apply backpressure.
         """
         with self._lock:
-            buf = self._buffers.get(span)
-            if buf is None or event.commit_ts <= buf.floor_ts:
-                self._dropped += 1
+            if not self._buffers.put(span, event, self.schemas):
                 return False
-            record = record_from_event(event, buf.span_id, self.schemas)
-            size = record_size(record)
-            buf.records.append(record)
-            buf.memory += size
-            self._memory += size
-            if self.auto_spill and self._memory >= self.memory_quota:
-                self._spill()
+            if self.auto_spill and self._buffers.full:
+                self._buffers.spill(self._chunk_bytes)
             return True
 
     def put_ddl(self, ddl: DDLEvent) -> bool:
@@ -303,15 +257,15 @@ class EventStore:
         """Spill while memory is at the quota; returns whether memory is now below it
         (False: the disk quota forbids spilling — apply backpressure)."""
         with self._lock:
-            if self._memory >= self.memory_quota:
-                self._spill()
-            return self._memory < self.memory_quota
+            if self._buffers.full:
+                self._buffers.spill(self._chunk_bytes)
+            return not self._buffers.full
 
     @property
     def memory_full(self) -> bool:
         """Memory is at the quota (read without the lock: a hint, for callers'
         fast paths; :meth:`spill` decides)."""
-        return self._memory >= self.memory_quota
+        return self._buffers.full
 
     # -- publishing ---------------------------------------------------------------
 
@@ -347,7 +301,7 @@ class EventStore:
 
     def _cut(self, cut_ts: int) -> None:
         lo = self._manifest.published_ts
-        replicating = [buf for buf in self._buffers.values() if buf.replicating]
+        replicating = self._buffers.replicating()
         for buf in replicating:
             self._manifest.chunks.extend(self._write_chunks(buf, lo, cut_ts, cut_ts))
             # Every replicating span resolved past the cut: nothing at or below it comes again.
@@ -358,7 +312,7 @@ class EventStore:
                 self._set_covered(buf)
         self._save()
 
-    def _catch_up(self, buf: _SpanBuffer) -> bool:
+    def _catch_up(self, buf: SpanBuffer) -> bool:
         """Publish a replicating span's events at or below the published ts.
 
         A span that joins the frontier after the published ts passed its
@@ -385,19 +339,14 @@ class EventStore:
             self._save()
         return bool(chunks)
 
-    def _write_chunks(self, buf: _SpanBuffer, lo: int, hi: int, cut_ts: int) -> list[ChunkInfo]:
+    def _write_chunks(self, buf: SpanBuffer, lo: int, hi: int, cut_ts: int) -> list[ChunkInfo]:
         """Write ``buf``'s events with commit ts in ``(floor, cut_ts]`` as chunks labelled ``(lo, hi]``."""
-        below = sorted((r for r in buf.records if r[0] <= cut_ts), key=sort_key)
-        if below:
-            self._drop_memory(buf, [r for r in buf.records if r[0] > cut_ts])
-        floor = buf.floor_ts
-        sources: list[Iterable[Record]] = [below, *(run.take_until(cut_ts) for run in buf.runs)]
-        merged = (r for r in heapq.merge(*sources, key=sort_key) if r[0] > floor)
+        merged = self._buffers.take(buf, cut_ts)
         chunks = []
         while True:
             seq = self._manifest.next_chunk
             name = f"chunks/{seq:012d}.arrow"
-            counter = _Counter(itertools.islice(merged, self.chunk_rows))
+            counter = Counted(itertools.islice(merged, self.chunk_rows))
             size = write_records(self.directory / name, counter, self.batch_rows, fsync=self._fsync)
             if counter.count == 0:
                 (self.directory / name).unlink()
@@ -406,9 +355,7 @@ class EventStore:
             chunks.append(ChunkInfo(name, buf.span_id, lo, hi, counter.count, size))
             if counter.count < self.chunk_rows:
                 break
-        for run in [r for r in buf.runs if r.exhausted]:
-            run.delete()
-            buf.runs.remove(run)
+        self._buffers.drop_exhausted_runs(buf)
         return chunks
 
     def chunks_between(self, start_ts: int, end_ts: int) -> list[ChunkInfo]:
@@ -484,72 +431,24 @@ class EventStore:
 
     def stats(self) -> StoreStats:
         with self._lock:
-            run_bytes = sum(run.size for b in self._buffers.values() for run in b.runs)
-            chunk_bytes = sum(c.size for c in self._manifest.chunks)
             return StoreStats(
-                memory_bytes=self._memory,
-                disk_bytes=run_bytes + chunk_bytes,
-                spilled_runs=sum(len(b.runs) for b in self._buffers.values()),
+                memory_bytes=self._buffers.memory,
+                disk_bytes=self._buffers.run_bytes() + self._chunk_bytes(),
+                spilled_runs=self._buffers.run_count(),
                 chunks=len(self._manifest.chunks),
                 published_ts=self._manifest.published_ts,
-                dropped_duplicates=self._dropped,
+                dropped_duplicates=self._buffers.dropped,
             )
 
     def close(self) -> None:
         """Delete spill runs; published chunks and the manifest stay for a restart."""
         with self._lock:
-            for buf in self._buffers.values():
-                for run in buf.runs:
-                    run.delete()
-                buf.runs.clear()
-                self._drop_memory(buf, [])
-            self._buffers.clear()
+            self._buffers.close()
 
     # -- internals --------------------------------------------------------------------
 
-    def _spill(self) -> None:
-        """Spill the largest span buffers until memory is below the quota or the disk quota stops it."""
-        while self._memory >= self.memory_quota:
-            buf = max(self._buffers.values(), key=lambda b: b.memory, default=None)
-            if buf is None or not buf.records:
-                return
-            if self.disk_quota and self._disk_bytes() + buf.memory > self.disk_quota:
-                log.warning(
-                    "changefeed %s: event store memory quota full and disk quota reached; pausing feeds",
-                    self.changefeed_id,
-                )
-                return
-            buf.records.sort(key=sort_key)
-            path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
-            # Small record batches: publishing reads one batch of every run at once.
-            size = write_records(path, buf.records, _RUN_BATCH_ROWS, fsync=False)
-            buf.runs.append(SpillRun(path, len(buf.records), size, head_ts=buf.records[0][0]))
-            self._drop_memory(buf, [])
-            if len(buf.runs) > self.max_runs:
-                self._compact_runs(buf)
-
-    def _compact_runs(self, buf: _SpanBuffer) -> None:
-        """Merge a span's runs into one sorted run (streaming: one batch per run in memory)."""
-        path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
-        merged = _Counter(heapq.merge(*(run.take_until(_MAX_TS) for run in buf.runs), key=sort_key))
-        head = _Head(merged)
-        size = write_records(path, head, _RUN_BATCH_ROWS, fsync=False)
-        for run in buf.runs:
-            run.delete()
-        buf.runs = [SpillRun(path, merged.count, size, head_ts=head.first_ts)] if merged.count else []
-        if not merged.count:
-            path.unlink(missing_ok=True)
-
-    def _drop_memory(self, buf: _SpanBuffer, kept: list[Record]) -> None:
-        kept_memory = sum(record_size(r) for r in kept)
-        self._memory -= buf.memory - kept_memory
-        buf.records = kept
-        buf.memory = kept_memory
-
-    def _disk_bytes(self) -> int:
-        return sum(run.size for b in self._buffers.values() for run in b.runs) + sum(
-            c.size for c in self._manifest.chunks
-        )
+    def _chunk_bytes(self) -> int:
+        return sum(c.size for c in self._manifest.chunks)
 
     def _span_id(self, span: Span) -> int:
         known = self._span_ids.get(span)
@@ -565,7 +464,7 @@ class EventStore:
         self._set_entry(span_id, replicating, covered_from)
         self._save()
 
-    def _set_covered(self, buf: _SpanBuffer) -> None:
+    def _set_covered(self, buf: SpanBuffer) -> None:
         """From the next chunk on, a recorded checkpoint covers ``buf``'s span (saved with the manifest)."""
         buf.covered_from = self._manifest.next_chunk
         self._set_entry(buf.span_id, True, buf.covered_from)
@@ -588,32 +487,3 @@ class EventStore:
 
     def _save(self) -> None:
         write_manifest(self.directory, self._manifest, fsync=self._fsync)
-
-
-class _Head(Iterator[Record]):
-    """Remembers the commit ts of the first record an iterator yields."""
-
-    def __init__(self, inner: Iterator[Record]) -> None:
-        self._inner = inner
-        self.first_ts = 0
-        self._seen = False
-
-    def __next__(self) -> Record:
-        record = next(self._inner)
-        if not self._seen:
-            self._seen = True
-            self.first_ts = record[0]
-        return record
-
-
-class _Counter(Iterator[Record]):
-    """Counts the records an iterator yields."""
-
-    def __init__(self, inner: Iterator[Record]) -> None:
-        self._inner = inner
-        self.count = 0
-
-    def __next__(self) -> Record:
-        record = next(self._inner)
-        self.count += 1
-        return record
