@@ -49,15 +49,12 @@ DEFAULT_MESSAGE_ADDR = "127.0.0.1:0"
 DEFAULT_SESSION_TTL = 10.0
 
 
-#: The server-section settings a capture applies itself; the others (Spark, ...) reach
-#: its span executors through ``CaptureOptions.server``.
-_SERVER_FIELDS = ("api_addr", "data_dir", "gc_ttl")
-
-
 @dataclass(frozen=True, slots=True)
 class CaptureOptions:
-    """How a capture runs: what its server section says (see :meth:`from_server`) and
-    the process's own knobs, which connectors.yaml does not set."""
+    """How a capture runs: the server-section settings it applies itself (the fields
+    named as in :class:`ServerSettings`, see :meth:`from_server`; the others reach its
+    span executors through ``server``) and the process's own knobs, which
+    connectors.yaml does not set."""
 
     api_addr: str = DEFAULT_API_ADDR
     #: host:port of the message server; the port is picked by the OS when 0.
@@ -74,12 +71,16 @@ class CaptureOptions:
 
     @classmethod
     def from_server(cls, server: ServerSettings, **changes: Any) -> CaptureOptions:
-        """The options of a capture run with ``server``: its API address, data directory
-        and GC TTL, then ``changes`` (command-line flags; those that are None were not
-        given and change nothing)."""
+        """The options of a capture run with ``server``: the section's values of the fields
+        both have (API address, data directory, GC TTL), then ``changes`` (command-line
+        flags; those that are None were not given and change nothing)."""
         values: dict[str, Any] = {name: getattr(server, name) for name in _SERVER_FIELDS}
         values.update((name, value) for name, value in changes.items() if value is not None)
         return cls(server=server, **values)
+
+
+#: The fields CaptureOptions takes from the server section.
+_SERVER_FIELDS = tuple(name for name in CaptureOptions.__dataclass_fields__ if name in ServerSettings.model_fields)
 
 
 class Capture:
