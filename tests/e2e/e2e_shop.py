@@ -147,7 +147,7 @@ def _time(value: Any) -> dt.timedelta:
 
 def normalise(value: Any, ft: Any) -> Any:
     """``value`` of a column of TiDB type ``ft`` in the comparable form documented above."""
-    from cdcflow.plugins.sources.tikv.tidb.fieldtype import TypeCode
+    from cdcflow.core.data.types import TypeCode
 
     if value is None:
         return None

@@ -18,10 +18,11 @@ import pytest
 from cdcflow.core.data.events import RawKVEvent, Span
 from cdcflow.core.data.logservice.records import batch_to_records, event_from_record, read_record_batches
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.types import TypeCode
 from cdcflow.core.testing import ListSink
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, Span, TableName, TableSetChange
+from cdcflow.core.data.types import TypeCode
 from cdcflow.core.errors import CheckpointStaleError
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
 
 pytestmark = pytest.mark.integration
 
