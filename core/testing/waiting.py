@@ -37,7 +37,7 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
 #: Seconds between two evaluations of the predicate.
 DEFAULT_INTERVAL = 0.02
-_SHOWN = 2000  # characters of the last observed value in the failure message
+_SHOWN = 2000  # characters of the last observed value shown in the failure message
 
 
 class WaitTimeout(AssertionError):
@@ -52,8 +52,8 @@ class WaitTimeout(AssertionError):
         self.timeout = timeout
         self.observed = observed
         shown = repr(observed)
-        if len(shown) > _SHOWN:
-            shown = shown[:_SHOWN] + "…"
+        if len(shown) > _SHOWN:  # its beginning and its end (a log's last lines, a list's last items)
+            shown = f"{shown[: _SHOWN // 2]} … {shown[-_SHOWN // 2 :]}"
         super().__init__(f"timed out after {timeout:g}s waiting for {what}; last observed: {shown}")
 
 

@@ -56,6 +56,16 @@ def test_a_timeout_says_what_was_awaited_and_the_last_value_seen():
         until_sync(lambda: state["paused"], timeout=0.05, message="the feed to pause")
 
 
+def test_a_long_observed_value_is_shown_by_its_beginning_and_its_end():
+    log = "started\n" + "x" * 10_000 + "\nfailed: port in use"
+    with pytest.raises(WaitTimeout) as raised:
+        until_sync(lambda: None, timeout=0, observe=lambda: log)
+    shown = str(raised.value)
+    assert "'started\\n" in shown and "failed: port in use'" in shown and " … " in shown
+    assert len(shown) < 2_200
+    assert raised.value.observed == log  # whole on the exception
+
+
 def test_a_named_predicate_is_described_by_its_name():
     def settled() -> bool:
         return False
