@@ -2,7 +2,6 @@
 
 import inspect
 import re
-from pathlib import Path
 
 import pytest
 
@@ -10,9 +9,9 @@ from cdcflow.core.cli.main import build_parser
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.docs import page_name, plugin_page
 from cdcflow.core.plugin.manager import PluginManager
+from tests import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
+DOCS = REPO / "docs"
 
 
 def hook_names():
@@ -54,7 +53,7 @@ def test_every_cli_command_is_documented():
 
 
 def test_relative_links_resolve():
-    for page in [*DOCS.rglob("*.md"), ROOT / "README.md"]:
+    for page in [*DOCS.rglob("*.md"), REPO / "README.md"]:
         for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", page.read_text()):
             if "://" in target:
                 continue
