@@ -61,7 +61,7 @@ def test_relative_links_resolve():
 
 
 def _packages(root: str) -> list[str]:
-    return sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / root).rglob("__init__.py"))
+    return sorted(str(p.parent.relative_to(REPO)) for p in (REPO / root).rglob("__init__.py"))
 
 
 @pytest.mark.parametrize("package", _packages("core") + _packages("plugins"))
@@ -79,6 +79,6 @@ def test_the_architecture_page_lists_every_package(package):
     ),
 )
 def test_the_architecture_page_names_where_each_concept_lives(name, module):
-    path = ROOT / module
+    path = REPO / module
     sources = [path] if path.is_file() else sorted(path.rglob("*.py"))
     assert any(re.search(rf"^class {name}\b", src.read_text(), re.M) for src in sources), f"{name} is not in {module}"
