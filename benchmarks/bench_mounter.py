@@ -25,8 +25,9 @@ import statistics
 import time
 
 from cdcflow.core.data.events import RawKVEvent, Span
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBDatabase, TiDBTable
 from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore

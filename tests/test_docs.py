@@ -2,7 +2,6 @@
 
 import inspect
 import re
-from pathlib import Path
 
 import pytest
 
@@ -10,9 +9,9 @@ from cdcflow.core.cli.main import build_parser
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.docs import page_name, plugin_page
 from cdcflow.core.plugin.manager import PluginManager
+from tests import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
+DOCS = REPO / "docs"
 
 
 def hook_names():
@@ -54,7 +53,7 @@ def test_every_cli_command_is_documented():
 
 
 def test_relative_links_resolve():
-    for page in [*DOCS.rglob("*.md"), ROOT / "README.md"]:
+    for page in [*DOCS.rglob("*.md"), REPO / "README.md"]:
         for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", page.read_text()):
             if "://" in target:
                 continue
@@ -62,7 +61,7 @@ def test_relative_links_resolve():
 
 
 def _packages(root: str) -> list[str]:
-    return sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / root).rglob("__init__.py"))
+    return sorted(str(p.parent.relative_to(REPO)) for p in (REPO / root).rglob("__init__.py"))
 
 
 @pytest.mark.parametrize("package", _packages("core") + _packages("plugins"))
@@ -80,6 +79,6 @@ def test_the_architecture_page_lists_every_package(package):
     ),
 )
 def test_the_architecture_page_names_where_each_concept_lives(name, module):
-    path = ROOT / module
+    path = REPO / module
     sources = [path] if path.is_file() else sorted(path.rglob("*.py"))
     assert any(re.search(rf"^class {name}\b", src.read_text(), re.M) for src in sources), f"{name} is not in {module}"

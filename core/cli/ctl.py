@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcflow.core.cli._common import EXIT_OK, print_json
+from cdcflow.core.config.settings import DEFAULT_API_ADDR
 
 _CHANGEFEED_VERBS = {
     "create": "create a changefeed (--sink-uri or --config, --changefeed-id, --start-ts, --target-ts)",
@@ -29,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="manage changefeeds and captures of a running cluster",
         description="Talk to a running cdcflow cluster through its REST API (--server).",
     )
-    parser.add_argument("--server", default="http://127.0.0.1:8300", help="address of any capture's API")
+    parser.add_argument("--server", default=f"http://{DEFAULT_API_ADDR}", help="address of any capture's API")
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     groups = parser.add_subparsers(dest="group", metavar="{changefeed,capture}", required=True)
 

@@ -56,9 +56,7 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     declared = [info_from_connector(c, s) for c, s in zip(deployment.connectors, raw, strict=True)]
     server = deployment.server
     store = open_metastore(server.metastore)
-    options = CaptureOptions(
-        api_addr=server.api_addr, data_dir=server.data_dir, gc_ttl=float(server.gc_ttl), server=server
-    )
+    options = CaptureOptions.from_server(server)
     capture = Capture(store, plugins, load_executor_factory(executor), options)
     host, _, port = server.api_addr.rpartition(":")
     api = ApiServer(capture, host, int(port))

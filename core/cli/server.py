@@ -26,10 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--config", metavar="FILE", help="connectors.yaml whose server section to use")
     parser.add_argument("--metastore", help="metastore URL (sqlite:///path or etcd://host:port[,...])")
     parser.add_argument("--addr", help="host:port of the REST API (port 0: any free port)")
-    parser.add_argument("--message-addr", default="127.0.0.1:0", help="host:port of the inter-capture gRPC server")
+    parser.add_argument("--message-addr", help="host:port of the inter-capture gRPC server")
     parser.add_argument("--data-dir", help="directory for local state")
-    parser.add_argument("--session-ttl", type=float, default=10.0, help="seconds a capture survives without keepalive")
-    parser.add_argument("--gc-tick", type=float, default=60.0, help="seconds between GC safepoint updates")
+    parser.add_argument("--session-ttl", type=float, help="seconds a capture survives without keepalive")
+    parser.add_argument("--gc-tick", type=float, help="seconds between GC safepoint updates")
     parser.add_argument("--executor", help="span executor factory as module:attribute (default: see docs)")
     parser.add_argument("--tls-ca", help="CA certificate (PEM) for inter-capture TLS")
     parser.add_argument("--tls-cert", help="this capture's certificate (PEM)")
@@ -49,22 +49,21 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
 
     settings = load_deployment(args.config).server if args.config else ServerSettings()
     metastore = args.metastore or settings.metastore
-    addr = args.addr or settings.api_addr
-    host, _, port = addr.rpartition(":")
     tls = TLSConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
+    # Flags not given are None and leave the file's (or the default) value.
+    options = CaptureOptions.from_server(
+        settings,
+        api_addr=args.addr or None,
+        message_addr=args.message_addr,
+        data_dir=args.data_dir or None,
+        session_ttl=args.session_ttl,
+        gc_tick=args.gc_tick,
+        tls=tls,
+    )
+    host, _, port = options.api_addr.rpartition(":")
     plugins = get_plugin_manager()
     factory = load_executor_factory(args.executor)
     store = open_metastore(metastore)
-    options = CaptureOptions(
-        api_addr=addr,
-        message_addr=args.message_addr,
-        data_dir=args.data_dir or settings.data_dir,
-        session_ttl=args.session_ttl,
-        gc_ttl=float(settings.gc_ttl),
-        gc_tick=args.gc_tick,
-        tls=tls,
-        server=settings,
-    )
     capture = Capture(store, plugins, factory, options)
     api = ApiServer(capture, host, int(port))
     real_port = await api.start()

@@ -13,11 +13,19 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from cdcflow.core.config.units import ByteSize, Duration
-from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.filter import DEFAULT_FILTER_RULES, TableFilter
 from cdcflow.core.plugin.base import kebab
 
 __all__ = [
     "CHANGEFEED_ID_PATTERN",
+    "CONNECTOR_OPTIONS",
+    "DEFAULT_API_ADDR",
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_ERROR_STUCK_DURATION",
+    "DEFAULT_GC_TTL",
+    "DEFAULT_MEMORY_QUOTA",
+    "DEFAULT_SPILL_DISK_QUOTA",
+    "DEFAULT_TRIGGER_INTERVAL",
     "ColumnSelectorSettings",
     "ConnectorSettings",
     "DeploymentFile",
@@ -44,6 +52,11 @@ class _Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=kebab, populate_by_name=True)
 
 
+#: A capture's directory for local state; the metastore file and the Spark warehouse
+#: are in it unless configured elsewhere.
+DEFAULT_DATA_DIR = "./data"
+#: Seconds between two looks of a changefeed's streaming query for new resolved data.
+DEFAULT_TRIGGER_INTERVAL = 0.5
 #: Rows a micro-batch holds at most, by default (server.spark.max-batch-rows).
 DEFAULT_MAX_BATCH_ROWS = 100_000
 
@@ -53,10 +66,12 @@ class SparkSettings(_Settings):
 
     master: str = Field("local[*]", description="spark.master: local[*] in the capture's process, or a cluster URL.")
     app_name: str = Field("cdcflow", description="Spark application name.")
-    warehouse_dir: str = Field("./data/lake", description="spark.sql.warehouse.dir for Spark table sinks.")
+    warehouse_dir: str = Field(f"{DEFAULT_DATA_DIR}/lake", description="spark.sql.warehouse.dir for Spark table sinks.")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark properties; applied last.")
     trigger_interval: Duration = Field(
-        0.5, gt=0, description="How often each changefeed's streaming query looks for new resolved data (e.g. 500ms)."
+        DEFAULT_TRIGGER_INTERVAL,
+        gt=0,
+        description="How often each changefeed's streaming query looks for new resolved data (e.g. 500ms).",
     )
     max_batch_rows: int = Field(
         DEFAULT_MAX_BATCH_ROWS,
@@ -76,17 +91,23 @@ class SparkSettings(_Settings):
         return value
 
 
+#: host:port of a capture's REST API.
+DEFAULT_API_ADDR = "127.0.0.1:8300"
+#: Seconds the upstream GC safepoint is kept (24 h), and failed changefeeds protected.
+DEFAULT_GC_TTL = 86400.0
+
+
 class ServerSettings(_Settings):
     """The capture process: metastore, API, data directory, Spark."""
 
     metastore: str = Field(
-        "sqlite:///./data/meta.db",
+        f"sqlite:///{DEFAULT_DATA_DIR}/meta.db",
         description="Metastore URL: sqlite:///path (one node) or etcd://host:port[,host:port] (cluster).",
     )
-    api_addr: str = Field("127.0.0.1:8300", description="host:port the REST API listens on.")
+    api_addr: str = Field(DEFAULT_API_ADDR, description="host:port the REST API listens on.")
     advertise_addr: str = Field("", description="host:port other captures use to reach this one; api-addr when empty.")
-    data_dir: str = Field("./data", description="Directory for the event store's spill files and local state.")
-    gc_ttl: Duration = Field(86400.0, description="TTL of the upstream GC safepoint cdcflow keeps (e.g. 24h).")
+    data_dir: str = Field(DEFAULT_DATA_DIR, description="Directory for the event store's spill files and local state.")
+    gc_ttl: Duration = Field(DEFAULT_GC_TTL, description="TTL of the upstream GC safepoint cdcflow keeps (e.g. 24h).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark settings.")
 
@@ -128,7 +149,7 @@ class FilterSettings(_Settings):
     """Which tables a connector replicates."""
 
     rules: list[str] = Field(
-        default_factory=lambda: ["*.*"],
+        default_factory=lambda: list(DEFAULT_FILTER_RULES),
         description="Table-filter rules (schema.table with * ? [] wildcards, ! to exclude); the last match wins.",
     )
     case_sensitive: bool = Field(False, description="Compare schema and table names case-sensitively.")
@@ -153,6 +174,14 @@ class FilterSettings(_Settings):
         return TableFilter(self.rules, case_sensitive=self.case_sensitive)
 
 
+#: Bytes of buffered changes per changefeed before they spill (1 GiB).
+DEFAULT_MEMORY_QUOTA = 1024**3
+#: Event-store disk per changefeed; 0: no limit.
+DEFAULT_SPILL_DISK_QUOTA = 0
+#: Seconds a changefeed may stay Warning before it becomes Failed (30 min).
+DEFAULT_ERROR_STUCK_DURATION = 1800.0
+
+
 class ConnectorSettings(_Settings):
     """One connector: a changefeed from a source into one or more sinks."""
 
@@ -169,16 +198,18 @@ class ConnectorSettings(_Settings):
     target_ts: int = Field(0, ge=0, description="Stop (state finished) at this TSO; 0 means never.")
     filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
     memory_quota: ByteSize = Field(
-        1024**3,
+        DEFAULT_MEMORY_QUOTA,
         description="Memory per changefeed for buffered changes before they spill: the source's feeds take their "
         "share (tikv: a quarter), the event store the rest.",
     )
     spill_disk_quota: ByteSize = Field(
-        0,
+        DEFAULT_SPILL_DISK_QUOTA,
         description="Event-store disk (spill runs, resolved chunks) per changefeed; feeds pause at it; 0: no limit.",
     )
     error_stuck_duration: Duration = Field(
-        1800.0, gt=0, description="How long a changefeed may stay Warning before it becomes Failed."
+        DEFAULT_ERROR_STUCK_DURATION,
+        gt=0,
+        description="How long a changefeed may stay Warning before it becomes Failed.",
     )
 
     @field_validator("name")
@@ -189,6 +220,15 @@ class ConnectorSettings(_Settings):
                 f"{value!r} is not a valid connector name: use letters and digits, words joined by single dashes"
             )
         return value
+
+
+#: The connector's own options: every field but its name, its plugin sections and its
+#: start ts. A changefeed record (``ChangeFeedInfo``) keeps each in a field of the same
+#: name, defaulting to the one declared here; API requests and answers, the stored JSON
+#: and the section a capture validates again all follow this list.
+CONNECTOR_OPTIONS: tuple[str, ...] = tuple(
+    name for name in ConnectorSettings.model_fields if name not in {"name", "source", "sinks", "scheduler", "start_ts"}
+)
 
 
 class DeploymentFile(_Settings):

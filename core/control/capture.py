@@ -20,10 +20,12 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from cdcflow.core.config.settings import ServerSettings
+from cdcflow.core.config.settings import DEFAULT_API_ADDR, DEFAULT_DATA_DIR, DEFAULT_GC_TTL, ServerSettings
 from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo
-from cdcflow.core.control.coordinator.coordinator import Coordinator
+from cdcflow.core.control.coordinator.controller import DEFAULT_HEARTBEAT_TIMEOUT
+from cdcflow.core.control.coordinator.coordinator import DEFAULT_CHECKPOINT_WINDOW, Coordinator
 from cdcflow.core.control.coordinator.spec import connector_for
 from cdcflow.core.control.gc.keeper import GCSafepointKeeper
 from cdcflow.core.control.gc.manager import DEFAULT_GC_TICK, GCManager
@@ -37,25 +39,48 @@ from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.version import __version__
 
-__all__ = ["Capture", "CaptureOptions"]
+__all__ = ["DEFAULT_MESSAGE_ADDR", "DEFAULT_SESSION_TTL", "Capture", "CaptureOptions"]
 
 log = logging.getLogger(__name__)
+
+#: host:port of the inter-capture message server; port 0: picked by the OS.
+DEFAULT_MESSAGE_ADDR = "127.0.0.1:0"
+#: Seconds a capture's session survives without a keepalive.
+DEFAULT_SESSION_TTL = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class CaptureOptions:
-    api_addr: str = "127.0.0.1:8300"
+    """How a capture runs: the server-section settings it applies itself (the fields
+    named as in :class:`ServerSettings`, see :meth:`from_server`; the others reach its
+    span executors through ``server``) and the process's own knobs, which
+    connectors.yaml does not set."""
+
+    api_addr: str = DEFAULT_API_ADDR
     #: host:port of the message server; the port is picked by the OS when 0.
-    message_addr: str = "127.0.0.1:0"
-    data_dir: str = "./data"
-    session_ttl: float = 10.0
-    gc_ttl: float = 86400.0
+    message_addr: str = DEFAULT_MESSAGE_ADDR
+    data_dir: str = DEFAULT_DATA_DIR
+    session_ttl: float = DEFAULT_SESSION_TTL
+    gc_ttl: float = DEFAULT_GC_TTL
     gc_tick: float = DEFAULT_GC_TICK
-    heartbeat_timeout: float = 10.0
-    checkpoint_window: float = 0.5
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    checkpoint_window: float = DEFAULT_CHECKPOINT_WINDOW
     tls: TLSConfig | None = None
     #: The server section the capture runs with (handed to span executors: Spark, data dir).
     server: ServerSettings | None = None
+
+    @classmethod
+    def from_server(cls, server: ServerSettings, **changes: Any) -> CaptureOptions:
+        """The options of a capture run with ``server``: the section's values of the fields
+        both have (API address, data directory, GC TTL), then ``changes`` (command-line
+        flags; those that are None were not given and change nothing)."""
+        values: dict[str, Any] = {name: getattr(server, name) for name in _SERVER_FIELDS}
+        values.update((name, value) for name, value in changes.items() if value is not None)
+        return cls(server=server, **values)
+
+
+#: The fields CaptureOptions takes from the server section.
+_SERVER_FIELDS = tuple(name for name in CaptureOptions.__dataclass_fields__ if name in ServerSettings.model_fields)
 
 
 class Capture:

@@ -22,6 +22,8 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from cdcflow.core.config.settings import CONNECTOR_OPTIONS, ConnectorSettings
+from cdcflow.core.data.filter import DEFAULT_FILTER_RULES
 from cdcflow.core.errors import CdcflowError
 
 __all__ = [
@@ -105,6 +107,11 @@ def check_transition(changefeed_id: str, old: ChangefeedState, new: ChangefeedSt
     )
 
 
+def _option_default(name: str) -> Any:
+    """The default of the connector option ``name``, as its pydantic field declares it."""
+    return ConnectorSettings.model_fields[name].get_default(call_default_factory=True)
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeFeedInfo:
     """A changefeed as declared, with its lifecycle state.
@@ -114,15 +121,21 @@ class ChangeFeedInfo:
     maintainer is (re)started, so messages of an older incarnation can be
     told apart; ``version`` is bumped by every persisted change of this
     record and is what optimistic concurrency checks.
+
+    Each of the connector's own options (:data:`~cdcflow.core.config.settings.CONNECTOR_OPTIONS`)
+    is a field of the same name whose default is the connector's (records
+    written before the option was kept get it); importing this module fails if
+    one is missing. The stored JSON has one key per field; :meth:`options`
+    gives the options back as declared.
     """
 
     id: str
     source: dict[str, Any]
     sinks: list[dict[str, Any]]
     scheduler: dict[str, Any] | None = None
-    filter_rules: list[str] = field(default_factory=lambda: ["*.*"])
+    filter_rules: list[str] = field(default_factory=lambda: list(DEFAULT_FILTER_RULES))
     start_ts: int = 0
-    target_ts: int = 0
+    target_ts: int = _option_default("target_ts")
     state: ChangefeedState = ChangefeedState.NORMAL
     error: dict[str, Any] | None = None
     epoch: int = 1
@@ -130,12 +143,12 @@ class ChangeFeedInfo:
     created_at: float = 0.0
     warning_since: float | None = None
     state_changed_at: float = 0.0
-    error_stuck_duration: float = 1800.0
-    description: str = ""
+    error_stuck_duration: float = _option_default("error_stuck_duration")
+    description: str = _option_default("description")
     #: The connector's ``memory-quota`` and ``spill-disk-quota`` (bytes), which each
-    #: capture's executor applies (records written before they were kept get the defaults).
-    memory_quota: int = 1024**3
-    spill_disk_quota: int = 0
+    #: capture's executor applies.
+    memory_quota: int = _option_default("memory_quota")
+    spill_disk_quota: int = _option_default("spill_disk_quota")
     #: The connector's ``filter`` section as written (rules, case-sensitive,
     #: ignore-txn-start-ts, column-selectors); None in records written before it
     #: was kept, which had ``filter_rules`` alone.
@@ -148,6 +161,11 @@ class ChangeFeedInfo:
         """The ``filter`` section that validates into this changefeed's filter."""
         return dict(self.filter) if self.filter is not None else {"rules": list(self.filter_rules)}
 
+    def options(self) -> dict[str, Any]:
+        """The connector's own options by field name, in declaration order: the kept
+        values (bytes, seconds, ...), the filter as its section."""
+        return {name: self.filter_section() if name == "filter" else getattr(self, name) for name in CONNECTOR_OPTIONS}
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["state"] = self.state.value
@@ -159,6 +177,15 @@ class ChangeFeedInfo:
         values["state"] = ChangefeedState(values["state"])
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def _check_options_kept() -> None:
+    missing = [name for name in CONNECTOR_OPTIONS if name not in ChangeFeedInfo.__dataclass_fields__]
+    if missing:
+        raise TypeError(f"ChangeFeedInfo has no field for the connector option(s) {', '.join(missing)}")
+
+
+_check_options_kept()
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ Where each concept lives:
 
 =================================  ==========================================
 ``events``                         spans, row changes, DDL, resolved ts, micro-batches
+``types``                          ``TypeCode``: MySQL column type bytes and their groups
 ``source``                         the ``Source`` contract: long-lived feeds per span
 ``sink``                           the ``Sink`` contract: flush before return, idempotent replay
 ``codec``                          the ``Codec`` contract: message formats for message sinks

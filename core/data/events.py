@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cdcflow.core.data.types import TypeCode
+
 __all__ = [
     "ColumnInfo",
     "DDLEvent",
@@ -26,6 +28,7 @@ __all__ = [
     "TableName",
     "TableSchema",
     "TableSetChange",
+    "TypeCode",
     "tso_from_ms",
     "tso_physical_ms",
 ]
@@ -81,8 +84,9 @@ class TableName:
 class ColumnInfo:
     """One column as sinks see it.
 
-    ``type_code`` is the MySQL type byte (Open Protocol §2.4) and ``flags``
-    the Open Protocol column flag bits (§2.5), so codecs need no other schema.
+    ``type_code`` is the MySQL type byte, a :class:`TypeCode` value (plain
+    ints compare equal to its members), and ``flags`` the Open Protocol column
+    flag bits (§2.5) below, so codecs and sinks need no other schema.
 
     ``origin_default`` is the value a row written before the column existed
     reads (TiDB's ``origin_default``, fixed at ADD COLUMN time; a NOT NULL

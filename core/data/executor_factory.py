@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from cdcflow.core.config.loader import Connector
-from cdcflow.core.config.settings import ServerSettings
+from cdcflow.core.config.settings import DEFAULT_DATA_DIR, ServerSettings
 from cdcflow.core.control.changefeed import ChangeFeedInfo
 from cdcflow.core.data.span_executor import SpanExecutor
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
@@ -51,7 +51,7 @@ class ExecutorContext:
     connector: Connector
     capture_id: str
     plugins: PluginManager
-    data_dir: str = "./data"
+    data_dir: str = DEFAULT_DATA_DIR
     #: The checkpoint the executor's first span starts from.
     start_ts: int = 0
     #: The capture's server settings (data directory, Spark).

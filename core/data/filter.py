@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cdcflow.core.data.events import DDLEvent
 
-__all__ = ["FilterRuleError", "TableFilter", "replicates_ddl"]
+__all__ = ["DEFAULT_FILTER_RULES", "FilterRuleError", "TableFilter", "replicates_ddl"]
+
+#: The rules of a filter that nobody wrote: every table.
+DEFAULT_FILTER_RULES: tuple[str, ...] = ("*.*",)
 
 #: Schemas never replicated, whatever the rules say (TiDB system schemas).
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "metrics_schema", "sys"})
@@ -99,7 +102,7 @@ def _compile(pattern: str, case_sensitive: bool) -> re.Pattern[str]:
 class TableFilter:
     """Decides which tables a changefeed replicates."""
 
-    def __init__(self, rules: Iterable[str] = ("*.*",), *, case_sensitive: bool = False) -> None:
+    def __init__(self, rules: Iterable[str] = DEFAULT_FILTER_RULES, *, case_sensitive: bool = False) -> None:
         self._rules: list[_Rule] = []
         for raw in rules:
             text = raw.strip()

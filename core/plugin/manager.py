@@ -50,6 +50,7 @@ TRACE_ENV = "CDCFLOW_TRACE_PLUGINS"
 #: Modules of the built-in plugins, loaded in this order before entry points.
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.sources.tikv",
+    "cdcflow.plugins.sources.cockroachdb",
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.codecs.open_protocol",
     "cdcflow.plugins.codecs.canal_json",

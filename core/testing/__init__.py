@@ -8,7 +8,10 @@ sink or scheduler plugin without infrastructure.
   a span executor that runs feeds straight into sinks on the capture's event loop,
   so the control plane runs end to end without Spark;
 * :mod:`.scheduling` — a simulated cluster that drives a scheduler plugin against
-  in-memory agents, for scheduler plugin tests.
+  in-memory agents, for scheduler plugin tests;
+* :mod:`.waiting` — :func:`until` (and :func:`until_sync`), which polls a condition
+  until it holds and fails saying what it awaited and what it last saw, instead of
+  sleeping and then asserting (re-exported here).
 """
 
 from cdcflow.core.testing.kit import (
@@ -25,6 +28,7 @@ from cdcflow.core.testing.kit import (
     insert,
     update,
 )
+from cdcflow.core.testing.waiting import WaitTimeout, until, until_sync
 
 __all__ = [
     "DriveResult",
@@ -33,10 +37,13 @@ __all__ = [
     "ListSource",
     "ListSourceConfig",
     "SimulatedCrash",
+    "WaitTimeout",
     "create_table",
     "delete",
     "drive",
     "drop_table",
     "insert",
+    "until",
+    "until_sync",
     "update",
 ]

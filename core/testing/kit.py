@@ -314,7 +314,7 @@ async def drive(
     exception propagates; ``DriveResult`` is then lost, but the sinks have seen
     every batch up to the checkpoint a restart would resume from.
     """
-    filt = table_filter or TableFilter(["*.*"])
+    filt = table_filter or TableFilter()
     await source.open()
     spans = [
         span

@@ -30,8 +30,9 @@ from pydantic import Field
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, tso_physical_ms
+from cdcflow.core.data.types import BLOB_TYPES, CHAR_TYPES, INT_TYPES, UINT_TYPES, TypeCode
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.plugins.codecs.columns import TypeCode, column_of, columns_of, elements_of, format_date_value, fsp_of
+from cdcflow.plugins.codecs.columns import column_of, columns_of, elements_of, format_date_value, fsp_of
 from cdcflow.plugins.codecs.gojson import go_float_plain, go_json
 from cdcflow.plugins.codecs.open_protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -48,22 +49,22 @@ _DDL_TYPES = {3: "CREATE", 4: "ERASE", 11: "TRUNCATE", 14: "RENAME", 7: "CINDEX"
 _DDL_TYPES.update({8: "DINDEX", 10: "DINDEX", 33: "DINDEX"})
 _DDL_TYPES.update(dict.fromkeys((5, 6, 12, 13, 15, 17, 18, 19, 20, 22, 23), "ALTER"))
 
-_NAMES = {
+_NAMES: dict[int, str] = {
     TypeCode.TINY: "tinyint", TypeCode.SHORT: "smallint", TypeCode.LONG: "int", TypeCode.INT24: "mediumint",
     TypeCode.LONGLONG: "bigint", TypeCode.FLOAT: "float", TypeCode.DOUBLE: "double", TypeCode.DECIMAL: "decimal",
     TypeCode.NEWDECIMAL: "decimal", TypeCode.TIMESTAMP: "timestamp", TypeCode.DATE: "date",
     TypeCode.NEWDATE: "date", TypeCode.DURATION: "time", TypeCode.DATETIME: "datetime", TypeCode.YEAR: "year",
     TypeCode.BIT: "bit", TypeCode.JSON: "json", TypeCode.ENUM: "enum", TypeCode.SET: "set",
-    TypeCode.GEOMETRY: "geometry", TypeCode.VECTOR: "vector", TypeCode.NULL: "null",
+    TypeCode.GEOMETRY: "geometry", TypeCode.VECTOR_FLOAT32: "vector", TypeCode.NULL: "null",
 }  # fmt: skip
 _INTEGER_NAMES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
-_BLOB_NAMES = {
+_BLOB_NAMES: dict[int, str] = {
     TypeCode.TINY_BLOB: "tiny",
     TypeCode.MEDIUM_BLOB: "medium",
     TypeCode.LONG_BLOB: "long",
     TypeCode.BLOB: "",
 }
-_JAVA = {
+_JAVA: dict[int, int] = {
     TypeCode.TINY: -6, TypeCode.SHORT: 5, TypeCode.INT24: 4, TypeCode.LONG: 4, TypeCode.LONGLONG: -5,
     TypeCode.FLOAT: 7, TypeCode.DOUBLE: 8, TypeCode.DECIMAL: 3, TypeCode.NEWDECIMAL: 3, TypeCode.DATE: 91,
     TypeCode.NEWDATE: 91, TypeCode.DATETIME: 93, TypeCode.TIMESTAMP: 93, TypeCode.DURATION: 92, TypeCode.YEAR: 12,
@@ -71,8 +72,15 @@ _JAVA = {
     TypeCode.VAR_STRING: 12, TypeCode.STRING: 1, TypeCode.NULL: 12,
 }  # fmt: skip
 #: Unsigned integers that outgrow their signed Java type move one type up (TiCDC's table).
-_UNSIGNED_UP = {TypeCode.TINY: (127, 5), TypeCode.SHORT: (32767, 4), TypeCode.LONG: (2**31 - 1, -5)}
-_UNSIGNED_UP[TypeCode.LONGLONG] = (2**63 - 1, 3)
+_UNSIGNED_UP: dict[int, tuple[int, int]] = {
+    TypeCode.TINY: (127, 5),
+    TypeCode.SHORT: (32767, 4),
+    TypeCode.LONG: (2**31 - 1, -5),
+    TypeCode.LONGLONG: (2**63 - 1, 3),
+}
+
+#: ENUM and SET: canal-json writes their int values as member names.
+_NAMED_TYPES = frozenset({TypeCode.ENUM, TypeCode.SET})
 
 
 def mysql_type_name(column: ColumnInfo) -> str:
@@ -89,7 +97,7 @@ def mysql_type_name(column: ColumnInfo) -> str:
     if code == TypeCode.STRING:
         return "binary" if binary else "char"
     name = _NAMES.get(code, "unknown")
-    if column.flags & ColumnInfo.UNSIGNED and code in TypeCode.INTEGERS:
+    if column.flags & ColumnInfo.UNSIGNED and code in INT_TYPES:
         name += " unsigned"
     return name
 
@@ -97,9 +105,9 @@ def mysql_type_name(column: ColumnInfo) -> str:
 def java_sql_type(column: ColumnInfo, value: Any) -> int:
     """The JDBC type code of ``column`` (unsigned integers depend on the value)."""
     code, binary = column.type_code, bool(column.flags & ColumnInfo.BINARY)
-    if code in TypeCode.BLOBS:
+    if code in BLOB_TYPES:
         return 2004 if binary else 2005
-    if code in TypeCode.STRINGS and binary:
+    if code in CHAR_TYPES and binary:
         return 2004
     if column.flags & ColumnInfo.UNSIGNED and code in _UNSIGNED_UP and isinstance(value, int):
         limit, wider = _UNSIGNED_UP[code]
@@ -115,19 +123,19 @@ def canal_value(column: ColumnInfo, value: Any) -> str | None:
         return None
     if isinstance(value, bytes | bytearray | memoryview):
         data = bytes(value)
-        if code in TypeCode.UNSIGNED_INTS or code in TypeCode.INTEGERS:
+        if code in UINT_TYPES or code in INT_TYPES:
             return str(int.from_bytes(data, "big"))
         binary = column.flags & ColumnInfo.BINARY
         return data.decode("latin-1") if binary else data.decode("utf-8", errors="replace")
     if isinstance(value, bool):
         return "1" if value else "0"
-    if code in (TypeCode.ENUM, TypeCode.SET) and isinstance(value, int):
+    if code in _NAMED_TYPES and isinstance(value, int):
         return _member_names(column, value)
     if isinstance(value, float):
         return "0" if math.isnan(value) or math.isinf(value) else go_float_plain(value)
     if isinstance(value, decimal.Decimal):
         return format(value, "f")
-    if code == TypeCode.JSON and not isinstance(value, str):
+    if not isinstance(value, str) and code == TypeCode.JSON:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     if isinstance(value, int | str):
         return str(value)

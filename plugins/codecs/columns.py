@@ -1,11 +1,10 @@
 """MySQL column types as the message protocols see them.
 
-Type codes are MySQL's type bytes (Open Protocol §2.4) and flags the Open
-Protocol column flag bits (§2.5), as carried by
-:class:`~cdcflow.core.data.events.ColumnInfo`. When a row arrives without a
-table schema (a test source, a raw key-value feed), :func:`column_for` infers
-a type from the Python value, so that every protocol can still encode it;
-such inferred columns carry no key flags.
+Type codes (:class:`~cdcflow.core.data.types.TypeCode`) and flags are
+those of :class:`~cdcflow.core.data.events.ColumnInfo`. When a row arrives
+without a table schema (a test source, a raw key-value feed),
+:func:`column_for` infers a type from the Python value, so that every
+protocol can still encode it; such inferred columns carry no key flags.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, RowChange
+from cdcflow.core.data.types import TypeCode
 
 __all__ = [
-    "TypeCode",
     "column_for",
     "column_of",
     "columns_of",
@@ -30,49 +29,6 @@ __all__ = [
     "is_binary_string",
     "schema_column",
 ]
-
-
-class TypeCode:
-    """MySQL type bytes used in the ``t`` field of Open Protocol columns."""
-
-    DECIMAL = 0
-    TINY = 1
-    SHORT = 2
-    LONG = 3
-    FLOAT = 4
-    DOUBLE = 5
-    NULL = 6
-    TIMESTAMP = 7
-    LONGLONG = 8
-    INT24 = 9
-    DATE = 10
-    DURATION = 11
-    DATETIME = 12
-    YEAR = 13
-    NEWDATE = 14
-    VARCHAR = 15
-    BIT = 16
-    VECTOR = 225
-    JSON = 245
-    NEWDECIMAL = 246
-    ENUM = 247
-    SET = 248
-    TINY_BLOB = 249
-    MEDIUM_BLOB = 250
-    LONG_BLOB = 251
-    BLOB = 252
-    VAR_STRING = 253
-    STRING = 254
-    GEOMETRY = 255
-
-    INTEGERS = frozenset({TINY, SHORT, LONG, LONGLONG, INT24, YEAR})
-    FLOATS = frozenset({FLOAT, DOUBLE})
-    DECIMALS = frozenset({DECIMAL, NEWDECIMAL})
-    DATES = frozenset({DATE, NEWDATE})
-    DATETIMES = frozenset({TIMESTAMP, DATETIME})
-    UNSIGNED_INTS = frozenset({BIT, ENUM, SET})
-    STRINGS = frozenset({VARCHAR, VAR_STRING, STRING})
-    BLOBS = frozenset({TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB})
 
 
 _MAX_INT64 = (1 << 63) - 1

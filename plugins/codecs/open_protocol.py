@@ -34,10 +34,20 @@ from pydantic import Field
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange
+from cdcflow.core.data.types import (
+    BLOB_TYPES,
+    CHAR_TYPES,
+    DATE_TYPES,
+    DATETIME_TYPES,
+    DECIMAL_TYPES,
+    FLOAT_TYPES,
+    INT_TYPES,
+    UINT_TYPES,
+    TypeCode,
+)
 from cdcflow.core.errors import ConfigInvalidError, UnsupportedProtocolError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.plugins.codecs.columns import (
-    TypeCode,
     column_for,
     columns_of,
     format_date_value,
@@ -113,20 +123,20 @@ def encode_column_value(column: ColumnInfo, value: Any) -> Any:
     code = column.type_code
     if value is None:
         return None
-    if code in TypeCode.INTEGERS or code in TypeCode.UNSIGNED_INTS:
+    if code in INT_TYPES or code in UINT_TYPES:
         if isinstance(value, bytes | bytearray):
             return int.from_bytes(value, "big")  # BIT(n) as raw bytes
         if isinstance(value, bool | int):
             return int(value)
         return value  # ENUM/SET given by name: passed through, not an index
-    if code in TypeCode.FLOATS:
+    if code in FLOAT_TYPES:
         number = float(value)
         if math.isnan(number) or math.isinf(number):
             return 0
         return GoFloat32(number) if code == TypeCode.FLOAT else GoFloat(number)
-    if code in TypeCode.DECIMALS:
+    if code in DECIMAL_TYPES:
         return format(value, "f") if isinstance(value, decimal.Decimal) else str(value)
-    if code in TypeCode.DATES or code in TypeCode.DATETIMES or code == TypeCode.DURATION:
+    if code in DATE_TYPES or code in DATETIME_TYPES or code == TypeCode.DURATION:
         return format_date_value(code, value, fsp_of(column))
     return _encode_text_value(column, value)
 
@@ -135,10 +145,10 @@ def _encode_text_value(column: ColumnInfo, value: Any) -> Any:
     code = column.type_code
     if code == TypeCode.JSON:
         return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    if code in TypeCode.BLOBS:
+    if code in BLOB_TYPES:
         data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
         return base64.b64encode(data).decode("ascii")
-    if code in TypeCode.STRINGS:
+    if code in CHAR_TYPES:
         if isinstance(value, str):
             return value
         data = bytes(value)
@@ -184,11 +194,11 @@ def _value_writer(column: ColumnInfo) -> ValueWriter:
     def general(value: Any) -> str:
         return _value_json(encode_column_value(column, value))
 
-    if code in TypeCode.INTEGERS:
+    if code in INT_TYPES:
         return lambda v: int.__repr__(v) if type(v) is int else general(v)
-    if code in TypeCode.STRINGS and not is_binary_string(column):
+    if code in CHAR_TYPES and not is_binary_string(column):
         return lambda v: encode_basestring(v) if type(v) is str else general(v)
-    if code in TypeCode.DECIMALS:
+    if code in DECIMAL_TYPES:
         return lambda v: '"' + format(v, "f") + '"' if type(v) is decimal.Decimal else general(v)
     return general
 

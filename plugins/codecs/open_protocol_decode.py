@@ -19,8 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName, TableSchema
+from cdcflow.core.data.types import (
+    BLOB_TYPES,
+    CHAR_TYPES,
+    DATE_TYPES,
+    DATETIME_TYPES,
+    DECIMAL_TYPES,
+    FLOAT_TYPES,
+    INT_TYPES,
+    UINT_TYPES,
+    TypeCode,
+)
 from cdcflow.core.errors import UnsupportedProtocolError
-from cdcflow.plugins.codecs.columns import TypeCode
 from cdcflow.plugins.codecs.gojson import go_unquote
 from cdcflow.plugins.codecs.open_protocol import BATCH_VERSION, MessageType
 
@@ -117,24 +127,24 @@ def decode_column_value(column: ColumnInfo, raw: Any) -> Any:
     binary = bool(column.flags & ColumnInfo.BINARY)
     if raw is None:
         return None
-    if code in TypeCode.INTEGERS or code in TypeCode.UNSIGNED_INTS:
+    if code in INT_TYPES or code in UINT_TYPES:
         return int(raw) if isinstance(raw, int | decimal.Decimal) else raw
-    if code in TypeCode.FLOATS:
+    if code in FLOAT_TYPES:
         return float(raw)
-    if code in TypeCode.DECIMALS:
+    if code in DECIMAL_TYPES:
         return decimal.Decimal(str(raw))
-    if code in TypeCode.DATES:
+    if code in DATE_TYPES:
         return _parse(raw, dt.date.fromisoformat)
     if code == TypeCode.TIMESTAMP:  # written in UTC, as the TiKV source gives it
         return _parse(raw, lambda s: dt.datetime.fromisoformat(s).replace(tzinfo=dt.UTC))
-    if code in TypeCode.DATETIMES:
+    if code in DATETIME_TYPES:
         return _parse(raw, dt.datetime.fromisoformat)
     if code == TypeCode.DURATION:
         return _parse(raw, _duration)
-    if code in TypeCode.BLOBS:
+    if code in BLOB_TYPES:
         data = base64.b64decode(raw)
         return data if binary else data.decode("utf-8")
-    if code in TypeCode.STRINGS:
+    if code in CHAR_TYPES:
         return go_unquote(raw) if binary else raw
     return raw
 

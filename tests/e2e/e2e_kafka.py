@@ -28,7 +28,6 @@ from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.tikv.tidb import keys
 from tests.e2e.open_protocol_consumer import Replica, column_value, decode, read_topic, rebuild
 
-REPO = Path(__file__).resolve().parents[2]
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
 TABLES = ("customers", "products", "orders")
 CHANGEFEED = "shop-to-kafka"

@@ -22,13 +22,13 @@ import re
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cdcflow.core.testing import WaitTimeout, until_sync
 from tests.integration.control.cluster import CDCFLOW
 
 CHANGEFEED = "shop-e2e"
@@ -111,16 +111,20 @@ class RunProcess:
             return None
 
     def wait_for(self, what: str, check: Any, timeout: float) -> dict[str, Any]:
-        """Poll the REST API until ``check(changefeed)`` holds."""
-        deadline, last = time.monotonic() + timeout, None
-        while time.monotonic() < deadline:
+        """Poll the REST API until ``check(changefeed)`` holds; fail at once if the process exits."""
+
+        def holding() -> dict[str, Any] | None:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"cdcflow run exited {self.proc.returncode}: {self.log_tail()}")
-            last = self.changefeed()
-            if last is not None and check(last):
-                return last
-            time.sleep(0.5)
-        raise AssertionError(f"changefeed never {what}; last {last}; log: {self.log_tail()}")
+            cf = self.changefeed()
+            return cf if cf is not None and check(cf) else None
+
+        try:
+            return until_sync(
+                holding, timeout=timeout, interval=0.5, message=f"the changefeed: {what}", observe=self.changefeed
+            )
+        except WaitTimeout as timed_out:
+            raise AssertionError(f"{timed_out}; log: {self.log_tail()}") from None
 
     def wait_checkpoint(self, ts: int, timeout: float) -> int:
         cf = self.wait_for(f"reached checkpoint {ts}", lambda c: c["checkpoint_tso"] >= ts, timeout)
@@ -147,7 +151,7 @@ def _time(value: Any) -> dt.timedelta:
 
 def normalise(value: Any, ft: Any) -> Any:
     """``value`` of a column of TiDB type ``ft`` in the comparable form documented above."""
-    from cdcflow.plugins.sources.tikv.tidb.fieldtype import TypeCode
+    from cdcflow.core.data.types import TypeCode
 
     if value is None:
         return None

@@ -27,6 +27,7 @@ from cdcflow.core.data.events import Span
 from cdcflow.core.data.pipeline.session import stop_spark_session
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor, create_span_executor
 from cdcflow.core.plugin.manager import get_plugin_manager
+from cdcflow.core.testing import until
 from cdcflow.plugins.sinks.kafka.mock import mock_cluster
 from cdcflow.plugins.sources.playground import Playground
 from tests.e2e.e2e_kafka import (
@@ -185,10 +186,11 @@ async def replicate_with_tables_joining_one_by_one(capture: CaptureProcess, pg: 
         for span in spans:
             await executor.add_span(span, start_ts, prepare=False)
             maintainer.added.add(span)
-            await wait_until(executor, lambda: executor.checkpoint_ts, pg.now())  # batches ran before the next joins
+            # batches ran before the next joins
+            await until_checkpoint(executor, lambda: executor.checkpoint_ts, pg.now())
         pg.stop_workload()
         final_ts = pg.now()
-        await wait_until(executor, maintainer.checkpoint, final_ts)
+        await until_checkpoint(executor, maintainer.checkpoint, final_ts)
         await executor.set_changefeed_checkpoint(maintainer.checkpoint())
     finally:
         heartbeats.cancel()
@@ -198,12 +200,14 @@ async def replicate_with_tables_joining_one_by_one(capture: CaptureProcess, pg: 
     return final_ts
 
 
-async def wait_until(executor, checkpoint: Callable[[], int], ts: int, timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while checkpoint() < ts:
+async def until_checkpoint(executor, checkpoint: Callable[[], int], ts: int, timeout: float = 240.0) -> None:
+    """Wait until ``checkpoint()`` reaches ``ts``; fail at once if the executor fails."""
+
+    def reached() -> bool:
         assert executor.error() is None, executor.error()
-        assert time.monotonic() < deadline, f"checkpoint {checkpoint()} did not reach {ts}"
-        await asyncio.sleep(0.2)
+        return checkpoint() >= ts
+
+    await until(reached, timeout=timeout, interval=0.2, message=f"the checkpoint to reach {ts}", observe=checkpoint)
 
 
 def test_tables_joining_a_running_pipeline_lose_no_rows(tmp_path):

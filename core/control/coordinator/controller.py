@@ -34,9 +34,19 @@ from cdcflow.core.control.changefeed import ChangeFeedInfo, ChangefeedState, Cha
 from cdcflow.core.control.messaging.messages import BlockStatusRequest, MaintainerStatus
 from cdcflow.core.errors import CheckpointStaleError, HeartbeatTimeoutError, Retryable, Severity
 
-__all__ = ["AddMaintainer", "ChangefeedRuntime", "Controller", "Decisions", "RemoveMaintainer"]
+__all__ = [
+    "DEFAULT_HEARTBEAT_TIMEOUT",
+    "AddMaintainer",
+    "ChangefeedRuntime",
+    "Controller",
+    "Decisions",
+    "RemoveMaintainer",
+]
 
 S = ChangefeedState
+
+#: Seconds without a maintainer heartbeat before its changefeed is moved to another capture.
+DEFAULT_HEARTBEAT_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +104,7 @@ class ChangefeedRuntime:
 class Controller:
     """See the module docstring. All methods take ``now`` (seconds) so time is explicit."""
 
-    def __init__(self, *, heartbeat_timeout: float = 10.0, backoff_max: float = 60.0) -> None:
+    def __init__(self, *, heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT, backoff_max: float = 60.0) -> None:
         self.heartbeat_timeout = heartbeat_timeout
         self._backoff = wait_exponential(multiplier=1.0, min=1.0, max=backoff_max)
         self.changefeeds: dict[str, ChangefeedRuntime] = {}

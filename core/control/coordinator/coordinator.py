@@ -23,7 +23,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from cdcflow.core.control.changefeed import ChangeFeedInfo, ChangefeedNotFoundError, ChangeFeedStatus
-from cdcflow.core.control.coordinator.controller import AddMaintainer, Controller, Decisions, RemoveMaintainer
+from cdcflow.core.control.coordinator.controller import (
+    DEFAULT_HEARTBEAT_TIMEOUT,
+    AddMaintainer,
+    Controller,
+    Decisions,
+    RemoveMaintainer,
+)
 from cdcflow.core.control.gc.manager import DEFAULT_GC_TICK, GCManager
 from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.messages import (
@@ -41,10 +47,13 @@ from cdcflow.core.control.metastore.base import MetaStore, MetaStoreConflictErro
 from cdcflow.core.errors import CdcflowError, DuplicateChangefeedIDError, MetaStoreIOError
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["Coordinator"]
+__all__ = ["DEFAULT_CHECKPOINT_WINDOW", "Coordinator"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+#: Seconds over which checkpoints are batched into one metastore write.
+DEFAULT_CHECKPOINT_WINDOW = 0.5
 
 
 class Coordinator:
@@ -56,9 +65,9 @@ class Coordinator:
         plugins: PluginManager,
         gc: GCManager | None = None,
         *,
-        checkpoint_window: float = 0.5,
+        checkpoint_window: float = DEFAULT_CHECKPOINT_WINDOW,
         gc_tick: float = DEFAULT_GC_TICK,
-        heartbeat_timeout: float = 10.0,
+        heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
         bootstrap_wait: float = 2.0,
     ) -> None:
         self.store = store

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from cdcflow.core.config.loader import Connector, validate_text
+from cdcflow.core.config.settings import CONNECTOR_OPTIONS, ConnectorSettings
 from cdcflow.core.control.changefeed import ChangeFeedInfo
 from cdcflow.core.data.events import tso_from_ms
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
@@ -29,14 +30,21 @@ __all__ = [
 ]
 
 
+def _key(name: str) -> str:
+    """The connectors.yaml key of the connector field ``name``."""
+    return ConnectorSettings.model_fields[name].alias or name
+
+
 def section_from_request(body: dict[str, Any]) -> dict[str, Any]:
-    """A connectors.yaml entry from a create/update request (TiCDC's field names accepted)."""
+    """A connectors.yaml entry from a create/update request: the connector's fields by
+    their Python names (TiCDC's ``changefeed_id``, ``sink_uri`` and 0 for no
+    ``start_ts`` / ``target_ts`` accepted)."""
     section: dict[str, Any] = {"name": body.get("changefeed_id") or body.get("id") or body.get("name")}
     if section["name"] is None:
         raise ConfigInvalidError(
             "changefeed_id is required", [ConfigIssue("required field is missing", path="changefeed_id")]
         )
-    for key in ("source", "sinks", "scheduler", "filter", "description"):
+    for key in ("source", "sinks", "scheduler"):
         if body.get(key) is not None:
             section[key] = body[key]
     if body.get("sink_uri") and "sinks" not in section:
@@ -45,9 +53,9 @@ def section_from_request(body: dict[str, Any]) -> dict[str, Any]:
         section["start-ts"] = body["start_ts"]
     if body.get("target_ts"):
         section["target-ts"] = body["target_ts"]
-    for key in ("error_stuck_duration", "memory_quota", "spill_disk_quota"):
-        if body.get(key) is not None:
-            section[key.replace("_", "-")] = body[key]
+    for name in CONNECTOR_OPTIONS:
+        if name != "target_ts" and body.get(name) is not None:
+            section[_key(name)] = body[name]
     return section
 
 
@@ -67,10 +75,12 @@ def validate_section(section: dict[str, Any], plugins: PluginManager | None = No
 
 def info_from_connector(connector: Connector, section: dict[str, Any], now: float | None = None) -> ChangeFeedInfo:
     """A new ChangeFeedInfo (state Normal) for a validated connector; the plugin
-    sections are kept as the user wrote them (``section``), so they validate again."""
+    sections and the filter are kept as the user wrote them (``section``), so they
+    validate again, the other options as validated (bytes, seconds, ...)."""
     now = time.time() if now is None else now
     s = connector.settings
     start_ts = tso_from_ms(int(now * 1000)) if s.start_ts == "now" else int(s.start_ts)
+    options = s.model_dump(mode="json", include=set(CONNECTOR_OPTIONS) - {"filter"})
     return ChangeFeedInfo(
         id=s.name,
         source=dict(section["source"]),
@@ -78,14 +88,10 @@ def info_from_connector(connector: Connector, section: dict[str, Any], now: floa
         scheduler=dict(section["scheduler"]) if section.get("scheduler") else None,
         filter_rules=list(s.filter.rules),
         start_ts=start_ts,
-        target_ts=s.target_ts,
         created_at=now,
         state_changed_at=now,
-        error_stuck_duration=float(s.error_stuck_duration),
-        description=s.description,
-        memory_quota=int(s.memory_quota),
-        spill_disk_quota=int(s.spill_disk_quota),
         filter=dict(section["filter"]) if section.get("filter") else None,
+        **options,
     )
 
 
@@ -93,18 +99,8 @@ def section_of(info: ChangeFeedInfo) -> dict[str, Any]:
     """The connectors.yaml entry a stored changefeed was declared with: every
     setting a capture applies (filter options and quotas included), so that a
     restart or an update runs it as declared."""
-    section: dict[str, Any] = {
-        "name": info.id,
-        "description": info.description,
-        "source": info.source,
-        "sinks": info.sinks,
-        "filter": info.filter_section(),
-        "start-ts": info.start_ts,
-        "target-ts": info.target_ts,
-        "memory-quota": info.memory_quota,
-        "spill-disk-quota": info.spill_disk_quota,
-        "error-stuck-duration": info.error_stuck_duration,
-    }
+    section: dict[str, Any] = {"name": info.id, "source": info.source, "sinks": info.sinks, "start-ts": info.start_ts}
+    section.update((_key(name), value) for name, value in info.options().items())
     if info.scheduler is not None:
         section["scheduler"] = info.scheduler
     return section
@@ -115,25 +111,19 @@ def connector_for(info: ChangeFeedInfo, plugins: PluginManager | None = None) ->
     return validate_section(section_of(info), plugins)
 
 
-#: What a changefeed's declaration consists of: the fields an update may change
-#: (``start_ts`` is where it began and stays; state and progress are not declared).
-DECLARED_FIELDS = (
-    "description",
-    "source",
-    "sinks",
-    "scheduler",
-    "filter",
-    "target_ts",
-    "memory_quota",
-    "spill_disk_quota",
-    "error_stuck_duration",
+#: What a changefeed's declaration consists of: the connector's fields an update may
+#: change, in declaration order (``start_ts`` is where it began and stays; the name is
+#: its id; state and progress are not declared).
+DECLARED_FIELDS: tuple[str, ...] = tuple(
+    name for name in ConnectorSettings.model_fields if name not in {"name", "start_ts"}
 )
 
 
 def declaration_changes(stored: ChangeFeedInfo, declared: ChangeFeedInfo) -> list[str]:
     """The declared fields in which ``declared`` differs from ``stored`` (empty: the same)."""
 
-    def value(info: ChangeFeedInfo, name: str) -> Any:
-        return info.filter_section() if name == "filter" else getattr(info, name)
+    def declaration(info: ChangeFeedInfo) -> dict[str, Any]:
+        return {"source": info.source, "sinks": info.sinks, "scheduler": info.scheduler, **info.options()}
 
-    return [name for name in DECLARED_FIELDS if value(stored, name) != value(declared, name)]
+    old, new = declaration(stored), declaration(declared)
+    return [name for name in DECLARED_FIELDS if old[name] != new[name]]

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from cdcflow.core.config.settings import DEFAULT_GC_TTL
 from cdcflow.core.control.changefeed import ChangeFeedInfo, ChangefeedState, ChangeFeedStatus
 from cdcflow.core.control.gc.keeper import GCSafepointKeeper
 from cdcflow.core.errors import CdcflowError, CheckpointStaleError
@@ -26,6 +27,7 @@ __all__ = ["DEFAULT_GC_TICK", "GCManager", "KeeperResolver", "needs_protection"]
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two updates of the service safepoints.
 DEFAULT_GC_TICK = 60.0
 
 #: Maps a changefeed to (upstream key, keeper); None when its upstream keeps no history.
@@ -48,7 +50,7 @@ class _Upstream:
 class GCManager:
     """Keeps one service safepoint per upstream."""
 
-    def __init__(self, service_id: str, resolver: KeeperResolver, *, gc_ttl: float = 86400.0) -> None:
+    def __init__(self, service_id: str, resolver: KeeperResolver, *, gc_ttl: float = DEFAULT_GC_TTL) -> None:
         self.service_id = service_id
         self.gc_ttl = gc_ttl
         self._resolver = resolver

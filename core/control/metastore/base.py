@@ -34,12 +34,16 @@ from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo, ChangeF
 from cdcflow.core.errors import MetaStoreIOError, Retryable
 
 __all__ = [
+    "POLL_INTERVAL",
     "MetaStore",
     "MetaStoreConflictError",
     "NotOwnerError",
     "OwnerTerm",
     "Session",
 ]
+
+#: Seconds between two looks of a polling watcher or campaigner at the metastore.
+POLL_INTERVAL = 0.2
 
 
 class MetaStoreConflictError(MetaStoreIOError):

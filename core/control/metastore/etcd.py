@@ -28,7 +28,14 @@ from pyetcd import exceptions as etcd_errors
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo, ChangeFeedStatus
-from cdcflow.core.control.metastore.base import MetaStore, MetaStoreConflictError, NotOwnerError, OwnerTerm, Session
+from cdcflow.core.control.metastore.base import (
+    POLL_INTERVAL,
+    MetaStore,
+    MetaStoreConflictError,
+    NotOwnerError,
+    OwnerTerm,
+    Session,
+)
 from cdcflow.core.errors import DuplicateChangefeedIDError, MetaStoreIOError
 
 __all__ = ["EtcdMetaStore"]
@@ -36,7 +43,6 @@ __all__ = ["EtcdMetaStore"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _TRANSIENT = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError, etcd_errors.NoServerAvailableError)
-POLL_INTERVAL = 0.2
 
 
 class EtcdSession(Session):

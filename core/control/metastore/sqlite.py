@@ -26,7 +26,14 @@ from typing import Any, TypeVar
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo, ChangeFeedStatus
-from cdcflow.core.control.metastore.base import MetaStore, MetaStoreConflictError, NotOwnerError, OwnerTerm, Session
+from cdcflow.core.control.metastore.base import (
+    POLL_INTERVAL,
+    MetaStore,
+    MetaStoreConflictError,
+    NotOwnerError,
+    OwnerTerm,
+    Session,
+)
 from cdcflow.core.errors import DuplicateChangefeedIDError, MetaStoreIOError
 
 __all__ = ["SQLiteMetaStore"]
@@ -42,9 +49,6 @@ CREATE TABLE IF NOT EXISTS status (id TEXT PRIMARY KEY, checkpoint_ts INTEGER NO
                                    resolved_ts INTEGER NOT NULL, version INTEGER NOT NULL);
 INSERT OR IGNORE INTO owner (k, capture_id, term) VALUES (1, NULL, 0);
 """
-
-#: How often watchers and campaigners look at the file again.
-POLL_INTERVAL = 0.2
 
 
 class _Unavailable(Exception):

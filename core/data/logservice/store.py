@@ -27,75 +27,34 @@ sorted; a reader merges or sorts across spans).
 
 The store is thread-safe: feeds put events from the capture's event loop
 while the pipeline releases chunks from Spark's batch thread.
+
+It is composed of three parts, each owning its files under the store's
+directory: :class:`~cdcflow.core.data.logservice.buffers.SpanBuffers` (events
+in memory and spill runs, ``spill/``),
+:class:`~cdcflow.core.data.logservice.ddl_log.DDLLog` (``ddl.pkl``) and
+:class:`~cdcflow.core.data.logservice.publisher.ChunkPublisher` (cuts, chunks
+and the manifest, ``chunks/`` and ``manifest.json``); table schemas are in
+``schemas.pkl`` (:class:`~cdcflow.core.data.logservice.records.SchemaRegistry`).
+:class:`EventStore` serializes access to them.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import logging
-import pickle
-import shutil
 import threading
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
-from cdcflow.core.data.events import DDLEvent, RawKVEvent, RowChange, Span, TableName
-from cdcflow.core.data.frontier import SpanFrontier
-from cdcflow.core.data.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
-from cdcflow.core.data.logservice.records import (
-    Record,
-    SchemaRegistry,
-    load_pickled,
-    record_from_event,
-    record_size,
-    sort_key,
-    write_records,
-)
-from cdcflow.core.data.logservice.runs import SpillRun
+from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS, DEFAULT_MEMORY_QUOTA, DEFAULT_SPILL_DISK_QUOTA
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, RowChange, Span
+from cdcflow.core.data.logservice.buffers import DEFAULT_MAX_RUNS, SpanBuffers
+from cdcflow.core.data.logservice.ddl_log import DDLLog
+from cdcflow.core.data.logservice.manifest import ChunkInfo
+from cdcflow.core.data.logservice.publisher import DEFAULT_BATCH_ROWS, DEFAULT_CHUNK_ROWS, ChunkPublisher
+from cdcflow.core.data.logservice.records import SchemaRegistry
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "EventStore", "StoreStats"]
 
-log = logging.getLogger(__name__)
-
-#: Rows per resolved chunk file (one Spark partition reads one chunk).
-DEFAULT_CHUNK_ROWS = 131_072
-#: Rows per Arrow record batch inside chunk and run files.
-DEFAULT_BATCH_ROWS = 8_192
-
-#: Spill runs per span before they are merged into one: a cut reads one batch of
-#: every run at once, so this keeps its memory independent of the transaction size.
-DEFAULT_MAX_RUNS = 16
-#: Rows per record batch in spill runs: a merge holds one batch per run in memory,
-#: so this (not the size of a transaction) bounds what publishing a cut costs.
-_RUN_BATCH_ROWS = 1_024
-
-_MAX_TS = (1 << 63) - 1
-
-_DDL_FILE = "ddl.pkl"
 _SCHEMAS_FILE = "schemas.pkl"
-
-
-@dataclass
-class _SpanBuffer:
-    """Unpublished events of one span: in memory and in spill runs."""
-
-    span: Span
-    span_id: int
-    replicating: bool
-    #: Events at or below this ts are duplicates (published here or flushed elsewhere).
-    floor_ts: int
-    resolved_ts: int
-    records: list[Record] = field(default_factory=list)
-    memory: int = 0
-    runs: list[SpillRun] = field(default_factory=list)
-    #: Once the span's events up to the published ts are in chunks: the chunk
-    #: sequence number a checkpoint must reach to cover the span (None before).
-    covered_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +78,8 @@ class EventStore:
         changefeed_id: str,
         *,
         start_ts: int = 0,
-        memory_quota: int = 1024**3,
-        disk_quota: int = 0,
+        memory_quota: int = DEFAULT_MEMORY_QUOTA,
+        disk_quota: int = DEFAULT_SPILL_DISK_QUOTA,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         fsync: bool = True,
@@ -130,55 +89,51 @@ class EventStore:
     ) -> None:
         self.directory = Path(directory)
         self.changefeed_id = changefeed_id
-        self.memory_quota = memory_quota
-        self.disk_quota = disk_quota
-        self.chunk_rows = chunk_rows
-        self.batch_rows = batch_rows
-        self._fsync = fsync
         #: Whether put() spills by itself; callers that keep disk work off their
         #: event loop turn it off and call spill() from a thread.
         self.auto_spill = auto_spill
-        #: Runs per span before they are merged into one (bounds a cut's merge width).
-        self.max_runs = max(2, max_runs)
-        #: A resolved interval holding more rows is published as several cuts (0: no bound).
-        self.cut_rows = cut_rows
         self._lock = threading.RLock()
-        self._chunk_dir = self.directory / "chunks"
-        self._spill_dir = self.directory / "spill"
-        self._chunk_dir.mkdir(parents=True, exist_ok=True)
-        # Spill runs hold unresolved data only; a restart feeds it again.
-        shutil.rmtree(self._spill_dir, ignore_errors=True)
-        self._spill_dir.mkdir()
-        self.schemas = SchemaRegistry(self.directory / _SCHEMAS_FILE)
-        self._manifest = read_manifest(self.directory) or Manifest(
-            changefeed_id, published_ts=start_ts, released_ts=start_ts, checkpoint_ts=start_ts
+        self._buffers = SpanBuffers(
+            self.directory / "spill",
+            changefeed_id,
+            memory_quota=memory_quota,
+            disk_quota=disk_quota,
+            max_runs=max_runs,
         )
-        # A checkpoint beyond what this store published means another capture
-        # flushed that far: nothing at or below it is needed here.
-        self._manifest.published_ts = max(self._manifest.published_ts, start_ts)
-        self._manifest.checkpoint_ts = max(self._manifest.checkpoint_ts, start_ts)
-        self._ddl: list[DDLEvent] = self._load_ddl()
-        self._span_ids: dict[Span, int] = {}
-        self._span_by_id: dict[int, Span] = {}
-        for entry in self._manifest.spans:
-            span = Span(entry.table_id, bytes.fromhex(entry.start), bytes.fromhex(entry.end))
-            self._span_ids[span] = entry.span_id
-            self._span_by_id[entry.span_id] = span
-        self._durable = {self._span_by_id[e.span_id] for e in self._manifest.spans if e.replicating}
-        #: How far the durable spans' events are in chunks: the published ts at opening.
-        #: Spans re-added after the published ts moved on (others came back first) are
-        #: behind it, and catch up like any span that joins late.
-        self._durable_ts = self._manifest.published_ts
-        self._buffers: dict[Span, _SpanBuffer] = {}
-        self._frontier = SpanFrontier(())
-        self._barrier: int | None = None
-        self._memory = 0
-        self._run_seq = itertools.count()
-        self._dropped = 0
-        #: Chunks below this sequence number are flushed (see :meth:`covers`).
-        self._checkpoint_chunk = self._manifest.checkpoint_chunk
-        self._remove_stale_chunks()
-        self._save()
+        self.schemas = SchemaRegistry(self.directory / _SCHEMAS_FILE)
+        self._ddl = DDLLog(self.directory)
+        self._publisher = ChunkPublisher(
+            self.directory,
+            changefeed_id,
+            self._buffers,
+            self._ddl,
+            start_ts=start_ts,
+            chunk_rows=chunk_rows,
+            batch_rows=batch_rows,
+            fsync=fsync,
+            cut_rows=cut_rows,
+        )
+
+    @property
+    def memory_quota(self) -> int:
+        return self._buffers.memory_quota
+
+    @property
+    def disk_quota(self) -> int:
+        return self._buffers.disk_quota
+
+    @property
+    def max_runs(self) -> int:
+        """Runs per span before they are merged into one (bounds a cut's merge width)."""
+        return self._buffers.max_runs
+
+    @property
+    def chunk_rows(self) -> int:
+        return self._publisher.chunk_rows
+
+    @property
+    def batch_rows(self) -> int:
+        return self._publisher.batch_rows
 
     # -- spans ------------------------------------------------------------------
 
@@ -192,63 +147,26 @@ class EventStore:
         below ``checkpoint_ts`` (another capture flushed them).
         """
         with self._lock:
-            buf = self._buffers.get(span)
-            if buf is None:
-                floor = checkpoint_ts
-                if span in self._durable:
-                    floor = max(floor, self._durable_ts)
-                buf = _SpanBuffer(span, self._span_id(span), False, floor, floor)
-                self._buffers[span] = buf
-            if replicating and not buf.replicating:
-                self._start_replicating(buf, checkpoint_ts)
-                self._catch_up(buf)
-            return buf.floor_ts
-
-    def _start_replicating(self, buf: _SpanBuffer, checkpoint_ts: int) -> None:
-        if checkpoint_ts > buf.floor_ts:
-            buf.floor_ts = checkpoint_ts
-            kept = [r for r in buf.records if r[0] > checkpoint_ts]
-            self._drop_memory(buf, kept)
-        buf.resolved_ts = max(buf.resolved_ts, buf.floor_ts)
-        buf.replicating = True
-        self._frontier.add(buf.span, buf.resolved_ts)
-        # A span replicating before a restart keeps its coverage while its events up to
-        # the published ts are in chunks: the recorded checkpoint still covers it. One
-        # that comes back behind the published ts is covered once its catch-up is flushed.
-        entry = self._manifest.spans[buf.span_id]
-        behind = buf.floor_ts < self._manifest.published_ts
-        if buf.span in self._durable and entry.covered_from is not None and not behind:
-            buf.covered_from = entry.covered_from
-        self._mark_replicating(buf.span_id, True, buf.covered_from)
+            return self._publisher.add_span(span, checkpoint_ts, replicating=replicating)
 
     def remove_span(self, span: Span) -> None:
         """Drop ``span``'s unpublished events; its published chunks stay until released."""
         with self._lock:
-            buf = self._buffers.pop(span, None)
-            if buf is None:
-                return
-            self._drop_memory(buf, [])
-            for run in buf.runs:
-                run.delete()
-            if buf.replicating:
-                self._frontier.remove(span)
-                self._mark_replicating(buf.span_id, False, None)
-            self._durable.discard(span)  # published from here on without it
-            self._publish()
+            self._publisher.remove_span(span)
 
     def spans(self) -> list[Span]:
         with self._lock:
-            return list(self._buffers)
+            return self._buffers.spans()
 
     def span_of(self, span_id: int) -> Span:
         """The span with store id ``span_id`` (for decoding chunk rows)."""
         with self._lock:
-            return self._span_by_id[span_id]
+            return self._publisher.span_of(span_id)
 
     def spans_by_id(self) -> dict[int, Span]:
         """Every span the store has an id for (a copy, shipped to Spark tasks with a batch)."""
         with self._lock:
-            return dict(self._span_by_id)
+            return self._publisher.spans_by_id()
 
     def resolved_ts(self, span: Span) -> int:
         """The span's resolved ts (0 when not loaded); no lock."""
@@ -264,55 +182,29 @@ class EventStore:
         Never blocks: check :meth:`has_room` before putting to apply backpressure.
         """
         with self._lock:
-            buf = self._buffers.get(span)
-            if buf is None or event.commit_ts <= buf.floor_ts:
-                self._dropped += 1
+            if not self._buffers.put(span, event, self.schemas):
                 return False
-            record = record_from_event(event, buf.span_id, self.schemas)
-            size = record_size(record)
-            buf.records.append(record)
-            buf.memory += size
-            self._memory += size
-            if self.auto_spill and self._memory >= self.memory_quota:
-                self._spill()
+            if self.auto_spill and self._buffers.full:
+                self._buffers.spill(self._publisher.chunk_bytes)
             return True
 
     def put_ddl(self, ddl: DDLEvent) -> bool:
-        """Record a DDL barrier at ``ddl.commit_ts``; returns False for a repeat.
-
-        A repeat is the same statement on the same table at the same commit ts,
-        whatever schema it carries: a source that sends a DDL again after a
-        restart may describe the schema in more detail than the copy stored by
-        an earlier version (column defaults), and sinks must not run it twice."""
-        identity = _ddl_identity(ddl)
+        """Record a DDL barrier at ``ddl.commit_ts``; returns False for a repeat
+        (see :meth:`DDLLog.add <cdcflow.core.data.logservice.ddl_log.DDLLog.add>`)
+        or one at or below the published ts."""
         with self._lock:
-            if ddl.commit_ts <= self._manifest.published_ts or any(_ddl_identity(d) == identity for d in self._ddl):
-                return False
-            self._ddl.append(ddl)
-            self._ddl.sort(key=lambda d: d.commit_ts)
-            self._save_ddl()
-            self._manifest.ddl_ts = sorted({d.commit_ts for d in self._ddl})
-            self._save()
-            return True
+            return self._publisher.add_ddl(ddl)
 
     def resolve(self, span: Span, ts: int) -> bool:
         """No event of ``span`` at or below ``ts`` will arrive any more; returns
         whether the published ts moved (new chunks are readable)."""
         with self._lock:
-            buf = self._buffers.get(span)
-            if buf is None or ts <= buf.resolved_ts:
-                return False
-            buf.resolved_ts = ts
-            if not buf.replicating:
-                return False
-            moved = self._frontier.forward(span, ts) and self._publish()
-            return self._catch_up(buf) or moved
+            return self._publisher.resolve(span, ts)
 
     def set_barrier(self, ts: int | None) -> bool:
         """Publish nothing above ``ts`` (None lifts the barrier); returns whether the published ts moved."""
         with self._lock:
-            self._barrier = ts
-            return self._publish()
+            return self._publisher.set_barrier(ts)
 
     def has_room(self) -> bool:
         """Whether feeds may put more events: memory below the quota, spilling if it can."""
@@ -322,15 +214,15 @@ class EventStore:
         """Spill while memory is at the quota; returns whether memory is now below it
         (False: the disk quota forbids spilling — apply backpressure)."""
         with self._lock:
-            if self._memory >= self.memory_quota:
-                self._spill()
-            return self._memory < self.memory_quota
+            if self._buffers.full:
+                self._buffers.spill(self._publisher.chunk_bytes)
+            return not self._buffers.full
 
     @property
     def memory_full(self) -> bool:
         """Memory is at the quota (read without the lock: a hint, for callers'
         fast paths; :meth:`spill` decides)."""
-        return self._memory >= self.memory_quota
+        return self._buffers.full
 
     # -- publishing ---------------------------------------------------------------
 
@@ -339,355 +231,73 @@ class EventStore:
 
     @property
     def published_ts(self) -> int:
-        return self._manifest.published_ts
+        return self._publisher.published_ts
 
     @property
     def released_ts(self) -> int:
         """The start ts of the last batch begun: a batch (replays included) reads only
         events committed after it, except the catch-up chunks of a span that joined
         behind it, whose events are above that span's checkpoint."""
-        return self._manifest.released_ts
-
-    def _target_ts(self) -> int:
-        target = self._frontier.frontier if len(self._frontier) else self._manifest.published_ts
-        if self._barrier is not None:
-            target = min(target, self._barrier)
-        return target
-
-    def _publish(self) -> bool:
-        target = self._target_ts()
-        if self._manifest.published_ts >= target:
-            return False
-        bounds = iter(self._bounded_cuts(self._manifest.published_ts, target))
-        bound = next(bounds, target)
-        while self._manifest.published_ts < target:
-            published = self._manifest.published_ts
-            while bound <= published:
-                bound = next(bounds, target)
-            ddl = [d.commit_ts for d in self._ddl if published < d.commit_ts <= target]
-            self._cut(min(*ddl, bound, target))
-        return True
-
-    def _bounded_cuts(self, lo: int, hi: int) -> list[int]:
-        """Commit timestamps in ``(lo, hi)`` at which to cut so that each cut of the
-        interval holds about ``cut_rows`` rows of the replicating spans (a catch-up
-        after downtime, an incremental scan). A cut takes every event up to its ts,
-        across all spans, so one transaction is never split; one ts with more rows
-        than the bound is one cut."""
-        if self.cut_rows <= 0:
-            return []
-        arrays = []
-        for buf in self._buffers.values():
-            if not buf.replicating:
-                continue
-            floor = max(lo, buf.floor_ts)
-            memory = [r[0] for r in buf.records if floor < r[0] <= hi]
-            if memory:
-                arrays.append(np.fromiter(memory, dtype=np.int64, count=len(memory)))
-            arrays += [run.commit_ts_between(floor, hi) for run in buf.runs]
-        total = sum(len(a) for a in arrays)
-        if total <= self.cut_rows:
-            return []
-        ts = np.sort(np.concatenate(arrays))
-        cuts: list[int] = []
-        at = self.cut_rows - 1
-        while at < total - 1:
-            cut = int(ts[at])
-            if cut < hi and (not cuts or cut > cuts[-1]):
-                cuts.append(cut)
-            # The next cut starts after every row at this ts.
-            at = int(np.searchsorted(ts, cut, side="right")) + self.cut_rows - 1
-        return cuts
-
-    def _cut(self, cut_ts: int) -> None:
-        lo = self._manifest.published_ts
-        replicating = [buf for buf in self._buffers.values() if buf.replicating]
-        for buf in replicating:
-            self._manifest.chunks.extend(self._write_chunks(buf, lo, cut_ts, cut_ts))
-            # Every replicating span resolved past the cut: nothing at or below it comes again.
-            buf.floor_ts = max(buf.floor_ts, cut_ts)
-        self._manifest.published_ts = cut_ts
-        for buf in replicating:
-            if buf.covered_from is None:
-                self._set_covered(buf)
-        self._save()
-
-    def _catch_up(self, buf: _SpanBuffer) -> bool:
-        """Publish a replicating span's events at or below the published ts.
-
-        A span that joins the frontier after the published ts passed its
-        checkpoint (added later, or re-added) has events that no cut will
-        take any more: the frontier cannot go back. Once the span resolves
-        them they are written as chunks labelled with the published ts
-        (``lo == hi``) and a new chunk sequence number, which readers follow.
-        Returns whether chunks were published.
-        """
-        published = self._manifest.published_ts
-        upto = min(buf.resolved_ts, published)
-        if not buf.replicating or upto <= buf.floor_ts:
-            if buf.replicating and buf.covered_from is None and buf.resolved_ts >= published:
-                self._set_covered(buf)
-                self._save()
-            return False
-        chunks = self._write_chunks(buf, published, published, upto)
-        buf.floor_ts = upto
-        self._manifest.chunks.extend(chunks)
-        covered = upto >= published
-        if covered:
-            self._set_covered(buf)
-        if chunks or covered:
-            self._save()
-        return bool(chunks)
-
-    def _write_chunks(self, buf: _SpanBuffer, lo: int, hi: int, cut_ts: int) -> list[ChunkInfo]:
-        """Write ``buf``'s events with commit ts in ``(floor, cut_ts]`` as chunks labelled ``(lo, hi]``."""
-        below = sorted((r for r in buf.records if r[0] <= cut_ts), key=sort_key)
-        if below:
-            self._drop_memory(buf, [r for r in buf.records if r[0] > cut_ts])
-        floor = buf.floor_ts
-        sources: list[Iterable[Record]] = [below, *(run.take_until(cut_ts) for run in buf.runs)]
-        merged = (r for r in heapq.merge(*sources, key=sort_key) if r[0] > floor)
-        chunks = []
-        while True:
-            seq = self._manifest.next_chunk
-            name = f"chunks/{seq:012d}.arrow"
-            counter = _Counter(itertools.islice(merged, self.chunk_rows))
-            size = write_records(self.directory / name, counter, self.batch_rows, fsync=self._fsync)
-            if counter.count == 0:
-                (self.directory / name).unlink()
-                break
-            self._manifest.next_chunk += 1
-            chunks.append(ChunkInfo(name, buf.span_id, lo, hi, counter.count, size))
-            if counter.count < self.chunk_rows:
-                break
-        for run in [r for r in buf.runs if r.exhausted]:
-            run.delete()
-            buf.runs.remove(run)
-        return chunks
+        return self._publisher.released_ts
 
     def chunks_between(self, start_ts: int, end_ts: int) -> list[ChunkInfo]:
         """The chunks published by cuts in ``(start_ts, end_ts]`` (catch-up chunks labelled
         ``end_ts`` included; use :meth:`chunks_in` to follow the publishing order)."""
         with self._lock:
-            return [c for c in self._manifest.chunks if start_ts < c.hi <= end_ts]
+            return self._publisher.chunks_between(start_ts, end_ts)
 
     def chunks_in(self, start_seq: int, end_seq: int) -> list[ChunkInfo]:
         """The chunks with sequence numbers in ``[start_seq, end_seq)``, in publishing order."""
         with self._lock:
-            return [c for c in self._manifest.chunks if start_seq <= c.seq < end_seq]
+            return self._publisher.chunks_in(start_seq, end_seq)
 
     @property
     def next_chunk(self) -> int:
         """The sequence number the next published chunk gets; no lock."""
-        return self._manifest.next_chunk
+        return self._publisher.next_chunk
 
     def covers(self, span: Span) -> bool:
         """Whether the recorded checkpoint covers ``span``: every batch that carries the
         span's events up to the published ts when it joined has been flushed."""
-        buf = self._buffers.get(span)
-        return (
-            buf is not None
-            and buf.replicating
-            and buf.covered_from is not None
-            and self._checkpoint_chunk >= buf.covered_from
-        )
+        return self._publisher.covers(span)
 
     def ddl_between(self, start_ts: int, end_ts: int) -> list[DDLEvent]:
         """The DDL events with commit ts in ``(start_ts, end_ts]``, in commit order."""
         with self._lock:
-            return [d for d in self._ddl if start_ts < d.commit_ts <= end_ts]
+            return self._ddl.between(start_ts, end_ts)
 
     # -- progress -------------------------------------------------------------------
 
     @property
     def checkpoint_ts(self) -> int:
         """The last checkpoint recorded by :meth:`checkpoint` (or the start ts); no lock."""
-        return self._manifest.checkpoint_ts
+        return self._publisher.checkpoint_ts
 
     def checkpoint(self, ts: int, next_chunk: int | None = None) -> None:
         """Every sink flushed everything at or below ``ts`` and every chunk below
         ``next_chunk`` (recorded, not yet released: a batch may still be replayed
         until the next one starts)."""
         with self._lock:
-            moved = False
-            if next_chunk is not None and next_chunk > self._checkpoint_chunk:
-                self._checkpoint_chunk = self._manifest.checkpoint_chunk = next_chunk
-                moved = True
-            if ts > self._manifest.checkpoint_ts:
-                self._manifest.checkpoint_ts = ts
-                moved = True
-            if moved:
-                # Durable, so that a restart reports it for the spans it covers.
-                self._save()
+            self._publisher.checkpoint(ts, next_chunk)
 
     def release(self, ts: int, before_chunk: int | None = None) -> None:
         """Delete DDL at or below ``ts`` and the chunks no batch will read again: those
         below sequence number ``before_chunk`` when given, else those labelled at or below ``ts``."""
         with self._lock:
-            if before_chunk is not None and before_chunk > self._manifest.released_chunk:
-                self._manifest.released_chunk = before_chunk
-                self._remove_stale_chunks()
-                self._save()
-            if ts <= self._manifest.released_ts:
-                return
-            self._manifest.released_ts = ts
-            self._remove_stale_chunks()
-            self._ddl = [d for d in self._ddl if d.commit_ts > ts]
-            self._manifest.ddl_ts = sorted({d.commit_ts for d in self._ddl})
-            self._save_ddl()
-            self._save()
+            self._publisher.release(ts, before_chunk)
 
     def stats(self) -> StoreStats:
         with self._lock:
-            run_bytes = sum(run.size for b in self._buffers.values() for run in b.runs)
-            chunk_bytes = sum(c.size for c in self._manifest.chunks)
             return StoreStats(
-                memory_bytes=self._memory,
-                disk_bytes=run_bytes + chunk_bytes,
-                spilled_runs=sum(len(b.runs) for b in self._buffers.values()),
-                chunks=len(self._manifest.chunks),
-                published_ts=self._manifest.published_ts,
-                dropped_duplicates=self._dropped,
+                memory_bytes=self._buffers.memory,
+                disk_bytes=self._buffers.run_bytes() + self._publisher.chunk_bytes(),
+                spilled_runs=self._buffers.run_count(),
+                chunks=self._publisher.chunk_count(),
+                published_ts=self._publisher.published_ts,
+                dropped_duplicates=self._buffers.dropped,
             )
 
     def close(self) -> None:
         """Delete spill runs; published chunks and the manifest stay for a restart."""
         with self._lock:
-            for buf in self._buffers.values():
-                for run in buf.runs:
-                    run.delete()
-                buf.runs.clear()
-                self._drop_memory(buf, [])
-            self._buffers.clear()
-
-    # -- internals --------------------------------------------------------------------
-
-    def _spill(self) -> None:
-        """Spill the largest span buffers until memory is below the quota or the disk quota stops it."""
-        while self._memory >= self.memory_quota:
-            buf = max(self._buffers.values(), key=lambda b: b.memory, default=None)
-            if buf is None or not buf.records:
-                return
-            if self.disk_quota and self._disk_bytes() + buf.memory > self.disk_quota:
-                log.warning(
-                    "changefeed %s: event store memory quota full and disk quota reached; pausing feeds",
-                    self.changefeed_id,
-                )
-                return
-            buf.records.sort(key=sort_key)
-            path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
-            # Small record batches: publishing reads one batch of every run at once.
-            size = write_records(path, buf.records, _RUN_BATCH_ROWS, fsync=False)
-            buf.runs.append(SpillRun(path, len(buf.records), size, head_ts=buf.records[0][0]))
-            self._drop_memory(buf, [])
-            if len(buf.runs) > self.max_runs:
-                self._compact_runs(buf)
-
-    def _compact_runs(self, buf: _SpanBuffer) -> None:
-        """Merge a span's runs into one sorted run (streaming: one batch per run in memory)."""
-        path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
-        merged = _Counter(heapq.merge(*(run.take_until(_MAX_TS) for run in buf.runs), key=sort_key))
-        head = _Head(merged)
-        size = write_records(path, head, _RUN_BATCH_ROWS, fsync=False)
-        for run in buf.runs:
-            run.delete()
-        buf.runs = [SpillRun(path, merged.count, size, head_ts=head.first_ts)] if merged.count else []
-        if not merged.count:
-            path.unlink(missing_ok=True)
-
-    def _drop_memory(self, buf: _SpanBuffer, kept: list[Record]) -> None:
-        kept_memory = sum(record_size(r) for r in kept)
-        self._memory -= buf.memory - kept_memory
-        buf.records = kept
-        buf.memory = kept_memory
-
-    def _disk_bytes(self) -> int:
-        return sum(run.size for b in self._buffers.values() for run in b.runs) + sum(
-            c.size for c in self._manifest.chunks
-        )
-
-    def _span_id(self, span: Span) -> int:
-        known = self._span_ids.get(span)
-        if known is not None:
-            return known
-        span_id = len(self._manifest.spans)
-        self._manifest.spans.append(SpanEntry(span_id, span.table_id, span.start.hex(), span.end.hex()))
-        self._span_ids[span] = span_id
-        self._span_by_id[span_id] = span
-        return span_id
-
-    def _mark_replicating(self, span_id: int, replicating: bool, covered_from: int | None) -> None:
-        self._set_entry(span_id, replicating, covered_from)
-        self._save()
-
-    def _set_covered(self, buf: _SpanBuffer) -> None:
-        """From the next chunk on, a recorded checkpoint covers ``buf``'s span (saved with the manifest)."""
-        buf.covered_from = self._manifest.next_chunk
-        self._set_entry(buf.span_id, True, buf.covered_from)
-
-    def _set_entry(self, span_id: int, replicating: bool, covered_from: int | None) -> None:
-        spans = self._manifest.spans
-        entry = spans[span_id]
-        spans[span_id] = SpanEntry(entry.span_id, entry.table_id, entry.start, entry.end, replicating, covered_from)
-
-    def _remove_stale_chunks(self) -> None:
-        released, released_chunk = self._manifest.released_ts, self._manifest.released_chunk
-        keep = []
-        for chunk in self._manifest.chunks:
-            # A catch-up chunk is labelled with an already released ts: its sequence number decides.
-            if chunk.seq < released_chunk or (chunk.hi <= released and chunk.lo < chunk.hi):
-                (self.directory / chunk.file).unlink(missing_ok=True)
-            else:
-                keep.append(chunk)
-        self._manifest.chunks = keep
-
-    def _load_ddl(self) -> list[DDLEvent]:
-        path = self.directory / _DDL_FILE
-        if not path.exists():
-            return []
-        with path.open("rb") as fh:
-            loaded: list[DDLEvent] = load_pickled(fh)
-        return loaded
-
-    def _save_ddl(self) -> None:
-        path = self.directory / _DDL_FILE
-        tmp = path.with_name(_DDL_FILE + ".tmp")
-        tmp.write_bytes(pickle.dumps(self._ddl, protocol=5))
-        tmp.replace(path)
-
-    def _save(self) -> None:
-        write_manifest(self.directory, self._manifest, fsync=self._fsync)
-
-
-class _Head(Iterator[Record]):
-    """Remembers the commit ts of the first record an iterator yields."""
-
-    def __init__(self, inner: Iterator[Record]) -> None:
-        self._inner = inner
-        self.first_ts = 0
-        self._seen = False
-
-    def __next__(self) -> Record:
-        record = next(self._inner)
-        if not self._seen:
-            self._seen = True
-            self.first_ts = record[0]
-        return record
-
-
-class _Counter(Iterator[Record]):
-    """Counts the records an iterator yields."""
-
-    def __init__(self, inner: Iterator[Record]) -> None:
-        self._inner = inner
-        self.count = 0
-
-    def __next__(self) -> Record:
-        record = next(self._inner)
-        self.count += 1
-        return record
-
-
-def _ddl_identity(ddl: DDLEvent) -> tuple[int, str, TableName | None, int]:
-    """What makes two DDL events the same schema change (see :meth:`EventStore.put_ddl`)."""
-    return ddl.commit_ts, ddl.query, ddl.table, ddl.action_type
+            self._buffers.close()

@@ -41,6 +41,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
 from cdcflow.core.data.logservice.manifest import Manifest, read_manifest
 from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, read_record_batches
+from cdcflow.core.data.logservice.store import DEFAULT_CHUNK_ROWS
 
 __all__ = [
     "DEFAULT_PARTITION_ROWS",
@@ -72,8 +73,8 @@ def offset_chunk(offset: dict[str, Any], manifest: Manifest) -> int:
     return min((c.seq for c in manifest.chunks if c.hi > ts), default=manifest.next_chunk)
 
 
-#: Rows per Spark partition when the option ``partitionRows`` is not given.
-DEFAULT_PARTITION_ROWS = 131_072
+#: Rows per Spark partition when the option ``partitionRows`` is not given: a full chunk's.
+DEFAULT_PARTITION_ROWS = DEFAULT_CHUNK_ROWS
 
 
 class ChunkPartition(InputPartition):

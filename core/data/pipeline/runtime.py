@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
+from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS, DEFAULT_TRIGGER_INTERVAL
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, TableName
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.manifest import read_manifest
@@ -126,7 +126,7 @@ class ChangefeedPipeline:
         plugins: PluginManager | None = None,
         mounter: Mounter | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
-        trigger_interval: float = 0.5,
+        trigger_interval: float = DEFAULT_TRIGGER_INTERVAL,
         part_rows: int = DEFAULT_PART_ROWS,
         collect_rows: int = DEFAULT_COLLECT_ROWS,
         work_dir: Path | None = None,
@@ -141,7 +141,7 @@ class ChangefeedPipeline:
         self.sinks = list(sinks)
         self.spark = spark
         self.checkpoint_dir = Path(checkpoint_dir)
-        self.table_filter = table_filter or TableFilter(["*.*"])
+        self.table_filter = table_filter or TableFilter()
         self.plugins = plugins
         self.mounter = mounter
         self.loop = loop

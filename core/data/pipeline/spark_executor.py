@@ -37,7 +37,13 @@ from typing import Any, cast
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from cdcflow.core.config.loader import Connector
-from cdcflow.core.config.settings import ColumnSelectorSettings, ServerSettings, SparkSettings
+from cdcflow.core.config.settings import (
+    DEFAULT_MEMORY_QUOTA,
+    DEFAULT_SPILL_DISK_QUOTA,
+    ColumnSelectorSettings,
+    ServerSettings,
+    SparkSettings,
+)
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
 from cdcflow.core.data.filter import TableFilter, replicates_ddl
 from cdcflow.core.data.logservice.manifest import read_manifest
@@ -95,8 +101,8 @@ class PipelineSpanExecutor(SpanExecutor):
         *,
         data_dir: str | Path,
         start_ts: int,
-        memory_quota: int = 1024**3,
-        disk_quota: int = 0,
+        memory_quota: int = DEFAULT_MEMORY_QUOTA,
+        disk_quota: int = DEFAULT_SPILL_DISK_QUOTA,
         spark_settings: SparkSettings | None = None,
         spark: Any = None,
         plugins: PluginManager | None = None,
@@ -134,7 +140,7 @@ class PipelineSpanExecutor(SpanExecutor):
             cut_rows=self.spark_settings.max_batch_rows,
             auto_spill=False,  # spilled from a thread, off the event loop (see _make_room)
         )
-        self.table_filter = table_filter or TableFilter(["*.*"])
+        self.table_filter = table_filter or TableFilter()
         self.column_selection = ColumnSelection(column_selectors)
         self.trigger_interval = (
             trigger_interval if trigger_interval is not None else self.spark_settings.trigger_interval

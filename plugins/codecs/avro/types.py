@@ -50,9 +50,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo
+from cdcflow.core.data.types import (
+    BLOB_TYPES,
+    CHAR_TYPES,
+    DATE_TYPES,
+    DATETIME_TYPES,
+    DECIMAL_TYPES,
+    FLOAT_TYPES,
+    TypeCode,
+)
 from cdcflow.plugins.codecs.avro.config import AvroConfig
 from cdcflow.plugins.codecs.avro.errors import AvroEncodeError
-from cdcflow.plugins.codecs.columns import TypeCode, elements_of, format_date_value, fsp_of
+from cdcflow.plugins.codecs.columns import elements_of, format_date_value, fsp_of
 
 __all__ = ["ColumnCodec", "column_codec", "encode_value", "from_avro", "sanitize_name", "tidb_type"]
 
@@ -68,7 +77,7 @@ _MAX_PRECISION, _MAX_SCALE = 65, 30
 #: Exact arithmetic for every MySQL decimal (the default context rounds to 28 digits).
 _EXACT = decimal.Context(prec=_MAX_PRECISION + _MAX_SCALE + 5)
 
-_TIDB_TYPES = {
+_TIDB_TYPES: dict[int, str] = {
     TypeCode.TINY: "INT",
     TypeCode.SHORT: "INT",
     TypeCode.INT24: "INT",
@@ -102,7 +111,7 @@ def tidb_type(column: ColumnInfo) -> str:
     code, flags = column.type_code, column.flags
     name = _TIDB_TYPES.get(code)
     if name is None:
-        if code in TypeCode.STRINGS or code in TypeCode.BLOBS:
+        if code in CHAR_TYPES or code in BLOB_TYPES:
             return "BLOB" if flags & ColumnInfo.BINARY else "TEXT"
         return "TEXT"
     if name in ("INT", "BIGINT") and flags & ColumnInfo.UNSIGNED:
@@ -129,7 +138,7 @@ def column_codec(column: ColumnInfo, config: AvroConfig) -> ColumnCodec:
     params: dict[str, str] = {"tidb_type": tidb_type(column)}
     code = column.type_code
     plan = _numeric(column, config)
-    if plan is None and code in (*TypeCode.DATES, *TypeCode.DATETIMES, TypeCode.DURATION):
+    if plan is None and code in (*DATE_TYPES, *DATETIME_TYPES, TypeCode.DURATION):
         if config.avro_time_handling_mode == "logical":
             plan = _temporal(code)
         else:
@@ -157,9 +166,9 @@ def _numeric(column: ColumnInfo, config: AvroConfig) -> _Plan | None:
         if config.avro_bigint_unsigned_handling_mode == "string":
             return {"type": "string"}, lambda v: str(_integer(v))
         return {"type": "long"}, _wrapped_u64
-    if code in TypeCode.FLOATS:
+    if code in FLOAT_TYPES:
         return {"type": "double"}, float
-    if code in TypeCode.DECIMALS:
+    if code in DECIMAL_TYPES:
         if config.avro_decimal_handling_mode == "string":
             return {"type": "string"}, _decimal_text
         precision, scale = _decimal_params(column.sql_type)
@@ -181,7 +190,7 @@ def _textual(column: ColumnInfo, params: dict[str, str]) -> _Plan:
         return {"type": "string"}, _enum_name(elements) if code == TypeCode.ENUM else _set_names(elements)
     if code == TypeCode.JSON:
         return {"type": "string"}, _json_text
-    if (code in TypeCode.STRINGS or code in TypeCode.BLOBS) and column.flags & ColumnInfo.BINARY:
+    if (code in CHAR_TYPES or code in BLOB_TYPES) and column.flags & ColumnInfo.BINARY:
         return {"type": "bytes"}, _binary
     return {"type": "string"}, _text
 
@@ -278,7 +287,7 @@ def _text(value: Any) -> str:
 
 
 def _temporal(code: int) -> _Plan:
-    if code in TypeCode.DATES:
+    if code in DATE_TYPES:
         return {"type": "int", "logicalType": "date"}, _days
     if code == TypeCode.DATETIME:
         return {"type": "long", "logicalType": "local-timestamp-micros"}, _local_micros

@@ -34,9 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cdcflow.core.data.events import ColumnInfo, RowChange, TableName
 from cdcflow.core.data.filter import FilterRuleError, TableFilter
+from cdcflow.core.data.types import TypeCode
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin.base import kebab
-from cdcflow.plugins.codecs.columns import TypeCode, format_date_value, fsp_of, handle_key_names, schema_column
+from cdcflow.plugins.codecs.columns import format_date_value, fsp_of, handle_key_names, schema_column
 from cdcflow.plugins.codecs.gojson import go_float_plain
 
 __all__ = [

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, tso_physical_ms
+from cdcflow.core.data.types import BLOB_TYPES, CHAR_TYPES, DECIMAL_TYPES, TypeCode
 
 __all__ = [
     "CHANGE_META",
@@ -30,14 +31,23 @@ __all__ = [
 #: Columns the sink adds to a change record (the snapshot job's input).
 CHANGE_META = ("_deleted", "_commit_ts", "_seq")
 
-# MySQL type bytes (Open Protocol) → Spark SQL type names.
-_BY_TYPE_CODE = {
-    1: "int", 2: "int", 3: "bigint", 8: "bigint", 9: "int", 13: "int", 16: "binary",
-    4: "float", 5: "double", 0: "decimal(38,10)", 246: "decimal(38,10)",
-    10: "date", 7: "timestamp", 12: "timestamp_ntz", 11: "string",
-    15: "string", 253: "string", 254: "string", 245: "string", 247: "string", 248: "string",
-    249: "binary", 250: "binary", 251: "binary", 252: "binary",
-}  # fmt: skip
+# MySQL type bytes → Spark SQL type names.
+_BY_TYPE_CODE: dict[int, str] = {
+    code: spark
+    for spark, codes in (
+        ("int", (TypeCode.TINY, TypeCode.SHORT, TypeCode.INT24, TypeCode.YEAR)),
+        ("bigint", (TypeCode.LONG, TypeCode.LONGLONG)),
+        ("float", (TypeCode.FLOAT,)),
+        ("double", (TypeCode.DOUBLE,)),
+        ("decimal(38,10)", DECIMAL_TYPES),
+        ("date", (TypeCode.DATE,)),
+        ("timestamp", (TypeCode.TIMESTAMP,)),
+        ("timestamp_ntz", (TypeCode.DATETIME,)),
+        ("string", (*CHAR_TYPES, TypeCode.DURATION, TypeCode.JSON, TypeCode.ENUM, TypeCode.SET)),
+        ("binary", (*BLOB_TYPES, TypeCode.BIT)),
+    )
+    for code in codes
+}
 
 
 def spark_type_of(value: Any) -> str:
@@ -64,8 +74,8 @@ def spark_type_of(value: Any) -> str:
 def _from_schema(column: ColumnInfo) -> str | None:
     name = _BY_TYPE_CODE.get(column.type_code)
     if name in ("int", "bigint") and column.flags & ColumnInfo.UNSIGNED:
-        # Only BIGINT UNSIGNED outgrows Spark's bigint; INT UNSIGNED (type 3) fits in it.
-        return "decimal(20,0)" if column.type_code == 8 else "bigint"
+        # Only BIGINT UNSIGNED outgrows Spark's bigint; INT UNSIGNED (LONG) fits in it.
+        return "decimal(20,0)" if column.type_code == TypeCode.LONGLONG else "bigint"
     return name
 
 

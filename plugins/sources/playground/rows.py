@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cdcflow.core.data.types import INT_TYPES
 from cdcflow.plugins.sources.playground.catalog import Column, TableDef
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import INT_TYPES
 from cdcflow.plugins.sources.tikv.tidb.keys import decode_record_key, record_key
 from cdcflow.plugins.sources.tikv.tidb.rowcodec import decode_column, decode_row, encode_row
 

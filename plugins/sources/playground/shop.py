@@ -14,8 +14,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.sources.playground.catalog import Column
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
 
 __all__ = ["SHOP_DB", "SHOP_TABLES", "random_value"]
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.sources.playground.catalog import Catalog, Column
 from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.ddl import DDLExecutor
@@ -25,7 +26,7 @@ from cdcflow.plugins.sources.playground.mvcc import TxnError
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.playground.shop import SHOP_DB, SHOP_TABLES, random_value
 from cdcflow.plugins.sources.playground.txn import Transaction
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType
 
 __all__ = ["DDLPlan", "RowOp", "TxnPlan", "Workload", "WorkloadPlanner", "WorkloadStats"]
 

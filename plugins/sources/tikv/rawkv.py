@@ -20,13 +20,16 @@ from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, OpType, RawKVEvent, RowChange, Span, TableName, TableSchema
 from cdcflow.core.data.source import BatchMounter, Mounter
+from cdcflow.core.data.types import TypeCode
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 
 __all__ = ["KeySpace", "RawKVBatchMounter", "RawKVMounter", "parse_key_spans"]
 
-# MySQL type bytes (Open Protocol §2.4): VARCHAR with the binary flag is VARBINARY; BLOB.
-_VARCHAR = 15
-_BLOB = 252
+# VARCHAR with the binary flag is VARBINARY. Plain ints, as in the schemas the
+# TiDB mounter builds: the event store pickles schemas, and a pickled enum member
+# would tie a store to the module TypeCode is defined in.
+_VARCHAR = int(TypeCode.VARCHAR)
+_BLOB = int(TypeCode.BLOB)
 
 
 def parse_key_spans(pairs: Sequence[Sequence[str]]) -> list[tuple[bytes, bytes]]:

@@ -9,14 +9,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+from cdcflow.core.testing import until_sync
+from tests import REPO
+
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
 EXECUTOR = "cdcflow.core.testing.inprocess:executor_factory"
+REST_POLL = 0.1  # seconds between two looks at a server (its log, its REST API)
 
 
 def plugin_path(tmp: Path) -> str:
@@ -56,15 +58,21 @@ class Server:
         self.api = self._wait_for_api()
 
     def _wait_for_api(self) -> str:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def address() -> str | None:
             match = re.search(r"API on (http://[0-9.:]+)", self.log_path.read_text(errors="replace"))
             if match:
                 return match.group(1)
             if self.proc.poll() is not None:
                 raise AssertionError(f"{self.name} exited: {self.log_path.read_text()}")
-            time.sleep(0.1)
-        raise AssertionError(f"{self.name} did not start: {self.log_path.read_text()}")
+            return None
+
+        return until_sync(
+            address,
+            timeout=60,
+            interval=REST_POLL,
+            message=f"{self.name} to start",
+            observe=lambda: self.log_path.read_text(errors="replace"),
+        )
 
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(self.api + path, timeout=5) as resp:
@@ -109,13 +117,3 @@ def cli(server: Server, env: dict[str, str], *argv: str) -> Any:
     if result.returncode != 0:
         raise AssertionError(f"cdcflow cli {' '.join(argv)} failed ({result.returncode}): {result.stderr}")
     return json.loads(result.stdout)
-
-
-def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout}s")

@@ -15,8 +15,9 @@ import time
 import pytest
 import yaml
 
+from cdcflow.core.testing import until_sync
 from tests.etcd_server import EtcdServer
-from tests.integration.control.cluster import Server, cli, env_with_plugin, wait_until
+from tests.integration.control.cluster import REST_POLL, Server, cli, env_with_plugin
 
 pytestmark = pytest.mark.integration
 
@@ -87,14 +88,14 @@ def test_three_captures_on_etcd_survive_sigkill(tmp_path):
     servers = [Server(tmp_path, f"capture-{i}", metastore, env) for i in range(3)]
     watch = OwnerWatch(servers)
     try:
-        first = wait_until(lambda: owner_of(servers), what="an owner")
-        wait_until(lambda: first.get("/api/v2/captures")["total"] == 3, what="three captures")
+        first = until_sync(lambda: owner_of(servers), interval=REST_POLL, message="an owner")
+        until_sync(lambda: first.get("/api/v2/captures")["total"] == 3, interval=REST_POLL, message="three captures")
         for i in range(4):
             created = cli(servers[i % 3], env, "changefeed", "create", "-c", f"cf-{i}", "--config",
                           changefeed_config(tmp_path, f"cf-{i}"))  # fmt: skip
             assert created["state"] == "normal"
         start = checkpoints(first)
-        wait_until(lambda: all_advanced(first, start), what="checkpoints advancing")
+        until_sync(lambda: all_advanced(first, start), interval=REST_POLL, message="checkpoints advancing")
 
         # a pause stops the changefeed's spans on every capture: its sink output stops growing
         cli(servers[1], env, "changefeed", "pause", "-c", "cf-1")
@@ -103,29 +104,40 @@ def test_three_captures_on_etcd_survive_sigkill(tmp_path):
         time.sleep(2)
         assert output_files(tmp_path, "cf-1") == written
         cli(servers[2], env, "changefeed", "resume", "-c", "cf-1")
-        wait_until(lambda: output_files(tmp_path, "cf-1") > written, what="output after resume")
+        until_sync(lambda: output_files(tmp_path, "cf-1") > written, interval=REST_POLL, message="output after resume")
 
         # SIGKILL the owner: another capture takes over, nothing acknowledged is lost.
         acknowledged = checkpoints(first)
         killed_at = time.monotonic()
         first.kill()
         survivors = [s for s in servers if s is not first]
-        second = wait_until(lambda: owner_of(survivors), timeout=60, what="a new owner")
+        second = until_sync(lambda: owner_of(survivors), timeout=60, interval=REST_POLL, message="a new owner")
         failover = time.monotonic() - killed_at
         print(f"\nowner failover after SIGKILL: {failover:.2f}s (session TTL 3s)")
         after = checkpoints(second)
         assert set(after) == set(acknowledged)
         for cf, (state, ts) in acknowledged.items():
             assert after[cf][0] == state and after[cf][1] >= ts
-        wait_until(lambda: all_advanced(second, after), timeout=60, what="progress after owner failover")
-        wait_until(lambda: second.get("/api/v2/captures")["total"] == 2, what="dead capture gone")
+        until_sync(
+            lambda: all_advanced(second, after), timeout=60, interval=REST_POLL, message="progress after owner failover"
+        )
+        until_sync(
+            lambda: second.get("/api/v2/captures")["total"] == 2, interval=REST_POLL, message="dead capture gone"
+        )
 
         # SIGKILL the non-owner: its maintainers and spans move to the owner.
         other = next(s for s in survivors if s is not second)
         before = checkpoints(second)
         other.kill()
-        wait_until(lambda: second.get("/api/v2/captures")["total"] == 1, timeout=30, what="capture gone")
-        wait_until(lambda: all_advanced(second, before), timeout=60, what="progress after non-owner loss")
+        until_sync(
+            lambda: second.get("/api/v2/captures")["total"] == 1, timeout=30, interval=REST_POLL, message="capture gone"
+        )
+        until_sync(
+            lambda: all_advanced(second, before),
+            timeout=60,
+            interval=REST_POLL,
+            message="progress after non-owner loss",
+        )
 
         # lifecycle through the cli still works on the survivor
         cli(second, env, "changefeed", "pause", "-c", "cf-0")
@@ -149,18 +161,20 @@ def test_one_capture_on_sqlite_lifecycle_and_restart(tmp_path):
     metastore = f"sqlite:///{tmp_path}/meta.db"
     server = Server(tmp_path, "capture", metastore, env)
     try:
-        wait_until(lambda: owner_of([server]), what="owner")
+        until_sync(lambda: owner_of([server]), interval=REST_POLL, message="owner")
         cli(server, env, "changefeed", "create", "-c", "cf-a", "--config", changefeed_config(tmp_path, "cf-a"))
         start = checkpoints(server)
-        wait_until(lambda: all_advanced(server, start), what="progress")
+        until_sync(lambda: all_advanced(server, start), interval=REST_POLL, message="progress")
         acknowledged = checkpoints(server)
         server.kill()
         server = Server(tmp_path, "capture-restarted", metastore, env)
         # the dead capture's session must expire before the new one can own the store
-        wait_until(lambda: owner_of([server]), timeout=30, what="owner after restart")
+        until_sync(lambda: owner_of([server]), timeout=30, interval=REST_POLL, message="owner after restart")
         after = checkpoints(server)
         assert after["cf-a"][0] == "normal" and after["cf-a"][1] >= acknowledged["cf-a"][1]
-        wait_until(lambda: all_advanced(server, after), timeout=30, what="progress after restart")
+        until_sync(
+            lambda: all_advanced(server, after), timeout=30, interval=REST_POLL, message="progress after restart"
+        )
         captures = cli(server, env, "capture", "list")
         assert captures["total"] == 1 and captures["items"][0]["is_owner"]
         assert server.terminate() == 0

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cdcflow.core.testing import until_sync
 from tests.etcd_server import EtcdServer
-from tests.integration.control.cluster import Server, cli, env_with_plugin, wait_until
+from tests.integration.control.cluster import REST_POLL, Server, cli, env_with_plugin
 from tests.ticker_source import first_tick_after, tick_ts
 
 pytestmark = pytest.mark.integration
@@ -107,7 +108,9 @@ def test_thirty_tables_over_three_captures_balance_move_and_failover(tmp_path):
     servers = [Server(tmp_path, f"capture-{i}", metastore, env) for i in range(3)]
     try:
         ids = {s.name: s.status()["id"] for s in servers}
-        wait_until(lambda: servers[0].get("/api/v2/captures")["total"] == 3, what="three captures")
+        until_sync(
+            lambda: servers[0].get("/api/v2/captures")["total"] == 3, interval=REST_POLL, message="three captures"
+        )
         config = tmp_path / "cf.yaml"
         config.write_text(
             yaml.safe_dump(
@@ -122,7 +125,9 @@ def test_thirty_tables_over_three_captures_balance_move_and_failover(tmp_path):
         start_ts = servers[0].get("/api/v2/changefeeds/cf-sched")["start_ts"]
 
         # Spread within one of each other over the three captures (10 each).
-        placed = wait_until(lambda: balanced_over(servers[1], ids.values()), timeout=90, what="balanced spans")
+        placed = until_sync(
+            lambda: balanced_over(servers[1], ids.values()), timeout=90, interval=REST_POLL, message="balanced spans"
+        )
         assert sorted(Counter(placed.values()).values()) == [10, 10, 10]
 
         # Move a table through the cli of a capture that may not host the maintainer.
@@ -132,9 +137,18 @@ def test_thirty_tables_over_three_captures_balance_move_and_failover(tmp_path):
         moved = cli(servers[2], env, "changefeed", "move-table", "-c", "cf-sched",
                     "--table-id", str(table), "--target-capture", target)  # fmt: skip
         assert len(moved["spans"]) == 1
-        wait_until(lambda: (spans_by_capture(servers[0]) or {}).get(table) == target, timeout=60, what="moved")
-        wait_until(lambda: checkpoint(servers[0]) > before, timeout=60, what="progress after the move")
-        wait_until(lambda: rows_written(tmp_path) > written, timeout=30, what="rows after the move")
+        until_sync(
+            lambda: (spans_by_capture(servers[0]) or {}).get(table) == target,
+            timeout=60,
+            interval=REST_POLL,
+            message="moved",
+        )
+        until_sync(
+            lambda: checkpoint(servers[0]) > before, timeout=60, interval=REST_POLL, message="progress after the move"
+        )
+        until_sync(
+            lambda: rows_written(tmp_path) > written, timeout=30, interval=REST_POLL, message="rows after the move"
+        )
         listed = cli(servers[1], env, "changefeed", "list-tables", "-c", "cf-sched")
         assert {i["table_id"]: i["primary"] for i in listed["items"]}[table] == target
 
@@ -143,10 +157,14 @@ def test_thirty_tables_over_three_captures_balance_move_and_failover(tmp_path):
         victim.kill()
         survivors = [s for s in servers if s is not victim]
         alive = [ids[s.name] for s in survivors]
-        placed = wait_until(lambda: balanced_over(survivors[0], alive), timeout=120, what="spans on survivors")
+        placed = until_sync(
+            lambda: balanced_over(survivors[0], alive), timeout=120, interval=REST_POLL, message="spans on survivors"
+        )
         assert sorted(Counter(placed.values()).values()) == [15, 15]
         after = checkpoint(survivors[0])
-        wait_until(lambda: checkpoint(survivors[0]) > after, timeout=60, what="progress after SIGKILL")
+        until_sync(
+            lambda: checkpoint(survivors[0]) > after, timeout=60, interval=REST_POLL, message="progress after SIGKILL"
+        )
 
         # Stop, then check the downstream row by row up to the final checkpoint.
         final = checkpoint(survivors[0])

@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from cdcflow.core.data.events import tso_from_ms, tso_physical_ms
+from cdcflow.core.testing import until_sync
 from tests.etcd_server import EtcdServer
-from tests.integration.control.cluster import Server, cli, env_with_plugin, wait_until
+from tests.integration.control.cluster import REST_POLL, Server, cli, env_with_plugin
 from tests.ticker_source import create_query, first_tick_after
 
 pytestmark = pytest.mark.integration
@@ -58,7 +59,9 @@ def test_tables_created_while_running_on_three_captures(tmp_path: Path) -> None:
     env = env_with_plugin(tmp_path / "plugins")
     servers = [Server(tmp_path, f"capture-{i}", f"etcd://{etcd.endpoint}/new-tables", env) for i in range(3)]
     try:
-        wait_until(lambda: servers[0].get("/api/v2/captures")["total"] == 3, what="three captures")
+        until_sync(
+            lambda: servers[0].get("/api/v2/captures")["total"] == 3, interval=REST_POLL, message="three captures"
+        )
         now_ms = int(time.time() * 1000)
         created = {i: tso_from_ms(now_ms + 6000 + 3000 * n) for n, i in enumerate(CREATED)}
         source = {"type": "ticker", "tables": EXISTING, "interval": INTERVAL, "replay": True, "created": created}
@@ -78,15 +81,27 @@ def test_tables_created_while_running_on_three_captures(tmp_path: Path) -> None:
 
         every = {i + 1 for i in range(EXISTING + len(CREATED))}  # the ticker's table ids
         last = max(created.values())
-        wait_until(lambda: replicating_tables(servers[1]) >= every, timeout=120, what="every table replicating")
-        wait_until(lambda: checkpoint(servers[1]) > last, timeout=120, what="checkpoint past the last CREATE")
+        until_sync(
+            lambda: replicating_tables(servers[1]) >= every,
+            timeout=120,
+            interval=REST_POLL,
+            message="every table replicating",
+        )
+        until_sync(
+            lambda: checkpoint(servers[1]) > last,
+            timeout=120,
+            interval=REST_POLL,
+            message="checkpoint past the last CREATE",
+        )
 
         victim = next(s for s in servers if s.status()["is_owner"] is False)
         victim.kill()
         survivors = [s for s in servers if s is not victim]
         after = checkpoint(survivors[0])
         target = tso_from_ms(tso_physical_ms(after) + 2000)
-        wait_until(lambda: checkpoint(survivors[0]) > target, timeout=120, what="progress after SIGKILL")
+        until_sync(
+            lambda: checkpoint(survivors[0]) > target, timeout=120, interval=REST_POLL, message="progress after SIGKILL"
+        )
         final = checkpoint(survivors[0])
         for s in survivors:
             s.terminate()

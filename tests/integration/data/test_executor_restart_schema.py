@@ -18,10 +18,11 @@ import pytest
 from cdcflow.core.data.events import RawKVEvent, Span
 from cdcflow.core.data.logservice.records import batch_to_records, event_from_record, read_record_batches
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
-from cdcflow.core.testing import ListSink
+from cdcflow.core.data.types import TypeCode
+from cdcflow.core.testing import ListSink, until
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType
 
 pytestmark = pytest.mark.integration
 
@@ -59,13 +60,6 @@ async def _orders_span(pg: Playground) -> Span:
         await source.close()
 
 
-async def _until(predicate: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 def test_a_restarted_executor_mounts_stored_rows_with_the_schema_of_their_commit_ts(tmp_path: Any) -> None:
     with Playground(stores=1, split_keys=0, resolved_ts_interval=0.05, ddl_every=0) as pg:
         start = pg.now()
@@ -79,7 +73,7 @@ def test_a_restarted_executor_mounts_stored_rows_with_the_schema_of_their_commit
             executor = _executor(pg, tmp_path, start)
             try:
                 await executor.add_span(span, start, prepare=False)
-                await _until(lambda: executor.store.published_ts >= last, "the first run did not publish")
+                await until(lambda: executor.store.published_ts >= last, timeout=60, message="the first run to publish")
                 assert executor.checkpoint_ts == start  # nothing flushed: a restart mounts it all again
                 return span
             finally:
@@ -93,7 +87,9 @@ def test_a_restarted_executor_mounts_stored_rows_with_the_schema_of_their_commit
                 await executor.add_span(span, start, prepare=False)
                 # The feed resumes from what the store published; once it resolves further, the
                 # source has loaded its schemas.
-                await _until(lambda: store.resolved_ts(span) > published, "the resumed feed did not resolve")
+                await until(
+                    lambda: store.resolved_ts(span) > published, timeout=60, message="the resumed feed to resolve"
+                )
                 [ddl] = store.ddl_between(start, last)
                 mounter = executor.source.mounter()
                 assert mounter is not None

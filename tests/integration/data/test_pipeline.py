@@ -1,7 +1,6 @@
 """ListSource → event store → Spark streaming query (local[2]) → sinks, in this process."""
 
 import asyncio
-import time
 
 import pytest
 
@@ -14,7 +13,7 @@ from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.plugin.hookspec import hookimpl
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.core.testing import ListSink, ListSource, drive, insert, update
+from cdcflow.core.testing import ListSink, ListSource, drive, insert, until, update
 
 pytestmark = pytest.mark.integration
 
@@ -60,12 +59,7 @@ class FlushRecorder:
         self.calls.append((changefeed_id, batch_id, checkpoint_ts, row_count))
 
 
-async def wait_until(predicate, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.2)
+SPARK_WAIT = 120.0  # seconds a step may take with local Spark on a loaded machine (a hang guard)
 
 
 def events():
@@ -118,15 +112,15 @@ def test_pipeline_delivers_what_the_reference_driver_delivers(tmp_path, spark):
         assert await executor.add_span(audit, 50, prepare=False)
         # items is prepared first: it catches up without being written ...
         await executor.add_span(items, 50, prepare=True)
-        await wait_until(lambda: executor.status(items).state is SpanState.PREPARED)
+        await until(lambda: executor.status(items).state is SpanState.PREPARED, timeout=SPARK_WAIT)
         assert executor.status(items).resolved_ts == 900
-        await wait_until(lambda: executor.checkpoint_ts == 900)
+        await until(lambda: executor.checkpoint_ts == 900, timeout=SPARK_WAIT)
         assert not any(r.table.table == "items" for r in sink.rows)
         # ... then replicated from the checkpoint the (imaginary) previous owner reached.
         assert await executor.add_span(items, 300, prepare=False)
         assert executor.status(items).checkpoint_ts == 300
         # Its rows after that checkpoint follow in a batch of their own.
-        await wait_until(lambda: executor.status(items).checkpoint_ts == 900)
+        await until(lambda: executor.status(items).checkpoint_ts == 900, timeout=SPARK_WAIT)
         assert set(executor.spans()) == {orders, items, audit}
         assert executor.error() is None
         await executor.close()
@@ -179,9 +173,9 @@ def test_prepared_span_rows_follow_once_replicating_and_sink_errors_are_retried(
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         await executor.add_span(span, 50, prepare=True)
         await executor.add_span(span, 110, prepare=False)
-        await wait_until(lambda: executor.error() is not None)
+        await until(lambda: executor.error() is not None, timeout=SPARK_WAIT)
         assert isinstance(executor.error(), DownstreamUnavailableError)  # the changefeed would go Warning
-        await wait_until(lambda: executor.status(span).checkpoint_ts == 200)
+        await until(lambda: executor.status(span).checkpoint_ts == 200, timeout=SPARK_WAIT)
         assert executor.error() is None
         assert await executor.remove_span(span) == 200
         assert executor.status(span).state is SpanState.STOPPED
@@ -222,9 +216,9 @@ def test_a_sink_that_cannot_open_is_retried_until_its_downstream_answers(tmp_pat
         executor = PipelineSpanExecutor("cf3", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark)
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         await executor.add_span(span, 50, prepare=False)
-        await wait_until(lambda: executor.error() is not None)
+        await until(lambda: executor.error() is not None, timeout=SPARK_WAIT)
         errors.append(executor.error())  # the changefeed shows Warning 2001 while the open is retried
-        await wait_until(lambda: executor.checkpoint_ts == 200)
+        await until(lambda: executor.checkpoint_ts == 200, timeout=SPARK_WAIT)
         assert executor.error() is None
         await executor.close()
 

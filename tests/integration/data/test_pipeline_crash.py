@@ -6,15 +6,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests import REPO
 from tests.integration.data.pipeline_capture import FINAL_TS, GATE_TS, ROWS_PER_TXN, TXNS
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def start_capture(tmp_path):
@@ -22,7 +20,7 @@ def start_capture(tmp_path):
     with (tmp_path / "capture.log").open("ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.integration.data.pipeline_capture", *args],
-            cwd=ROOT,
+            cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # the JVM and Python workers are in its process group

@@ -8,7 +8,7 @@ import pytest
 
 from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
-from cdcflow.core.testing import ListSink, ListSource, insert
+from cdcflow.core.testing import ListSink, ListSource, insert, until
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +24,7 @@ def spark():
     stop_spark_session()
 
 
-async def wait_until(predicate, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.2)
+SPARK_WAIT = 120.0  # seconds a step may take with local Spark on a loaded machine (a hang guard)
 
 
 def shop_events(resolved=900):
@@ -61,9 +56,12 @@ def test_spans_added_while_the_first_is_replicating_deliver_every_table(tmp_path
         for n, table in enumerate(order):
             assert await executor.add_span(spans[table], 50, prepare=False)
             # The spans before this one are already published and flushed to 900.
-            await wait_until(lambda: executor.checkpoint_ts == 900)
+            await until(lambda: executor.checkpoint_ts == 900, timeout=SPARK_WAIT)
             added = order[: n + 1]
-            await wait_until(lambda added=added: all(executor.status(spans[t]).checkpoint_ts == 900 for t in added))
+            await until(
+                lambda added=added: all(executor.status(spans[t]).checkpoint_ts == 900 for t in added),
+                timeout=SPARK_WAIT,
+            )
         assert executor.error() is None
         await executor.close()
 
@@ -83,13 +81,13 @@ def test_a_span_removed_and_re_added_delivers_what_followed_its_checkpoint(tmp_p
         spans = await spans_of(source)
         customers, orders = spans["customers"], spans["orders"]
         assert await executor.add_span(customers, 50, prepare=False)
-        await wait_until(lambda: executor.checkpoint_ts == 900)
+        await until(lambda: executor.checkpoint_ts == 900, timeout=SPARK_WAIT)
         assert await executor.add_span(orders, 50, prepare=False)
-        await wait_until(lambda: executor.status(orders).checkpoint_ts == 900)
+        await until(lambda: executor.status(orders).checkpoint_ts == 900, timeout=SPARK_WAIT)
         assert await executor.remove_span(orders) == 900
         # Moved elsewhere and back: the other capture flushed orders up to ts 200.
         assert await executor.add_span(orders, 200, prepare=False)
-        await wait_until(lambda: executor.status(orders).checkpoint_ts == 900)
+        await until(lambda: executor.status(orders).checkpoint_ts == 900, timeout=SPARK_WAIT)
         assert executor.error() is None
         await executor.close()
 
@@ -113,11 +111,11 @@ def test_a_small_batch_costs_one_spark_job_and_an_empty_one_none(tmp_path, spark
         )
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         assert await executor.add_span(span, 50, prepare=False)
-        await wait_until(lambda: executor.checkpoint_ts == 200)
+        await until(lambda: executor.checkpoint_ts == 200, timeout=SPARK_WAIT)
         # An empty batch: the store publishes a further resolved ts with no rows.
         await executor.set_barrier(None)
         executor.store.resolve(span, 300)
-        await wait_until(lambda: executor.checkpoint_ts == 300)
+        await until(lambda: executor.checkpoint_ts == 300, timeout=SPARK_WAIT)
         # Spark runs a streaming query's jobs in a job group named by its run id.
         run_id = executor.pipeline._query.runId
         jobs.extend(spark.sparkContext.statusTracker().getJobIdsForGroup(run_id))
@@ -176,9 +174,9 @@ def test_the_changefeed_checkpoint_reaches_the_sinks_between_batches_and_at_clos
         await executor.set_changefeed_checkpoint(50)  # before the pipeline runs: written once it does
         await executor.set_barrier(300)
         assert await executor.add_span(span, 50, prepare=False)
-        await wait_until(lambda: executor.checkpoint_ts == 300)
+        await until(lambda: executor.checkpoint_ts == 300, timeout=SPARK_WAIT)
         await executor.set_barrier(None)  # the next batch, (300, 500], comes in parts
-        await wait_until(lambda: executor.checkpoint_ts == 500)
+        await until(lambda: executor.checkpoint_ts == 500, timeout=SPARK_WAIT)
         await executor.set_changefeed_checkpoint(executor.status(span).checkpoint_ts)
         await executor.set_changefeed_checkpoint(400)  # lower: ignored
         assert executor.error() is None

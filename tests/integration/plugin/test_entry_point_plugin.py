@@ -8,6 +8,9 @@ import textwrap
 
 import pytest
 
+# Builds and installs a distribution with pip, then runs the command line in subprocesses.
+pytestmark = pytest.mark.integration
+
 PLUGIN_MODULE = '''
 from typing import Any
 from pydantic import Field

@@ -49,8 +49,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBDatabase, TiDBTable
 
 __all__ = [

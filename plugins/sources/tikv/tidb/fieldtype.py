@@ -1,8 +1,9 @@
 """TiDB's FieldType: the MySQL type byte, flag bits, length, scale, charset.
 
-Codes and flags are wire facts of TiDB's ``parser/mysql/type.go``; the JSON
-keys (``Tp``, ``Flag``, ``Flen``, ``Decimal``, ``Charset``, ``Collate``,
-``Elems``) are those the status API serves.
+Type bytes are core's :class:`~cdcflow.core.data.types.TypeCode`; flags are
+wire facts of TiDB's ``parser/mysql/type.go``; the JSON keys (``Tp``,
+``Flag``, ``Flen``, ``Decimal``, ``Charset``, ``Collate``, ``Elems``) are
+those the status API serves.
 """
 
 from __future__ import annotations
@@ -12,41 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FieldType", "Flag", "TypeCode"]
+from cdcflow.core.data.types import BLOB_TYPES, CHAR_TYPES, DATE_TYPES, DATETIME_TYPES, INT_TYPES, UINT_TYPES, TypeCode
 
-
-class TypeCode(enum.IntEnum):
-    """MySQL type bytes as TiDB uses them."""
-
-    UNSPECIFIED = 0
-    TINY = 1
-    SHORT = 2
-    LONG = 3
-    FLOAT = 4
-    DOUBLE = 5
-    NULL = 6
-    TIMESTAMP = 7
-    LONGLONG = 8
-    INT24 = 9
-    DATE = 10
-    DURATION = 11
-    DATETIME = 12
-    YEAR = 13
-    NEWDATE = 14
-    VARCHAR = 15
-    BIT = 16
-    VECTOR_FLOAT32 = 0xE1
-    JSON = 0xF5
-    NEWDECIMAL = 0xF6
-    ENUM = 0xF7
-    SET = 0xF8
-    TINY_BLOB = 0xF9
-    MEDIUM_BLOB = 0xFA
-    LONG_BLOB = 0xFB
-    BLOB = 0xFC
-    VAR_STRING = 0xFD
-    STRING = 0xFE
-    GEOMETRY = 0xFF
+__all__ = ["FieldType", "Flag"]
 
 
 class Flag(enum.IntFlag):
@@ -68,20 +37,10 @@ class Flag(enum.IntFlag):
     ON_UPDATE_NOW = 8192
 
 
-INT_TYPES = frozenset({TypeCode.TINY, TypeCode.SHORT, TypeCode.LONG, TypeCode.LONGLONG, TypeCode.INT24, TypeCode.YEAR})
-STRING_TYPES = frozenset(
-    {
-        TypeCode.VARCHAR,
-        TypeCode.VAR_STRING,
-        TypeCode.STRING,
-        TypeCode.TINY_BLOB,
-        TypeCode.MEDIUM_BLOB,
-        TypeCode.LONG_BLOB,
-        TypeCode.BLOB,
-    }
-)
-TIME_TYPES = frozenset({TypeCode.DATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.NEWDATE})
-UINT_TYPES = frozenset({TypeCode.ENUM, TypeCode.SET, TypeCode.BIT})
+#: Types whose row values are stored as their bytes (text in the column's charset).
+STRING_TYPES = CHAR_TYPES | BLOB_TYPES
+#: Types whose row values are TiDB's packed date-time integers.
+TIME_TYPES = DATE_TYPES | DATETIME_TYPES
 #: Every type a row value of which cdcflow decodes.
 SUPPORTED_TYPES = (
     INT_TYPES

@@ -32,16 +32,9 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from cdcflow.core.data.types import INT_TYPES, UINT_TYPES, TypeCode
 from cdcflow.plugins.sources.tikv.tidb import jsonbin, keys, timecodec, values
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import (
-    INT_TYPES,
-    STRING_TYPES,
-    SUPPORTED_TYPES,
-    TIME_TYPES,
-    UINT_TYPES,
-    FieldType,
-    TypeCode,
-)
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import STRING_TYPES, SUPPORTED_TYPES, TIME_TYPES, FieldType
 from cdcflow.plugins.sources.tikv.tidb.keydatum import Datum, DatumKind, decode_datum
 
 __all__ = [

@@ -29,13 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, TableName, TableSchema
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import (
-    INT_TYPES,
-    STRING_TYPES,
-    FieldType,
-    Flag,
-    TypeCode,
-)
+from cdcflow.core.data.types import INT_TYPES, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import STRING_TYPES, FieldType, Flag
 
 __all__ = ["STATE_PUBLIC", "TiDBColumn", "TiDBDatabase", "TiDBIndex", "TiDBTable", "ci_name"]
 

@@ -33,15 +33,9 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from cdcflow.core.data.types import INT_TYPES, UINT_TYPES, TypeCode
 from cdcflow.plugins.sources.tikv.tidb import jsonbin, mydecimal, timecodec
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import (
-    INT_TYPES,
-    STRING_TYPES,
-    TIME_TYPES,
-    UINT_TYPES,
-    FieldType,
-    TypeCode,
-)
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import STRING_TYPES, TIME_TYPES, FieldType
 
 __all__ = [
     "UnsupportedColumnType",

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableSchema, tso_from_ms
 from cdcflow.core.data.sink import SinkContext
+from cdcflow.core.data.types import TypeCode as T
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
 from cdcflow.core.testing import delete, insert, update
 from cdcflow.plugins.codecs.avro import (
@@ -27,7 +28,6 @@ from cdcflow.plugins.codecs.avro import (
     SchemaRegistryClient,
     SchemaRegistryError,
 )
-from cdcflow.plugins.codecs.columns import TypeCode as T
 from cdcflow.plugins.codecs.open_protocol import MessageTooLargeError
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule

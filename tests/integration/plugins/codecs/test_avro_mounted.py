@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 
 from cdcflow.core.data.events import ColumnInfo, RowChange
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.codecs.avro import AvroCodec, AvroConfig, AvroDecoder, SchemaRegistryClient
-from cdcflow.plugins.codecs.columns import TypeCode, elements_of
+from cdcflow.plugins.codecs.columns import elements_of
 from tests.integration.plugins.codecs.schema_registry import SchemaRegistryServer
 from tests.unit.plugins.codecs.test_open_protocol_mounted import mounted
 from tests.unit.plugins.sources.tikv.tidb.test_mounter import typed_rows

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -21,6 +20,7 @@ from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
 from cdcflow.core.testing import ListSource, SimulatedCrash, drive, insert, update
 from cdcflow.plugins.sinks.mysql import ConstraintViolationError, DownstreamRejectedError, MySQLSink, MySQLSinkConfig
+from tests import REPO
 from tests.fixtures.mariadb import MariaDB, new_database
 from tests.fixtures.workload import Workload, make_workload
 from tests.integration.plugins.sinks import mysql_capture
@@ -210,7 +210,7 @@ def test_sigkill_of_the_capture_then_resume(mariadb: MariaDB, mysql_database: st
     query = f"SELECT flushed_batch_id, flushed_ts FROM cdcflow.checkpoint WHERE changefeed_id = '{cid}'"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.integration.plugins.sinks.mysql_capture", mariadb.uri, mysql_database, cid],
-        cwd=Path(__file__).resolve().parents[4],
+        cwd=REPO,
     )
     try:
         deadline = time.monotonic() + 120

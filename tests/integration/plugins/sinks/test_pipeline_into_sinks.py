@@ -8,14 +8,13 @@ authors); orders is the table with keys, key moves and an ALTER.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
-from cdcflow.core.testing import ListSource
+from cdcflow.core.testing import ListSource, until
 from cdcflow.plugins.sinks.mysql import MySQLSink, MySQLSinkConfig
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig
 from tests.fixtures.mariadb import MariaDB
@@ -24,13 +23,6 @@ from tests.integration.plugins.sinks.test_mysql_sink import fetch
 from tests.integration.plugins.sinks.test_spark_sink import changelog, snapshot_rows
 
 pytestmark = pytest.mark.integration
-
-
-async def _until(predicate: Any, timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.2)
 
 
 def test_pipeline_into_mysql_and_spark_sinks(spark: Any, mariadb: MariaDB, mysql_database: str, tmp_path: Path) -> None:
@@ -50,7 +42,7 @@ def test_pipeline_into_mysql_and_spark_sinks(spark: Any, mariadb: MariaDB, mysql
         )  # fmt: skip
         orders = w.table("orders")
         assert await executor.add_span((await source.spans_for(orders))[0], 0, prepare=False)
-        await _until(lambda: executor.checkpoint_ts >= w.last_ts or executor.error() is not None)
+        await until(lambda: executor.checkpoint_ts >= w.last_ts or executor.error() is not None, timeout=240)
         assert executor.error() is None
         await executor.close()
 

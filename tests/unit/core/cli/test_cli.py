@@ -1,14 +1,12 @@
 import json
 import socket
-from pathlib import Path
 
 import pytest
 
 from cdcflow.core.cli import main as cli_main
 from cdcflow.core.cli._common import EXIT_CONFIG
 from cdcflow.core.version import __version__
-
-REPO = Path(__file__).resolve().parents[4]
+from tests import REPO
 
 
 def run(capsys, *argv):

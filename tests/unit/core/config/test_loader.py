@@ -1,13 +1,11 @@
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from cdcflow.core.config import load_deployment, validate_text
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import PluginManager
-
-REPO = Path(__file__).resolve().parents[4]
+from tests import REPO
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import decode_row_value, encode_row_value
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, pdpb_pb2
 from cdcflow.plugins.sources.tikv.tidb.ddl_job import ddl_spans, decode_job_write
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import TypeCode
 from cdcflow.plugins.sources.tikv.tidb.keys import encode_bytes, record_key, table_record_span
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBTable
 

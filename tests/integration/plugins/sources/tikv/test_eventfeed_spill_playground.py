@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from cdcflow.core.data.events import RawKVEvent
+from cdcflow.core.testing import until
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
@@ -88,14 +89,6 @@ def _commit(pg: Playground, committed: list[Change], pairs: list[tuple[int, byte
     commit_ts = txn.commit()
     committed.extend((key(h), commit_ts, v) for h, v in pairs)
     return commit_ts
-
-
-async def _wait(predicate: Any, timeout: float = 60.0) -> None:
-    async def loop() -> None:
-        while not predicate():
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(loop(), timeout)
 
 
 def _settled(pg: Playground, clients: int) -> bool:
@@ -187,7 +180,7 @@ def test_splits_leader_moves_and_stream_resets_while_prewrites_are_on_disk(scan_
                 await asyncio.to_thread(big.prewrite)
                 # Every lock of the transaction reached the client, all but a budget's worth on disk.
                 on_disk = BIG - budget // 200  # each entry takes more than 200 bytes
-                await _wait(lambda: spilled.memory.spilled_entries >= on_disk)
+                await until(lambda: spilled.memory.spilled_entries >= on_disk, timeout=60)
                 files = spilled.memory.files
 
                 await asyncio.to_thread(pg.split_region, key(BIG + 1))
@@ -199,14 +192,14 @@ def test_splits_leader_moves_and_stream_resets_while_prewrites_are_on_disk(scan_
                 await asyncio.to_thread(pg.reset_streams, leaders[0])
                 await asyncio.to_thread(doomed.rollback)
                 await commit([(13, b"during-faults"), (2 * BIG - 13, b"during-faults")])
-                await _wait(lambda: _settled(pg, clients=2))  # the reset's re-subscriptions scanned
+                await until(lambda: _settled(pg, clients=2), timeout=60)  # the reset's re-subscriptions scanned
                 before = spilled.memory.spilled_entries
                 for region in pg.regions():
                     await asyncio.to_thread(pg.transfer_leader, region.id)
                 # Resubscribed at the new leaders, the regions read every lock again from the
                 # scan, onto disk: the commit, sent after the scans, is then matched there.
-                await _wait(lambda: _settled(pg, clients=2))
-                await _wait(lambda: spilled.memory.spilled_entries >= before + on_disk)
+                await until(lambda: _settled(pg, clients=2), timeout=60)
+                await until(lambda: spilled.memory.spilled_entries >= before + on_disk, timeout=60)
 
                 commit_ts = await asyncio.to_thread(big.commit_prewritten)
                 committed.extend((key(h), commit_ts, b"big-%06d-" % h + b"x" * 200) for h in big_keys)

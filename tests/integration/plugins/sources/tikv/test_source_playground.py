@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, Span, TableName, TableSetChange
+from cdcflow.core.data.types import TypeCode
 from cdcflow.core.errors import CheckpointStaleError
+from cdcflow.core.testing import until
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +51,12 @@ async def _collect(
 
 
 async def _wait_resolved(resolved: dict[Span, int], spans: list[Span], ts: int, timeout: float = 60.0) -> None:
-    async def loop() -> None:
-        while any(resolved.get(s, 0) < ts for s in spans):
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(loop(), timeout)
+    await until(
+        lambda: all(resolved.get(s, 0) >= ts for s in spans),
+        timeout=timeout,
+        message=f"every span resolved to {ts}",
+        observe=lambda: {s: resolved.get(s, 0) for s in spans},
+    )
 
 
 def test_feeds_of_every_table_replay_to_the_snapshot() -> None:

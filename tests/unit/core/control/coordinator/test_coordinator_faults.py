@@ -13,6 +13,7 @@ from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.metastore.sqlite import SQLiteMetaStore
 from cdcflow.core.errors import MetaStoreIOError
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.testing import until
 
 
 class FlakyStore(SQLiteMetaStore):
@@ -34,8 +35,7 @@ def test_metastore_failure_reaches_the_caller_and_the_coordinator_steps_down(tmp
         center = MessageCenter("c")
         coordinator = Coordinator(store, term, center, PluginManager(), None, bootstrap_wait=0)
         running = asyncio.create_task(coordinator.run())
-        while not coordinator._tasks:
-            await asyncio.sleep(0.01)
+        await until(lambda: coordinator._tasks, message="the coordinator's tasks to start")
         info = ChangeFeedInfo("cf", {"type": "x"}, [], start_ts=10)
         await coordinator.create(info)
         store.down = True

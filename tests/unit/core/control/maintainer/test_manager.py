@@ -4,9 +4,12 @@ checks, deduplicated heartbeats, and the changefeed checkpoint as the minimum ov
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
+from itertools import pairwise
 
 from cdcflow.core.control.changefeed import ChangeFeedInfo
+from cdcflow.core.control.maintainer import manager as manager_module
 from cdcflow.core.control.maintainer.maintainer import Maintainer
 from cdcflow.core.control.maintainer.manager import MaintainerManager
 from cdcflow.core.control.maintainer.placement import Placement
@@ -24,6 +27,7 @@ from cdcflow.core.control.scheduling import Watermark
 from cdcflow.core.control.span_host import SpanHost
 from cdcflow.core.data.events import Span
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.testing import until
 from cdcflow.core.testing.inprocess import InProcessSpanExecutor, executor_factory
 from cdcflow.plugins.schedulers.round_robin import RoundRobinConfig, RoundRobinScheduler
 from tests import ticker_source
@@ -44,48 +48,91 @@ def info(epoch: int, tmp) -> ChangeFeedInfo:
     )
 
 
-def test_commands_are_idempotent_and_version_checked(tmp_path):
+def test_commands_are_idempotent_and_version_checked(tmp_path, monkeypatch):
     async def main():
         pm = plugins()
         center = MessageCenter("c1")
         received: list = []
+        polls = 0  # rounds of the manager's heartbeat loop
+        beats: list[tuple[int, MaintainerHeartbeat]] = []  # every heartbeat, with the round that sent it
 
         async def coordinator(message):
             received.append(message)
+            if isinstance(message, MaintainerHeartbeat):
+                beats.append((polls, message))
 
         center.register(Topic.COORDINATOR, coordinator)
         agent = SpanHost("c1", center, executor_factory, pm, str(tmp_path), lambda: ["c1"])
         manager = MaintainerManager("c1", center, agent, pm, lambda: ["c1"])
+        send_block_status = manager._send_block_status
+
+        def counted():  # called once per round of the heartbeat loop, just before its heartbeat is sent
+            nonlocal polls
+            polls += 1
+            send_block_status()
+
+        manager._send_block_status = counted
 
         def add(version, epoch):
             return AddMaintainerRequest("c1", "c1", version, "cf", epoch, info(epoch, tmp_path).to_json(), 100)
 
+        async def handled():
+            """Every command sent so far was handled: the manager handles its commands one at a
+            time in order, so once a bootstrap request sent after them is answered, they all were."""
+            answers = sum(isinstance(m, CoordinatorBootstrapResponse) for m in received)
+            center.send("c1", Topic.MAINTAINER_MANAGER, CoordinatorBootstrapRequest("c1", "c1", 5))
+            await until(
+                lambda: sum(isinstance(m, CoordinatorBootstrapResponse) for m in received) > answers,
+                message="the answer to a bootstrap request sent after the commands",
+            )
+
         center.send("c1", Topic.MAINTAINER_MANAGER, CoordinatorBootstrapRequest("c1", "c1", 5))
         center.send("c1", Topic.MAINTAINER_MANAGER, add(5, 2))
-        await asyncio.sleep(0.3)
+        await until(lambda: "cf" in manager.maintainers and received, observe=lambda: (manager.maintainers, received))
         first = manager.maintainers["cf"]
         assert isinstance(received[0], CoordinatorBootstrapResponse) and received[0].statuses == ()
         center.send("c1", Topic.MAINTAINER_MANAGER, add(5, 2))  # a repeat
         center.send("c1", Topic.MAINTAINER_MANAGER, add(4, 3))  # a deposed coordinator
         center.send("c1", Topic.MAINTAINER_MANAGER, RemoveMaintainerRequest("c1", "c1", 5, "cf", 1))  # older epoch
-        await asyncio.sleep(0.3)
+        await handled()
         assert manager.maintainers["cf"] is first and first.epoch == 2
 
-        received.clear()
-        await asyncio.sleep(3.1)
-        beats = [m for m in received if isinstance(m, MaintainerHeartbeat)]
-        assert 2 <= len(beats) <= 4  # unchanged statuses: about once a second, not every poll
+        # Unchanged statuses: re-sent once every HEARTBEAT_EVERY, not on every poll. Counted in
+        # polls, not seconds: each poll waits at least POLL, so a full heartbeat is due again
+        # after at most this many polls (one more for a poll that wakes exactly on time).
+        assert manager_module.HEARTBEAT_EVERY > manager_module.POLL  # so a poll is not always due
+        due_within = math.ceil(manager_module.HEARTBEAT_EVERY / manager_module.POLL) + 1
+        seen = len(beats)
+        await until(lambda: len(beats) >= seen + 4, message="four more heartbeats")
+        sent_at = [p for p, _ in beats[seen:]]
+        assert all(b - a <= due_within for a, b in pairwise(sent_at)), sent_at
+        with monkeypatch.context() as patch:
+            patch.setattr(manager_module, "HEARTBEAT_EVERY", 3600.0)  # no full heartbeat is due now
+            start = polls
+            await until(lambda: polls > start)  # by then, a heartbeat sent before has arrived
+            before, start = len(beats), polls
+            last = {s.changefeed_id: s for _, beat in beats for s in beat.statuses}
+            await until(lambda: polls >= start + due_within, message=f"{due_within} polls")
+            for _, beat in beats[before:]:  # a status that changed meanwhile is sent, an unchanged one not
+                for status in beat.statuses:
+                    assert status != last.get(status.changefeed_id), status
+                    last[status.changefeed_id] = status
 
         center.send("c1", Topic.MAINTAINER_MANAGER, RemoveMaintainerRequest("c1", "c1", 5, "cf", 2))
-        await asyncio.sleep(0.5)
+
+        def close_acks():
+            heartbeats = [m for m in received if isinstance(m, MaintainerHeartbeat)]
+            return [s for m in heartbeats for s in m.statuses if s.state == "stopped"]
+
+        await until(close_acks, message="a heartbeat with the CloseAck")
         assert "cf" not in manager.maintainers
-        acks = [s for m in received if isinstance(m, MaintainerHeartbeat) for s in m.statuses if s.state == "stopped"]
+        acks = close_acks()
         assert acks and acks[0].epoch == 2  # CloseAck
         center.send("c1", Topic.MAINTAINER_MANAGER, add(5, 2))  # reordered after the remove
         # a scheduling request of the removed incarnation, still in flight, starts nothing
         late = {"type": "heartbeat-request", "changefeed_id": "cf", "capture_id": "c1", "epoch": 2, "seq": 99}
         center.send("c1", Topic.MAINTAINER_MANAGER, SchedulingMessage("c1", "cf", 2, late, info(2, tmp_path).to_json()))
-        await asyncio.sleep(0.3)
+        await handled()
         assert "cf" not in manager.maintainers
         assert "cf" not in manager.host.runs
         await manager.close()
@@ -107,7 +154,7 @@ def test_progress_comes_from_the_watermark_never_goes_back_and_ignores_other_epo
 
         center.register(Topic.MAINTAINER_MANAGER, agent)
         m._tick()
-        await asyncio.sleep(0.05)
+        await until(lambda: sent, message="the requests of a tick")
         assert sent and all(s.info is not None and s.epoch == 2 for s in sent)  # requests carry the declaration
         assert m.checkpoint_ts == 100 and m.block_reason  # nothing replicates yet: blocked, no progress
 
@@ -190,17 +237,22 @@ def test_the_changefeed_checkpoint_reaches_the_executor_with_heartbeats(tmp_path
         center.send("c1", Topic.MAINTAINER_MANAGER, CoordinatorBootstrapRequest("c1", "c1", 1))
         center.send("c1", Topic.MAINTAINER_MANAGER, AddMaintainerRequest("c1", "c1", 1, "cf", 1, live.to_json(), start))
         executor = None
-        for _ in range(600):
-            await asyncio.sleep(0.05)
+
+        def followed() -> bool:
+            """Whether four checkpoints reached the executor; on every poll, it is never ahead."""
+            nonlocal executor
             maintainer, run = manager.maintainers.get("cf"), agent.runs.get("cf")
             if maintainer is None or run is None:
-                continue
+                return False
             executor = run.executor
             assert executor.changefeed_checkpoint <= maintainer.checkpoint_ts  # never ahead of the maintainer
-            if len(executor.handed) >= 4:
-                break
-        await manager.close()
-        await center.close()
+            return len(executor.handed) >= 4
+
+        try:
+            await until(followed, timeout=30, interval=0.05, observe=lambda: executor and executor.handed)
+        finally:
+            await manager.close()
+            await center.close()
         assert executor is not None
         handed = executor.handed
         assert len(handed) >= 4, handed  # it followed the maintainer's checkpoint

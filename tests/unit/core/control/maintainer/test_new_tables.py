@@ -20,6 +20,7 @@ from cdcflow.core.control.scheduling import ReplicationState
 from cdcflow.core.control.span_host import SpanHost
 from cdcflow.core.data.events import Span, tso_from_ms, tso_physical_ms
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.testing import until
 from cdcflow.core.testing.inprocess import executor_factory
 from tests import ticker_source
 from tests.ticker_source import TRIGGER, create_query, first_tick_after, tick_ts
@@ -57,9 +58,7 @@ class Capture:
         self.center.send("c1", Topic.MAINTAINER_MANAGER, add)
 
     async def maintainer(self) -> Maintainer:
-        while "cf" not in self.manager.maintainers:
-            await asyncio.sleep(0.01)
-        return self.manager.maintainers["cf"]
+        return await until(lambda: self.manager.maintainers.get("cf"), message="the maintainer of cf")
 
     async def close(self) -> None:
         await self.manager.close()
@@ -94,8 +93,7 @@ def test_a_changefeed_whose_filter_matches_no_table_yet_advances(tmp_path):
         capture.add(changefeed(tmp_path / "out", later(start, 3600)), start)
         try:
             m = await capture.maintainer()
-            while m.checkpoint_ts <= start and m.error is None:
-                await asyncio.sleep(0.02)
+            await until(lambda: m.checkpoint_ts > start or m.error is not None, observe=m.status)
             assert m.error is None
             assert m.placement is not None and m.placement.spans == [TRIGGER]  # the table-trigger span alone
             assert replicating(m, TRIGGER)
@@ -115,11 +113,17 @@ def test_a_table_created_while_running_is_added_at_its_create_ts(tmp_path):
         flushed: list[tuple[int, bool]] = []  # (the trigger span's checkpoint, t1 replicating)
         try:
             m = await capture.maintainer()
-            while m.checkpoint_ts <= later(created, 1.0) and m.error is None:
+
+            def past_the_create() -> bool:
+                """Whether the checkpoint passed the CREATE TABLE by a second; until then, sample."""
+                if m.checkpoint_ts > later(created, 1.0) or m.error is not None:
+                    return True
                 wanted = m.placement is not None and T1 in m.placement.spans
                 samples.append((m.checkpoint_ts, wanted, replicating(m, T1)))
                 flushed.append((span_checkpoint(m, TRIGGER), samples[-1][2]))
-                await asyncio.sleep(0.01)
+                return False
+
+            await until(past_the_create, interval=0.01, observe=m.status)
             assert m.error is None
             final = m.checkpoint_ts
         finally:

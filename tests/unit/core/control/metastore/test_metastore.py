@@ -46,6 +46,7 @@ def test_sessions_owner_and_fencing(url):
         assert term_a.capture_id == "a"
         assert (await store.get_owner()) == term_a
         campaign_b = asyncio.create_task(store.campaign(b))
+        # Time passes on purpose (not a wait on a condition): b's campaign must not win while a owns.
         await asyncio.sleep(0.5)
         assert not campaign_b.done()  # only one owner at a time
         await store.create_changefeed(info(), ChangeFeedStatus(5, 5), term_a)

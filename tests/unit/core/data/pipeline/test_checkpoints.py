@@ -7,7 +7,7 @@ import threading
 
 from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
-from cdcflow.core.testing import ListSink
+from cdcflow.core.testing import ListSink, until_sync
 
 WAIT = 30.0  # seconds a step may take at most on a loaded machine (a hang, not a speed check)
 
@@ -31,15 +31,6 @@ class GatedSink(ListSink):
         self.written.set()
 
 
-def until(predicate) -> None:
-    done = threading.Event()
-    for _ in range(int(WAIT / 0.01)):
-        if predicate():
-            return
-        done.wait(0.01)
-    raise AssertionError("condition not reached")
-
-
 def test_checkpoints_wait_for_the_batch_being_written_and_only_move_forward():
     lock = threading.Lock()
     sink = GatedSink()
@@ -49,10 +40,12 @@ def test_checkpoints_wait_for_the_batch_being_written_and_only_move_forward():
         writer.offer(100)
         writer.offer(90)  # lower: ignored
         writer.offer(120)
-        threading.Event().wait(0.2)  # room for a writer that ignores the lock to do it now
+        # Time passes on purpose (not a wait on a condition): room for a writer that
+        # ignores the lock to write now, which ``overlapped`` would then show.
+        threading.Event().wait(0.2)
         sink.in_batch = False
     assert sink.written.wait(WAIT)
-    until(lambda: writer.written_ts == 120)
+    until_sync(lambda: writer.written_ts == 120, timeout=WAIT)
     assert not sink.overlapped
     assert sink.checkpoints in ([120], [100, 120])  # the newest; an older one only if taken before
     writer.offer(120)  # a repeat: not written again
@@ -67,9 +60,9 @@ def test_retryable_errors_are_retried_and_reported_meanwhile():
     sink = GatedSink([unavailable, unavailable])
     writer = CheckpointWriter("cf", [sink], threading.Lock())
     writer.offer(100)
-    until(lambda: writer.last_error is unavailable)  # the changefeed shows the warning
+    until_sync(lambda: writer.last_error is unavailable, timeout=WAIT)  # the changefeed shows the warning
     assert sink.written.wait(WAIT)
-    until(lambda: writer.last_error is None)
+    until_sync(lambda: writer.last_error is None, timeout=WAIT)
     writer.stop()
     assert sink.checkpoints == [100] and writer.failure is None
 
@@ -78,7 +71,7 @@ def test_a_fatal_error_stops_the_writer():
     sink = GatedSink([ConfigInvalidError("bad topic")])
     writer = CheckpointWriter("cf", [sink], threading.Lock())
     writer.offer(100)
-    until(lambda: writer.failure is not None)
+    until_sync(lambda: writer.failure is not None, timeout=WAIT)
     writer.offer(200)
     writer.stop()
     assert isinstance(writer.failure, ConfigInvalidError)

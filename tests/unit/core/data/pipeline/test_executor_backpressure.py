@@ -5,15 +5,7 @@ import asyncio
 
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
 from cdcflow.core.data.span_executor import SpanState
-from cdcflow.core.testing import ListSink, ListSource, insert
-
-
-async def wait_until(predicate, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+from cdcflow.core.testing import ListSink, ListSource, insert, until
 
 
 def test_a_full_store_pauses_the_feed_instead_of_growing(tmp_path):
@@ -27,11 +19,13 @@ def test_a_full_store_pauses_the_feed_instead_of_growing(tmp_path):
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         assert not await executor.add_span(span, 50, prepare=True)
         assert executor.status(span).state is SpanState.PREPARING
-        await wait_until(lambda: executor.paused)
+        await until(lambda: executor.paused)
         stats = executor.store.stats()
         assert stats.spilled_runs > 0  # it spilled as long as the disk quota allowed
         assert stats.memory_bytes < 40_000 + 2_000
         assert stats.disk_bytes <= 150_000
+        # Time passes on purpose (not a wait on a condition): a paused feed must stay
+        # paused and its store must not grow while nothing is read from it.
         await asyncio.sleep(0.3)
         assert executor.paused and executor.store.stats().memory_bytes == stats.memory_bytes
         assert await executor.remove_span(span) == 50
@@ -48,7 +42,7 @@ def test_a_prepared_span_catches_up(tmp_path):
         executor = PipelineSpanExecutor("prep", source, [ListSink()], data_dir=tmp_path, start_ts=50)
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         await executor.add_span(span, 50, prepare=True)
-        await wait_until(lambda: executor.status(span).state is SpanState.PREPARED)
+        await until(lambda: executor.status(span).state is SpanState.PREPARED)
         assert await executor.add_span(span, 50, prepare=True)
         status = executor.status(span)
         assert (status.checkpoint_ts, status.resolved_ts) == (50, 200)

@@ -7,7 +7,7 @@ import threading
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
 from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.errors import DownstreamUnavailableError
-from cdcflow.core.testing import ListSink, ListSource, insert
+from cdcflow.core.testing import ListSink, ListSource, insert, until
 
 
 class _SlowSession:
@@ -42,10 +42,7 @@ def test_spans_join_and_report_progress_while_the_pipeline_starts(tmp_path):
                 # Returns at once: the agent keeps answering while Spark starts.
                 assert await asyncio.wait_for(executor.add_span(span, 50, prepare=False), 10)
             assert await asyncio.to_thread(session.entered.wait, 10)
-            deadline = asyncio.get_running_loop().time() + 10
-            while executor.store.published_ts < 300:
-                assert asyncio.get_running_loop().time() < deadline, "the store did not publish"
-                await asyncio.sleep(0.01)
+            await until(lambda: executor.store.published_ts >= 300, timeout=10, message="the store to publish 300")
             for span in spans:
                 status = executor.status(span)
                 assert status.state is SpanState.REPLICATING
@@ -54,8 +51,7 @@ def test_spans_join_and_report_progress_while_the_pipeline_starts(tmp_path):
             assert executor.error() is None
         finally:
             session.release.set()
-        while executor.error() is None:
-            await asyncio.sleep(0.01)
+        await until(lambda: executor.error() is not None)
         assert "the session went away" in str(executor.error())  # a failed start is the executor's error
         await executor.close()
 
@@ -73,8 +69,7 @@ def test_a_restarted_executor_reports_the_checkpoint_its_store_recorded(tmp_path
         spans = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         for span in spans:
             await executor.add_span(span, 50, prepare=False)
-        while executor.store.published_ts < 300:
-            await asyncio.sleep(0.01)
+        await until(lambda: executor.store.published_ts >= 300)
         executor.store.checkpoint(250, executor.store.next_chunk)  # as the pipeline does after a flush
         session.release.set()
         await executor.close()
@@ -105,8 +100,7 @@ def test_a_span_new_after_a_restart_waits_for_a_batch_that_covers_it(tmp_path):
         try:
             for span in spans:
                 await executor.add_span(span, 50, prepare=False)
-            while executor.store.published_ts < 300:
-                await asyncio.sleep(0.01)
+            await until(lambda: executor.store.published_ts >= 300)
             if checkpoint is not None:
                 executor.store.checkpoint(checkpoint, executor.store.next_chunk)
             return [executor.status(s).checkpoint_ts for s in spans]
@@ -144,15 +138,13 @@ def test_a_sink_that_cannot_open_is_retried_until_the_executor_closes(tmp_path):
         for span in await _spans(source):
             await executor.add_span(span, 50, prepare=False)
 
-        async def refused_thrice():
-            while sink.refusals < 3:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(refused_thrice(), 60)  # retried with backoff, not given up after a refusal
+        # retried with backoff, not given up after a refusal
+        await until(lambda: sink.refusals >= 3, timeout=60, message="a third refusal")
         assert isinstance(executor.error(), DownstreamUnavailableError)  # retryable: the changefeed goes Warning
         # The next attempt is seconds away; closing ends the retries without waiting for it.
         await asyncio.wait_for(executor.close(), 60)
         refusals = sink.refusals
+        # Time passes on purpose (not a wait on a condition): no retry may come after the close.
         await asyncio.sleep(0.1)
         return refusals
 

@@ -14,6 +14,7 @@ import pytest
 
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, Span, TableName
 from cdcflow.core.errors import CdcflowError
+from cdcflow.core.testing import until
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.ddl import DDLTracker
 
@@ -58,6 +59,9 @@ def test_applies_jobs_in_commit_ts_order_when_both_spans_resolve() -> None:
             feeds.queues[HISTORY].put_nowait(job(HISTORY, 120, "A"))
             feeds.queues[HISTORY].put_nowait(job(HISTORY, 125, "noop"))
             feeds.queues[JOBS].put_nowait(ResolvedEvent(JOBS, 140))
+            await until(lambda: all(q.empty() for q in feeds.queues.values()), message="the feeds to be read")
+            # Time passes on purpose (not a wait on a condition): with HISTORY unresolved,
+            # nothing read may be applied however long the tracker runs.
             await asyncio.sleep(0.05)
             assert tracker.resolved == 100 and mounter.mounted == []  # HISTORY not resolved yet
             waiter = asyncio.create_task(tracker.wait_resolved(135))
@@ -89,9 +93,10 @@ def test_an_error_reaches_waiting_feeds_and_a_successor_keeps_the_history() -> N
             await asyncio.wait_for(tracker.wait_resolved(200), 5)
         assert tracker.failed
         await tracker.close()
+        started = len(feeds.started)
         successor = DDLTracker(feeds, catalog, mounter, tracker.resolved, history=tracker.ddl)  # type: ignore[arg-type]
         try:
-            await asyncio.sleep(0.05)  # its feeds start
+            await until(lambda: len(feeds.started) >= started + 2, message="the successor's two feeds to start")
             assert sorted(feeds.started[-2:]) == sorted([(JOBS, 115), (HISTORY, 115)])
             assert [d.query for d in successor.between(100, 115)] == ["A"]
         finally:

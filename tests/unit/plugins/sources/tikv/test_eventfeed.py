@@ -63,6 +63,7 @@ class Cluster:
 
     async def expect_quiet(self) -> None:
         """Nothing more is yielded while the client handles what was sent (a round trip later)."""
+        # Time passes on purpose (not a wait on a condition): nothing may arrive in the window.
         await asyncio.sleep(0.2)
         assert self.events.empty(), self.events.get_nowait()
 

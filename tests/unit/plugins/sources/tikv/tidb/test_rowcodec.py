@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.sources.tikv.tidb import keydatum, rowcodec, values
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
 
 from . import refcodec
 

@@ -4,7 +4,8 @@ import datetime as dt
 import decimal
 
 from cdcflow.core.data.events import ColumnInfo
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
+from cdcflow.core.data.types import TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable, parse_default
 
 from . import tidb_json as tj

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from cdcflow.core.data.types import TypeCode
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.catalog import TableDef
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag
 from tests.e2e.e2e_shop import CHANGEFEED, RunProcess, free_port, server_settings
 
 pytestmark = pytest.mark.integration

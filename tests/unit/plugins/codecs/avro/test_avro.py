@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from cdcflow.core.config import validate_text
 from cdcflow.core.data.events import ColumnInfo
+from cdcflow.core.data.types import TypeCode
 from cdcflow.core.plugin import PluginManager
 from cdcflow.plugins.codecs.avro import AvroCodec, AvroConfig, AvroEncodeError, AvroFormatError
 from cdcflow.plugins.codecs.avro.types import column_codec, encode_value, from_avro, sanitize_name
 from cdcflow.plugins.codecs.avro.wire import frame, frame_resolved, resolved_ts_of, unframe
-from cdcflow.plugins.codecs.columns import TypeCode
 
 NULL = ColumnInfo.NULLABLE
 UNSIGNED = ColumnInfo.UNSIGNED

@@ -4,22 +4,20 @@ numbers match the facts cdcflow relies on."""
 import filecmp
 import subprocess
 import sys
-from pathlib import Path
 
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, metapb_pb2, pdpb_pb2
-
-ROOT = Path(__file__).resolve().parents[5]
+from tests import REPO
 
 
 def test_generated_modules_are_current(tmp_path):
     out = tmp_path / "kvproto"
     subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gen-protos"), str(out)],
+        ["bash", str(REPO / "scripts" / "gen-protos"), str(out)],
         check=True,
         env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
-        cwd=ROOT,
+        cwd=REPO,
     )
-    committed = ROOT / "plugins" / "sources" / "tikv" / "kvproto"
+    committed = REPO / "plugins" / "sources" / "tikv" / "kvproto"
     generated = sorted(p.name for p in out.iterdir())
     assert generated == sorted(p.name for p in committed.iterdir() if p.name != "__init__.py" and p.suffix != "")
     for name in generated:

@@ -1,0 +1,239 @@
+"""The event store's span buffers: a changefeed's unpublished events, bounded in memory.
+
+Events are held per span in memory up to the memory quota; past it the
+largest span buffer is sorted and spilled to disk as a run
+(:class:`~cdcflow.core.data.logservice.runs.SpillRun`, under ``spill/``), and
+a span's runs are merged into one when there are more than ``max_runs``.
+Publishing takes a span's events up to a cut, merged from memory and its runs
+in ``(commit_ts, start_ts, key)`` order. Runs hold unresolved data only: the
+directory is emptied on opening, and the source feeds the spans again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdcflow.core.data.events import RawKVEvent, RowChange, Span
+from cdcflow.core.data.logservice.records import (
+    Record,
+    SchemaRegistry,
+    record_from_event,
+    record_size,
+    sort_key,
+    write_records,
+)
+from cdcflow.core.data.logservice.runs import SpillRun
+
+__all__ = ["DEFAULT_MAX_RUNS", "Counted", "SpanBuffer", "SpanBuffers"]
+
+log = logging.getLogger(__name__)
+
+#: Spill runs per span before they are merged into one: a cut reads one batch of
+#: every run at once, so this keeps its memory independent of the transaction size.
+DEFAULT_MAX_RUNS = 16
+#: Rows per record batch in spill runs: a merge holds one batch per run in memory,
+#: so this (not the size of a transaction) bounds what publishing a cut costs.
+_RUN_BATCH_ROWS = 1_024
+
+_MAX_TS = (1 << 63) - 1
+
+
+@dataclass
+class SpanBuffer:
+    """Unpublished events of one span: in memory and in spill runs."""
+
+    span: Span
+    span_id: int
+    replicating: bool
+    #: Events at or below this ts are duplicates (published here or flushed elsewhere).
+    floor_ts: int
+    resolved_ts: int
+    records: list[Record] = field(default_factory=list)
+    memory: int = 0
+    runs: list[SpillRun] = field(default_factory=list)
+    #: Once the span's events up to the published ts are in chunks: the chunk
+    #: sequence number a checkpoint must reach to cover the span (None before).
+    covered_from: int | None = None
+
+
+class SpanBuffers:
+    """The span buffers of one store (not thread-safe: the store serializes access)."""
+
+    def __init__(
+        self, spill_dir: Path, changefeed_id: str, *, memory_quota: int, disk_quota: int, max_runs: int
+    ) -> None:
+        self.changefeed_id = changefeed_id
+        self.memory_quota = memory_quota
+        self.disk_quota = disk_quota
+        #: Runs per span before they are merged into one (bounds a cut's merge width).
+        self.max_runs = max(2, max_runs)
+        self._spill_dir = spill_dir
+        # Spill runs hold unresolved data only; a restart feeds it again.
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        spill_dir.mkdir(parents=True)
+        self._buffers: dict[Span, SpanBuffer] = {}
+        #: Bytes held in memory by all buffers (read without the lock for hints).
+        self.memory = 0
+        #: Events dropped by :meth:`put` (duplicates, or of spans not loaded).
+        self.dropped = 0
+        self._run_seq = itertools.count()
+
+    # -- spans --------------------------------------------------------------------------
+
+    def get(self, span: Span) -> SpanBuffer | None:
+        return self._buffers.get(span)
+
+    def add(self, span: Span, span_id: int, floor_ts: int) -> SpanBuffer:
+        """A new, prepared (not replicating) buffer for ``span``, resolved up to its floor."""
+        buf = SpanBuffer(span, span_id, False, floor_ts, floor_ts)
+        self._buffers[span] = buf
+        return buf
+
+    def remove(self, span: Span) -> SpanBuffer | None:
+        """Drop ``span``'s buffer with its events and runs; the buffer, None when not loaded."""
+        buf = self._buffers.pop(span, None)
+        if buf is not None:
+            self._drop_memory(buf, [])
+            for run in buf.runs:
+                run.delete()
+        return buf
+
+    def spans(self) -> list[Span]:
+        return list(self._buffers)
+
+    def replicating(self) -> list[SpanBuffer]:
+        return [buf for buf in self._buffers.values() if buf.replicating]
+
+    # -- events ---------------------------------------------------------------------------
+
+    def put(self, span: Span, event: RawKVEvent | RowChange, schemas: SchemaRegistry) -> bool:
+        """Buffer ``event`` of ``span`` in memory; False (dropped) when it is at or below
+        the span's floor or the span is not loaded."""
+        buf = self._buffers.get(span)
+        if buf is None or event.commit_ts <= buf.floor_ts:
+            self.dropped += 1
+            return False
+        record = record_from_event(event, buf.span_id, schemas)
+        size = record_size(record)
+        buf.records.append(record)
+        buf.memory += size
+        self.memory += size
+        return True
+
+    @property
+    def full(self) -> bool:
+        """Memory is at the quota."""
+        return self.memory >= self.memory_quota
+
+    def raise_floor(self, buf: SpanBuffer, ts: int) -> None:
+        """Events of ``buf`` at or below ``ts`` are duplicates from now on: drop those in memory."""
+        buf.floor_ts = ts
+        self._drop_memory(buf, [r for r in buf.records if r[0] > ts])
+
+    def take(self, buf: SpanBuffer, cut_ts: int) -> Iterator[Record]:
+        """``buf``'s events with commit ts in ``(floor, cut_ts]``, in order; those in memory
+        leave it at once, those in runs as the iterator (which must be exhausted) yields them.
+        Call :meth:`drop_exhausted_runs` afterwards."""
+        below = sorted((r for r in buf.records if r[0] <= cut_ts), key=sort_key)
+        if below:
+            self._drop_memory(buf, [r for r in buf.records if r[0] > cut_ts])
+        floor = buf.floor_ts
+        sources: list[Iterable[Record]] = [below, *(run.take_until(cut_ts) for run in buf.runs)]
+        return (r for r in heapq.merge(*sources, key=sort_key) if r[0] > floor)
+
+    def drop_exhausted_runs(self, buf: SpanBuffer) -> None:
+        for run in [r for r in buf.runs if r.exhausted]:
+            run.delete()
+            buf.runs.remove(run)
+
+    # -- spilling ---------------------------------------------------------------------------
+
+    def spill(self, chunk_bytes: Callable[[], int]) -> None:
+        """Spill the largest span buffers until memory is below the quota or the disk quota
+        stops it; ``chunk_bytes`` is the disk the published chunks take besides the runs."""
+        while self.memory >= self.memory_quota:
+            buf = max(self._buffers.values(), key=lambda b: b.memory, default=None)
+            if buf is None or not buf.records:
+                return
+            if self.disk_quota and self.run_bytes() + chunk_bytes() + buf.memory > self.disk_quota:
+                log.warning(
+                    "changefeed %s: event store memory quota full and disk quota reached; pausing feeds",
+                    self.changefeed_id,
+                )
+                return
+            buf.records.sort(key=sort_key)
+            path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
+            # Small record batches: publishing reads one batch of every run at once.
+            size = write_records(path, buf.records, _RUN_BATCH_ROWS, fsync=False)
+            buf.runs.append(SpillRun(path, len(buf.records), size, head_ts=buf.records[0][0]))
+            self._drop_memory(buf, [])
+            if len(buf.runs) > self.max_runs:
+                self._compact_runs(buf)
+
+    def _compact_runs(self, buf: SpanBuffer) -> None:
+        """Merge a span's runs into one sorted run (streaming: one batch per run in memory)."""
+        path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
+        merged = Counted(heapq.merge(*(run.take_until(_MAX_TS) for run in buf.runs), key=sort_key))
+        head = _Head(merged)
+        size = write_records(path, head, _RUN_BATCH_ROWS, fsync=False)
+        for run in buf.runs:
+            run.delete()
+        buf.runs = [SpillRun(path, merged.count, size, head_ts=head.first_ts)] if merged.count else []
+        if not merged.count:
+            path.unlink(missing_ok=True)
+
+    def run_bytes(self) -> int:
+        return sum(run.size for b in self._buffers.values() for run in b.runs)
+
+    def run_count(self) -> int:
+        return sum(len(b.runs) for b in self._buffers.values())
+
+    def close(self) -> None:
+        """Delete every run and forget every buffer."""
+        for buf in self._buffers.values():
+            for run in buf.runs:
+                run.delete()
+            buf.runs.clear()
+            self._drop_memory(buf, [])
+        self._buffers.clear()
+
+    def _drop_memory(self, buf: SpanBuffer, kept: list[Record]) -> None:
+        kept_memory = sum(record_size(r) for r in kept)
+        self.memory -= buf.memory - kept_memory
+        buf.records = kept
+        buf.memory = kept_memory
+
+
+class Counted(Iterator[Record]):
+    """Counts the records an iterator yields."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self.count = 0
+
+    def __next__(self) -> Record:
+        record = next(self._inner)
+        self.count += 1
+        return record
+
+
+class _Head(Iterator[Record]):
+    """Remembers the commit ts of the first record an iterator yields."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self.first_ts = 0
+        self._seen = False
+
+    def __next__(self) -> Record:
+        record = next(self._inner)
+        if not self._seen:
+            self._seen = True
+            self.first_ts = record[0]
+        return record
