@@ -213,13 +213,18 @@ class ChunkPublisher:
             return []
         ts = np.sort(np.concatenate(arrays))
         cuts: list[int] = []
-        at = self.cut_rows - 1
-        while at < total - 1:
-            cut = int(ts[at])
-            if cut < hi and (not cuts or cut > cuts[-1]):
-                cuts.append(cut)
-            # The next cut starts after every row at this ts.
-            at = int(np.searchsorted(ts, cut, side="right")) + self.cut_rows - 1
+        start = 0  # index of the first row after the last cut
+        while start + self.cut_rows < total:
+            cut = int(ts[start + self.cut_rows - 1])
+            end = int(np.searchsorted(ts, cut, side="right"))
+            first_at_cut = int(np.searchsorted(ts, cut, side="left"))
+            if end - start > self.cut_rows and first_at_cut > start:
+                # The rows at this ts would overfill the cut: stop just before them.
+                cut, end = int(ts[first_at_cut - 1]), first_at_cut
+            if cut >= hi:
+                break
+            cuts.append(cut)
+            start = end
         return cuts
 
     def _cut(self, cut_ts: int) -> None:

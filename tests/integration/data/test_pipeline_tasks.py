@@ -21,7 +21,7 @@ from cdcflow.core.data.sink import PartitionWriter, Sink, TaskWriter
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.core.testing import ListSource, insert, update
+from cdcflow.core.testing import ListSink, ListSource, insert, until, update
 from cdcflow.plugins.sinks.file.sink import FileSink, FileSinkConfig
 
 pytestmark = pytest.mark.integration
@@ -244,3 +244,36 @@ def test_file_sink_partition_failed_then_retried_equals_a_single_write(tmp_path,
     assert sorted(flaky_rows) == sorted(clean_rows) == sorted(expected_rows())
     assert not list((tmp_path / "flaky").rglob("*.tmp"))
     assert json.loads((tmp_path / "flaky" / "metadata").read_text())["checkpoint-ts"] == END_TS
+
+
+def test_a_catch_up_is_delivered_in_bounded_batches_and_the_checkpoint_moves_after_each(tmp_path, spark):
+    """600 rows resolved at once (a backlog): batches of at most 100 rows, checkpoint batch by batch."""
+    rows = [insert("shop", "orders", {"id": i, "v": 0}, commit_ts=1_000 + i) for i in range(600)]
+    source = ListSource.of([*rows, ListSource.resolved(END_TS)])
+    sink = ListSink()
+    checkpoints: list[int] = []
+
+    async def run() -> None:
+        executor = PipelineSpanExecutor(
+            "bounded",
+            source,
+            [sink],
+            data_dir=tmp_path / "data",
+            start_ts=0,
+            spark=spark,
+            spark_settings=SparkSettings(master="local[2]", max_batch_rows=100),
+            plugins=PluginManager.default(autoload=False),
+            trigger_interval=0.2,
+            on_checkpoint=checkpoints.append,
+        )
+        for table in await source.list_tables():
+            for span in await source.spans_for(table):
+                assert await executor.add_span(span, 0, prepare=False)
+        await until(lambda: executor.checkpoint_ts >= END_TS, timeout=180, observe=executor.error)
+        await executor.close()
+
+    asyncio.run(run())
+    sizes = [len(b.rows) for b in sink.batches.values()]
+    assert sum(sizes) == 600 and max(sizes) <= 100 and len([s for s in sizes if s]) >= 6, sizes
+    # The checkpoint moved after each bounded batch, never back.
+    assert checkpoints == sorted(checkpoints) and len(set(checkpoints)) >= 6 and checkpoints[-1] == END_TS

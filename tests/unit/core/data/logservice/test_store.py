@@ -314,3 +314,52 @@ def test_a_removed_and_re_added_span_publishes_what_came_after_its_checkpoint(tm
     assert store.published_ts == 50
     late = [c for c in store.chunks_in(seen, store.next_chunk) if c.span_id == 1]
     assert sum(c.rows for c in late) == 1 and late[0].hi == 40
+
+
+def test_a_large_resolved_interval_is_published_as_bounded_cuts_never_splitting_a_ts(tmp_path):
+    store = new_store(tmp_path, cut_rows=10, auto_spill=False)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=True)
+    # 60 rows over 30 commit ts in two spans; ts 40 holds 12 rows (one transaction).
+    events = [raw(SPAN_A, b"a%d" % i, 10 + i) for i in range(30)] + [raw(SPAN_B, b"b%d" % i, 10 + i) for i in range(18)]
+    events += [raw(SPAN_B, b"t%d" % i, 40) for i in range(12)]
+    for e in events[:20]:
+        store.put(e.span, e)
+    store.spill()  # some rows come from spill runs, the rest from memory
+    for e in events[20:]:
+        store.put(e.span, e)
+    store.resolve(SPAN_A, 100)
+    assert store.resolve(SPAN_B, 100)
+    cuts = sorted({c.hi for c in store.chunks_between(0, 100)})
+    assert len(cuts) >= 5 and store.published_ts == 100
+    previous, seen = 0, []
+    for cut in cuts:
+        rows = published_events(store, previous, cut)
+        assert all(previous < e.commit_ts <= cut for e in rows)
+        # Every row of a ts is in one cut; a cut holds at most the bound, or one ts alone.
+        assert len(rows) <= 10 or len({e.commit_ts for e in rows}) == 1, (previous, cut, len(rows))
+        seen += rows
+        previous = cut
+    assert sorted(e.sort_key() for e in seen) == sorted(e.sort_key() for e in events)
+
+
+def test_the_data_source_stops_a_batch_at_the_cut_that_keeps_it_within_the_bound(tmp_path):
+    from cdcflow.core.data.pipeline.datasource import CdcflowStreamReader
+
+    store = new_store(tmp_path, cut_rows=10)
+    store.add_span(SPAN_A, 0, replicating=True)
+    for i in range(45):
+        store.put(SPAN_A, raw(SPAN_A, b"k%d" % i, 10 + i))
+    assert store.resolve(SPAN_A, 100)
+    reader = CdcflowStreamReader(store.directory, max_batch_rows=20)
+    offset = reader.initialOffset()
+    batches = []
+    while offset["resolved_ts"] < 100:
+        end = reader.latestOffset(offset, None)
+        assert end["resolved_ts"] > offset["resolved_ts"]
+        rows = sum(c.rows for c in store.chunks_in(offset["chunk"], end["chunk"]))
+        batches.append(rows)
+        offset = end
+    assert sum(batches) == 45 and max(batches) <= 20 and len(batches) >= 3
+    unbounded = CdcflowStreamReader(store.directory).latestOffset(reader.initialOffset(), None)
+    assert unbounded["resolved_ts"] == 100
