@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_e2e import PARTITIONS, LagSampler, Recorder, mount_all, percentile, produce_raw
-from cdcflow.plugins.sinks.kafka.mock import mock_cluster
+from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
 from cdcflow.plugins.sources.playground import Playground
 from tests.e2e.e2e_kafka import CaptureProcess
 
@@ -43,10 +43,15 @@ from tests.e2e.e2e_kafka import CaptureProcess
 _ROWS_PER_TXN = 6.4
 
 
-def catch_up(pg: Playground, bootstrap: str, master: str, start_ts: int, last_ts: int, rows: int) -> dict[str, Any]:
+def catch_up(
+    pg: Playground, cluster: MockCluster, master: str, start_ts: int, last_ts: int, rows: int
+) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
     with tempfile.TemporaryDirectory() as tmp:
-        capture = CaptureProcess(Path(tmp), pg, bootstrap, topic, start_ts, partitions=PARTITIONS, master=master)
+        capture = CaptureProcess(
+            Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts, partitions=PARTITIONS, master=master
+        )
         started = time.perf_counter()
         capture.start()
         try:
@@ -103,7 +108,7 @@ def main() -> None:
         rows = len(recorder.events)
         report["rows"] = rows
         report["load_s"] = round(time.perf_counter() - began, 1)
-        runs = [catch_up(pg, cluster.bootstrap_servers, master, start_ts, last_ts, rows) for master in args.masters]
+        runs = [catch_up(pg, cluster, master, start_ts, last_ts, rows) for master in args.masters]
         mount_s, mounted = asyncio.run(mount_all(pg.status_address, start_ts, recorder.events))
     produce_s, _ = produce_raw(cluster.bootstrap_servers, f"bench-catchup-raw-{uuid.uuid4().hex[:8]}", mounted)
     mount, produce = rows / mount_s, len(mounted) / produce_s

@@ -36,7 +36,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from pydantic import Field
@@ -169,11 +169,15 @@ def _write_atomically(path: Path, data: bytes, *, fsync: bool) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     if fsync:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 class _FileTaskWriter(TaskWriter):
@@ -189,34 +193,67 @@ class _FileTaskWriter(TaskWriter):
 
 
 class _FilePartitionWriter(PartitionWriter):
-    """One partition of one batch: a file per table, encoded as rows come, renamed into place on flush."""
+    """One partition of one batch: a file per table, appended to a temporary file as rows
+    come (a huge transaction is never held in memory), renamed into place on flush."""
 
     def __init__(self, target: _FileTaskWriter, batch: MicroBatch, partition: int) -> None:
         self._target = target
         self._name = f"{batch.batch_id:012d}-{batch.end_ts}-p{partition:05d}.{target.codec.file_extension}"
         self._batch_id = batch.batch_id
-        self._encoded: dict[TableName, list[bytes]] = defaultdict(list)
+        self._open: dict[TableName, tuple[Path, BinaryIO]] = {}
+        #: The temporary file of each target path, renamed into place on flush.
+        self._temporary: dict[Path, Path] = {}
+
+    def _file(self, table: TableName) -> BinaryIO:
+        entry = self._open.get(table)
+        if entry is None:
+            path = self._target.directory / table.schema / table.table / self._name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            entry = self._open[table] = (path, os.fdopen(fd, "wb"))
+            self._temporary[path] = Path(tmp)
+        return entry[1]
 
     def write(self, rows: Sequence[RowChange]) -> None:
         by_table: dict[TableName, list[RowChange]] = defaultdict(list)
         for row in rows:
             by_table[row.table].append(row)
         codec = self._target.codec
-        for table, table_rows in by_table.items():
-            self._encoded[table].append(codec.file_bytes(codec.encode_rows(table_rows)))
+        try:
+            for table, table_rows in by_table.items():
+                self._file(table).write(codec.file_bytes(codec.encode_rows(table_rows)))
+        except OSError as exc:
+            raise self._unavailable(exc) from exc
 
     def flush(self) -> None:
-        directory = self._target.directory
         try:
-            for table, parts in self._encoded.items():
-                path = directory / table.schema / table.table / self._name
-                _write_atomically(path, b"".join(parts), fsync=self._target.fsync)
+            for path, fh in self._open.values():
+                fh.flush()
+                if self._target.fsync:
+                    os.fsync(fh.fileno())
+                fh.close()
+                os.replace(self._temporary.pop(path), path)
+                if self._target.fsync:
+                    _fsync_dir(path.parent)
         except OSError as exc:
-            raise DownstreamUnavailableError(
-                f"file sink cannot write batch {self._batch_id} to {directory}: {exc}",
-                detail={"batch_id": self._batch_id, "dir": str(directory)},
-            ) from exc
-        self._encoded.clear()
+            raise self._unavailable(exc) from exc
+        self._open.clear()
+
+    def close(self) -> None:
+        # After an error: nothing half-written stays behind.
+        for _, fh in self._open.values():
+            fh.close()
+        for tmp in self._temporary.values():
+            tmp.unlink(missing_ok=True)
+        self._open.clear()
+        self._temporary.clear()
+
+    def _unavailable(self, exc: OSError) -> DownstreamUnavailableError:
+        directory = self._target.directory
+        return DownstreamUnavailableError(
+            f"file sink cannot write batch {self._batch_id} to {directory}: {exc}",
+            detail={"batch_id": self._batch_id, "dir": str(directory)},
+        )
 
 
 @hookimpl

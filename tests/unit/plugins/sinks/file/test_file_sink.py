@@ -123,3 +123,43 @@ def test_open_protocol_files_print_as_json_lines(tmp_path, capsys):
         "after": {"b": "00", "id": 1},
         "before": None,
     }
+
+
+def _opened_sink(tmp_path):
+    from cdcflow.core.plugin.manager import PluginManager
+
+    sink = FileSink(FileSinkConfig(path=str(tmp_path), fsync=False))
+    sink.open(SinkContext("cf", plugins=PluginManager.default(autoload=False)))
+    return sink
+
+
+def test_a_partition_writer_streams_a_file_per_table_and_renames_it_on_flush(tmp_path):
+    import pickle
+
+    sink = _opened_sink(tmp_path)
+    writer = pickle.loads(pickle.dumps(sink.task_writer([])))  # as shipped to a Spark task
+    part = writer.open(MicroBatch("cf", 4, 10, 30), 1)
+    part.write([insert("shop", "orders", {"id": 1}, commit_ts=11), insert("shop", "users", {"id": 2}, commit_ts=12)])
+    part.write([insert("shop", "orders", {"id": 3}, commit_ts=13)])
+    # Nothing is visible before the flush.
+    assert not list(tmp_path.rglob("*.jsonl"))
+    part.flush()
+    part.close()
+    orders = tmp_path / "shop" / "orders" / "000000000004-30-p00001.jsonl"
+    assert [json.loads(line)["after"]["id"] for line in orders.read_text().splitlines()] == [1, 3]
+    assert (tmp_path / "shop" / "users" / "000000000004-30-p00001.jsonl").exists()
+    assert not list(tmp_path.rglob("*.tmp"))
+    # The batch's DDL and metadata come from the driver, after every partition flushed.
+    sink.commit_batch(
+        MicroBatch("cf", 4, 10, 30, ddl=(DDLEvent(30, "TRUNCATE TABLE `shop`.`users`", TableName("shop", "users")),))
+    )
+    assert json.loads((tmp_path / "metadata").read_text())["checkpoint-ts"] == 30
+    assert list((tmp_path / "shop" / "users").glob("ddl-30.*"))
+
+
+def test_a_partition_writer_closed_after_an_error_leaves_no_file(tmp_path):
+    sink = _opened_sink(tmp_path)
+    part = sink.task_writer([]).open(MicroBatch("cf", 0, 0, 5), 0)
+    part.write([insert("shop", "orders", {"id": 1}, commit_ts=3)])
+    part.close()  # the task failed before its flush
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
