@@ -109,7 +109,7 @@ def test_unknown_plugin_type_lists_known(pm):
         pm,
     )
     assert len(issues) == 1
-    assert "connectors[0].source.type: unknown source type 'oracle'; known: tikv" in issues[0]
+    assert "connectors[0].source.type: unknown source type 'oracle'; known: cockroachdb, tikv" in issues[0]
     assert issues[0].startswith("c.yaml:4:")
 
 

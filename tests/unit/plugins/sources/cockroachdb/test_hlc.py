@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 
 from cdcflow.plugins.sources.cockroachdb.hlc import HLC, cursor_for, resolved_ts
 
-walls = st.integers(min_value=0, max_value=(1 << 62))
+# A real HLC wall time is a Unix time in ns, never within the first millisecond of 1970
+# (whose commit ts would be 0, the ts below which nothing can be resolved).
+walls = st.integers(min_value=1_000_000, max_value=(1 << 62))
 hlcs = st.builds(HLC, walls, st.integers(min_value=0, max_value=(1 << 32) - 1))
 
 
