@@ -51,8 +51,16 @@ def catch_up(
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
     with tempfile.TemporaryDirectory() as tmp:
+        # Every span at once (adds_per_tick=0), as the two-phase scheduler starts a changefeed.
         capture = CaptureProcess(
-            Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts, partitions=PARTITIONS, master=master
+            Path(tmp),
+            pg,
+            cluster.bootstrap_servers,
+            topic,
+            start_ts,
+            partitions=PARTITIONS,
+            master=master,
+            adds_per_tick=0,
         )
         started = time.perf_counter()
         capture.start()

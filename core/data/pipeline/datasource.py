@@ -150,7 +150,10 @@ class CdcflowStreamReader(DataSourceStreamReader):
         rows, end = 0, None
         for n, chunk in enumerate(chunks):
             rows += chunk.rows
-            last_of_cut = n + 1 == len(chunks) or chunks[n + 1].hi != chunk.hi
+            # Chunks of one cut end a batch together (the offset's ts is the cut's);
+            # catch-up chunks at the start's ts (a span that joined behind) may end
+            # a batch one by one: the ts stays, the chunk number moves on.
+            last_of_cut = n + 1 == len(chunks) or chunks[n + 1].hi != chunk.hi or chunk.hi <= begin
             if not last_of_cut:
                 continue
             if rows > self.max_batch_rows and end is not None:

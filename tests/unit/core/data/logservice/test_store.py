@@ -363,3 +363,25 @@ def test_the_data_source_stops_a_batch_at_the_cut_that_keeps_it_within_the_bound
     assert sum(batches) == 45 and max(batches) <= 20 and len(batches) >= 3
     unbounded = CdcflowStreamReader(store.directory).latestOffset(reader.initialOffset(), None)
     assert unbounded["resolved_ts"] == 100
+
+
+def test_catch_up_chunks_of_a_span_that_joined_behind_are_read_in_bounded_batches(tmp_path):
+    from cdcflow.core.data.pipeline.datasource import CdcflowStreamReader
+
+    store = new_store(tmp_path, chunk_rows=10)
+    store.add_span(SPAN_A, 0, replicating=True)
+    assert store.resolve(SPAN_A, 50)
+    # B joins behind the published ts with 45 rows below it: catch-up chunks labelled 50.
+    store.add_span(SPAN_B, 0, replicating=True)
+    for i in range(45):
+        store.put(SPAN_B, raw(SPAN_B, b"b%d" % i, 5 + i))
+    store.resolve(SPAN_B, 50)
+    reader = CdcflowStreamReader(store.directory, max_batch_rows=20)
+    offset = {"resolved_ts": 50, "chunk": 0}
+    sizes = []
+    while offset["chunk"] < store.next_chunk:
+        end = reader.latestOffset(offset, None)
+        assert end["resolved_ts"] == 50 and end["chunk"] > offset["chunk"]
+        sizes.append(sum(c.rows for c in store.chunks_in(offset["chunk"], end["chunk"])))
+        offset = end
+    assert sum(sizes) == 45 and max(sizes) <= 20
