@@ -1,6 +1,30 @@
 """The ``mysql`` sink: ``mysql://user:pass@host:port/?worker-count=16``.
 
-How a batch is applied:
+On Spark, a batch's rows are written by Spark tasks, one connection per task
+(see :mod:`.tasks`); the driver writes its DDL and records it:
+
+1. The batch's rows are partitioned by table: one upstream transaction's rows
+   of a table are in one partition, and a table's rows keep their commit order
+   there. Parallelism is the number of tables with rows in the batch (at most
+   the number of partitions; tables whose ids hash alike share one); the rows
+   of one table are applied on one connection.
+2. Each partition writer applies its rows in order, as units (one upstream
+   transaction on one table) packed into downstream transactions of up to
+   ``max-txn-row`` rows, never splitting a unit. It records
+   (changefeed, batch, partition) in the checkpoint schema's ``batch_partition``
+   table as *applying* before its first statement and as *flushed*, with the
+   tables it wrote, after its last.
+3. A replay of the batch (Spark retrying a task, the runtime retrying the
+   batch, a restart) skips the rows of every table a flushed partition of the
+   batch listed; a partition found *applying* was cut short and is rewritten
+   with upserts. Rows at or below the checkpoint table's flushed ts are
+   skipped, and a batch at or below it is skipped whole.
+4. Once every partition flushed, ``commit_batch`` on the driver runs the DDL
+   (after recording the rows flushed just below it, as in step 4 below) and
+   records the batch as flushed, which drops its partitions' records.
+
+Batches written from the driver (``write_batch``: the test kit, sources whose
+rows cannot be mounted in tasks) are applied this way:
 
 1. A batch whose end ts is at or below the checkpoint table's flushed ts was
    applied before: it is skipped (replay recognised).
@@ -28,14 +52,15 @@ A batch that is written again by the same sink (the runtime retries a failed
 batch with backoff) is applied with upserts, like a replay after a restart.
 
 Rows committed at or below the restart point (the runtime's restart ts, or
-the highest batch end ts begun before a crash) are applied as upserts
-(REPLACE; an update that moves the key also deletes the old key), later rows
-as plain INSERT/UPDATE/DELETE; ``safe-mode=true`` upserts every row.
+the highest batch end ts begun before a crash, partitions included) are
+applied as upserts (REPLACE; an update that moves the key also deletes the
+old key), later rows as plain INSERT/UPDATE/DELETE; ``safe-mode=true``
+upserts every row.
 
-Not guaranteed: if one transaction of a batch fails, transactions of the same
-batch that other workers already committed stay committed; the batch stays
-*applying*, so its retry (or the restart) rewrites it idempotently and the
-downstream converges. A table without a primary key or NOT NULL unique key is matched on
+Not guaranteed: if one transaction of a batch fails, transactions of the
+same batch that other workers (or partitions) already committed stay
+committed; the batch stays *applying*, so its retry (or the restart) rewrites
+it idempotently and the downstream converges. A table without a primary key or NOT NULL unique key is matched on
 every column (``LIMIT 1``) and applied serially; its progress is recorded in
 the same transactions as its rows, so replaying it skips what was applied.
 """
