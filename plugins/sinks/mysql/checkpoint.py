@@ -15,6 +15,24 @@ written in the same downstream transaction as its rows. Key-less tables are
 applied serially, so this is monotonic and makes their replay exactly-once
 (a REPLACE cannot be idempotent without a key).
 
+Batches written by Spark tasks also have one row per changefeed, batch and
+partition in ``{checkpoint-schema}.batch_partition`` (created beside the
+others when missing, so a checkpoint schema of an earlier version keeps
+working)::
+
+    changefeed_id, batch_id, partition_id   the partition
+    end_ts        the batch's end ts (a row of another end ts is of another batch)
+    flushed       0 while its rows are being applied, 1 once they all are
+    tables        the tables whose rows it flushed (a JSON list of
+                  [schema, table, table id, physical partition id])
+
+A partition writer records its partition as applying before its first
+statement and as flushed after its last. The rows of a batch are partitioned
+by table, so a table listed by a flushed partition has all its rows of the
+batch downstream: a replay skips them. A partition found applying was cut
+short: its replay upserts. The rows are deleted when the batch is flushed
+(``mark_flushed``); until then their highest end ts counts as ``applying_ts``.
+
 Before a batch's first statement the sink records it as *applying*; after
 its last, as *flushed*. A replayed batch whose end ts is at or below
 ``flushed_ts`` is recognised and skipped; after a crash, rows up to
@@ -23,14 +41,16 @@ its last, as *flushed*. A replayed batch whose end ts is at or below
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
 
+from cdcflow.core.data.events import TableName
 from cdcflow.plugins.sinks.mysql.dml import quote
 
-__all__ = ["CheckpointState", "CheckpointTable"]
+__all__ = ["CheckpointState", "CheckpointTable", "PartitionRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +63,15 @@ class CheckpointState:
     applying_ts: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """What the checkpoint schema says of one partition of a batch written in tasks."""
+
+    partition: int
+    flushed: bool
+    tables: frozenset[TableName] = field(default_factory=frozenset)
+
+
 class CheckpointTable:
     """Reads and writes the checkpoint row of one changefeed."""
 
@@ -51,6 +80,7 @@ class CheckpointTable:
         self.changefeed_id = changefeed_id
         self.table = f"{quote(schema)}.{quote('checkpoint')}"
         self.progress_table = f"{quote(schema)}.{quote('table_progress')}"
+        self.partition_table = f"{quote(schema)}.{quote('batch_partition')}"
 
     def ensure(self, conn: pymysql.connections.Connection[Any]) -> None:
         with conn.cursor() as cur:
@@ -71,6 +101,13 @@ class CheckpointTable:
                 " commit_ts BIGINT UNSIGNED NOT NULL, start_ts BIGINT UNSIGNED NOT NULL,"
                 " PRIMARY KEY (changefeed_id, table_name))"
             )
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.partition_table} ("
+                "changefeed_id VARCHAR(255) NOT NULL, batch_id BIGINT NOT NULL, partition_id INT NOT NULL,"
+                " end_ts BIGINT UNSIGNED NOT NULL, flushed TINYINT(1) NOT NULL DEFAULT 0, tables MEDIUMTEXT NULL,"
+                " updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),"
+                " PRIMARY KEY (changefeed_id, batch_id, partition_id))"
+            )
         conn.commit()
 
     def read(self, conn: pymysql.connections.Connection[Any]) -> CheckpointState:
@@ -81,10 +118,20 @@ class CheckpointTable:
                 (self.changefeed_id,),
             )
             row = cur.fetchone()
+            # Partitions of a batch not flushed yet: their rows may be downstream already.
+            cur.execute(
+                f"SELECT MAX(batch_id), MAX(end_ts) FROM {self.partition_table} WHERE changefeed_id = %s",
+                (self.changefeed_id,),
+            )
+            partitions = cur.fetchone()
         conn.commit()
-        if row is None:
-            return CheckpointState()
-        return CheckpointState(int(row[0]), int(row[1]), None if row[2] is None else int(row[2]), int(row[3] or 0))
+        begun_batch, begun_ts = (0, 0) if partitions is None or partitions[1] is None else map(int, partitions)
+        flushed = CheckpointState() if row is None else CheckpointState(int(row[0]), int(row[1]))
+        applying_batch = None if row is None or row[2] is None else int(row[2])
+        applying_ts = 0 if row is None else int(row[3] or 0)
+        if begun_ts > applying_ts:
+            applying_batch, applying_ts = begun_batch, begun_ts
+        return CheckpointState(flushed.flushed_batch_id, flushed.flushed_ts, applying_batch, applying_ts)
 
     def mark_applying(self, conn: pymysql.connections.Connection[Any], batch_id: int, end_ts: int) -> None:
         with conn.cursor() as cur:
@@ -107,6 +154,61 @@ class CheckpointTable:
                 " applying_ts = IF(COALESCE(applying_ts, 0) <= VALUES(flushed_ts), NULL, applying_ts),"
                 " flushed_batch_id = VALUES(flushed_batch_id), flushed_ts = VALUES(flushed_ts)",
                 (self.changefeed_id, batch_id, end_ts),
+            )
+            # The partitions of the batches now flushed are needed no more.
+            cur.execute(
+                f"DELETE FROM {self.partition_table} WHERE changefeed_id = %s AND end_ts <= %s",
+                (self.changefeed_id, end_ts),
+            )
+        conn.commit()
+
+    def partitions(
+        self, conn: pymysql.connections.Connection[Any], batch_id: int, end_ts: int
+    ) -> list[PartitionRecord]:
+        """The recorded partitions of batch ``batch_id`` ending at ``end_ts``."""
+        with conn.cursor() as cur:
+            cur.execute(
+                f"SELECT partition_id, flushed, tables FROM {self.partition_table}"
+                " WHERE changefeed_id = %s AND batch_id = %s AND end_ts = %s",
+                (self.changefeed_id, batch_id, end_ts),
+            )
+            rows = cur.fetchall()
+        conn.commit()
+        return [
+            PartitionRecord(int(p), bool(flushed), frozenset(_table(t) for t in json.loads(tables or "[]")))
+            for p, flushed, tables in rows
+        ]
+
+    def mark_partition_applying(
+        self, conn: pymysql.connections.Connection[Any], batch_id: int, partition: int, end_ts: int
+    ) -> None:
+        """Record a partition as begun; a flushed record of the same batch stays flushed
+        (its tables are done), one of another batch with the same id is replaced."""
+        with conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {self.partition_table} (changefeed_id, batch_id, partition_id, end_ts, flushed)"
+                " VALUES (%s, %s, %s, %s, 0) ON DUPLICATE KEY UPDATE"
+                " flushed = IF(end_ts = VALUES(end_ts), flushed, 0),"
+                " tables = IF(end_ts = VALUES(end_ts), tables, NULL), end_ts = VALUES(end_ts)",
+                (self.changefeed_id, batch_id, partition, end_ts),
+            )
+        conn.commit()
+
+    def mark_partition_flushed(
+        self,
+        conn: pymysql.connections.Connection[Any],
+        batch_id: int,
+        partition: int,
+        end_ts: int,
+        tables: frozenset[TableName],
+    ) -> None:
+        names = json.dumps(sorted([[t.schema, t.table, t.table_id, t.partition_id] for t in tables], key=str))
+        with conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {self.partition_table} (changefeed_id, batch_id, partition_id, end_ts, flushed, tables)"
+                " VALUES (%s, %s, %s, %s, 1, %s) ON DUPLICATE KEY UPDATE end_ts = VALUES(end_ts), flushed = 1,"
+                " tables = VALUES(tables)",
+                (self.changefeed_id, batch_id, partition, end_ts, names),
             )
         conn.commit()
 
@@ -131,3 +233,8 @@ class CheckpointTable:
                 " start_ts = VALUES(start_ts)",
                 (self.changefeed_id, table, commit_ts, start_ts),
             )
+
+
+def _table(fields: list[Any]) -> TableName:
+    schema, table, table_id, partition_id = fields
+    return TableName(schema, table, int(table_id), None if partition_id is None else int(partition_id))

@@ -1,6 +1,30 @@
 """The ``mysql`` sink: ``mysql://user:pass@host:port/?worker-count=16``.
 
-How a batch is applied:
+On Spark, a batch's rows are written by Spark tasks, one connection per task
+(see :mod:`.tasks`); the driver writes its DDL and records it:
+
+1. The batch's rows are partitioned by table: one upstream transaction's rows
+   of a table are in one partition, and a table's rows keep their commit order
+   there. Parallelism is the number of tables with rows in the batch (at most
+   the number of partitions; tables whose ids hash alike share one); the rows
+   of one table are applied on one connection.
+2. Each partition writer applies its rows in order, as units (one upstream
+   transaction on one table) packed into downstream transactions of up to
+   ``max-txn-row`` rows, never splitting a unit. It records
+   (changefeed, batch, partition) in the checkpoint schema's ``batch_partition``
+   table as *applying* before its first statement and as *flushed*, with the
+   tables it wrote, after its last.
+3. A replay of the batch (Spark retrying a task, the runtime retrying the
+   batch, a restart) skips the rows of every table a flushed partition of the
+   batch listed; a partition found *applying* was cut short and is rewritten
+   with upserts. Rows at or below the checkpoint table's flushed ts are
+   skipped, and a batch at or below it is skipped whole.
+4. Once every partition flushed, ``commit_batch`` on the driver runs the DDL
+   (after recording the rows flushed just below it, as in step 4 below) and
+   records the batch as flushed, which drops its partitions' records.
+
+Batches written from the driver (``write_batch``: the test kit, sources whose
+rows cannot be mounted in tasks) are applied this way:
 
 1. A batch whose end ts is at or below the checkpoint table's flushed ts was
    applied before: it is skipped (replay recognised).
@@ -28,25 +52,24 @@ A batch that is written again by the same sink (the runtime retries a failed
 batch with backoff) is applied with upserts, like a replay after a restart.
 
 Rows committed at or below the restart point (the runtime's restart ts, or
-the highest batch end ts begun before a crash) are applied as upserts
-(REPLACE; an update that moves the key also deletes the old key), later rows
-as plain INSERT/UPDATE/DELETE; ``safe-mode=true`` upserts every row.
+the highest batch end ts begun before a crash, partitions included) are
+applied as upserts (REPLACE; an update that moves the key also deletes the
+old key), later rows as plain INSERT/UPDATE/DELETE; ``safe-mode=true``
+upserts every row.
 
-Not guaranteed: if one transaction of a batch fails, transactions of the same
-batch that other workers already committed stay committed; the batch stays
-*applying*, so its retry (or the restart) rewrites it idempotently and the
-downstream converges. A table without a primary key or NOT NULL unique key is matched on
+Not guaranteed: if one transaction of a batch fails, transactions of the
+same batch that other workers (or partitions) already committed stay
+committed; the batch stays *applying*, so its retry (or the restart) rewrites
+it idempotently and the downstream converges. A table without a primary key or NOT NULL unique key is matched on
 every column (``LIMIT 1``) and applied serially; its progress is recorded in
 the same transactions as its rows, so replaying it skips what was applied.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -56,24 +79,17 @@ from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.plugins.sinks.mysql.apply import Segment, all_upserts, apply_transaction, segments_of
 from cdcflow.plugins.sinks.mysql.catalog import load_table_meta
 from cdcflow.plugins.sinks.mysql.causality import Unit, assign_lanes, group_for_transactions, lanes_of, split_units
 from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointState, CheckpointTable
 from cdcflow.plugins.sinks.mysql.config import SCHEMES, MySQLSinkConfig, describe_issues
-from cdcflow.plugins.sinks.mysql.dml import Statement, TableMeta, plan_statements, quote
+from cdcflow.plugins.sinks.mysql.dml import TableMeta, quote
 from cdcflow.plugins.sinks.mysql.downstream import Downstream, error_code, is_transient
-from cdcflow.plugins.sinks.mysql.errors import ConstraintViolationError, DownstreamRejectedError
+from cdcflow.plugins.sinks.mysql.errors import DownstreamRejectedError
+from cdcflow.plugins.sinks.mysql.tasks import MySQLTaskWriter
 
 __all__ = ["MySQLSink", "cdcflow_register_sinks"]
-
-
-@dataclass(slots=True)
-class _Segment:
-    """Rows of one table inside a downstream transaction, and which are upserts."""
-
-    meta: TableMeta
-    rows: list[RowChange]
-    safe: list[bool]
 
 
 log = logging.getLogger(__name__)
@@ -182,6 +198,45 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             self._apply_ddl(ddl)
         self._record(batch.batch_id, batch.end_ts, applying=False)
 
+    # -- batches written by Spark tasks ---------------------------------------------
+
+    def task_partitioning(self) -> str:
+        # One upstream transaction's rows of a table in one partition: it stays one
+        # downstream transaction, and a table's rows keep their commit order.
+        return "table"
+
+    def task_writer(self, tables: Sequence[TableName]) -> MySQLTaskWriter:
+        downstream, checkpoint = self._require_open()
+        downstream.abort.clear()
+        # Partitions recorded and not flushed are of a batch that failed or was cut short:
+        # their rows may be downstream, so the batch's replay upserts up to there.
+        state = downstream.run(0, "reading the checkpoint table", lambda c, _r: checkpoint.read(c))
+        self._state = CheckpointState(state.flushed_batch_id, state.flushed_ts)
+        self._safe_until = max(self._safe_until, state.applying_ts)
+        return MySQLTaskWriter(
+            self.config, checkpoint.changefeed_id, flushed_ts=state.flushed_ts, safe_until=self._safe_until
+        )
+
+    def commit_batch(self, batch: MicroBatch) -> None:
+        """Every partition of ``batch`` flushed: its DDL (rows recorded flushed just below
+        the first one), then the batch's flushed mark."""
+        downstream, _ = self._require_open()
+        downstream.abort.clear()
+        if 0 < batch.end_ts <= self._state.flushed_ts:
+            log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
+            return
+        if batch.ddl:
+            if batch.end_ts <= self._begun_ts:
+                self._safe_until = max(self._safe_until, batch.end_ts)
+            self._record(batch.batch_id, batch.end_ts, applying=True)
+            self._begun_ts = max(self._begun_ts, batch.end_ts)
+            first_ddl = min(ddl.commit_ts for ddl in batch.ddl)
+            if first_ddl - 1 > self._state.flushed_ts:
+                self._record(batch.batch_id, first_ddl - 1, applying=False)
+            for ddl in batch.ddl:
+                self._apply_ddl(ddl)
+        self._record(batch.batch_id, batch.end_ts, applying=False)
+
     def _record(self, batch_id: int, ts: int, *, applying: bool) -> None:
         """Record a batch as begun (``applying``) or everything up to ``ts`` as flushed."""
         downstream, checkpoint = self._require_open()
@@ -234,96 +289,25 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             downstream.abort.set()
             raise
 
-    def _segments(self, group: list[Unit]) -> list[_Segment]:
+    def _segments(self, group: list[Unit]) -> list[Segment]:
         """The units of one downstream transaction as runs of one table each."""
-        segments: list[_Segment] = []
-        for unit in group:
-            meta = self._metas[unit.table]
-            safe = [self.config.safe_mode or row.commit_ts <= self._safe_until for row in unit.rows]
-            if segments and segments[-1].meta is meta:
-                segments[-1].rows.extend(unit.rows)
-                segments[-1].safe.extend(safe)
-            else:
-                segments.append(_Segment(meta, list(unit.rows), safe))
-        return segments
+        return segments_of(group, self._metas.__getitem__, self._upsert)
 
-    def _transaction(self, segments: list[_Segment]) -> Callable[[pymysql.connections.Connection[Any], bool], None]:
+    def _upsert(self, row: RowChange) -> bool:
+        return self.config.safe_mode or row.commit_ts <= self._safe_until
+
+    def _transaction(self, segments: list[Segment]) -> Callable[[pymysql.connections.Connection[Any], bool], None]:
         """The work of one downstream transaction; a retried one upserts every row."""
 
         def work(conn: pymysql.connections.Connection[Any], retried: bool) -> None:
-            todo = [_Segment(seg.meta, seg.rows, [True] * len(seg.rows)) for seg in segments] if retried else segments
-            self._apply_transaction(conn, todo)
+            self._apply_transaction(conn, all_upserts(segments) if retried else segments)
 
         return work
 
-    def _apply_transaction(self, conn: pymysql.connections.Connection[Any], segments: list[_Segment]) -> None:
-        """One downstream transaction (begun implicitly: autocommit is off); on a refused
-        statement, roll back and say which row."""
+    def _apply_transaction(self, conn: pymysql.connections.Connection[Any], segments: list[Segment]) -> None:
+        """One downstream transaction; on a refused statement, roll back and say which row."""
         downstream, checkpoint = self._require_open()
-        todo: list[_Segment] = []
-        try:
-            for seg in segments:
-                rows, safe = seg.rows, seg.safe
-                if not seg.meta.unique_keys:
-                    rows, safe = _unapplied(checkpoint, conn, seg.meta, rows, safe)
-                if rows:
-                    todo.append(_Segment(seg.meta, rows, safe))
-            for seg in todo:
-                _execute(conn, plan_statements(seg.meta, seg.rows, seg.safe, downstream.zone))
-            last_of_keyless = {_progress_name(seg.meta): seg.rows[-1] for seg in todo if not seg.meta.unique_keys}
-            for name, last in last_of_keyless.items():
-                checkpoint.record_table_progress(conn, name, last.commit_ts, last.start_ts)
-            conn.commit()
-        except pymysql.err.MySQLError as exc:
-            _rollback_quietly(conn)
-            if is_transient(exc):
-                raise
-            raise self._rejected(conn, todo, exc) from exc
-        except BaseException:
-            _rollback_quietly(conn)
-            raise
-
-    def _rejected(
-        self, conn: pymysql.connections.Connection[Any], segments: list[_Segment], exc: pymysql.err.MySQLError
-    ) -> CdcflowError:
-        """The precise error: find the first row the server refuses, then roll back."""
-        downstream, _ = self._require_open()
-        culprit: tuple[TableMeta, RowChange] | None = None
-        try:
-            for seg in segments:
-                for row, upsert in zip(seg.rows, seg.safe, strict=True):
-                    try:
-                        _execute(conn, plan_statements(seg.meta, [row], [upsert], downstream.zone))
-                    except pymysql.err.MySQLError:
-                        culprit = (seg.meta, row)
-                        break
-                if culprit is not None:
-                    break
-        finally:
-            _rollback_quietly(conn)
-        meta, row = culprit or (segments[0].meta, segments[0].rows[0])
-        key_cols = meta.handle or tuple(row.image())
-        key = {c: row.image().get(c) for c in key_cols}
-        detail = {
-            "table": f"{meta.schema}.{meta.table}",
-            "key": {c: repr(v) for c, v in key.items()},
-            "commit_ts": row.commit_ts,
-            "start_ts": row.start_ts,
-            "op": row.op.value,
-            "error_code": error_code(exc),
-        }
-        where = f"{meta.qualified} key {key} ({row.op.value} committed at ts {row.commit_ts})"
-        if isinstance(exc, pymysql.err.IntegrityError):
-            return ConstraintViolationError(
-                f"MySQL sink: constraint violated at {where}: {exc.args[-1]}; the transaction was rolled back. "
-                "The changefeed restarts and replays the batch with upserts; if it recurs, the downstream was "
-                "changed by someone else or differs from the upstream (set safe-mode=true to overwrite).",
-                detail=detail,
-            )
-        return DownstreamRejectedError(
-            f"MySQL sink: the downstream refused {where}: {exc.args[-1]}; the transaction was rolled back.",
-            detail=detail,
-        )
+        apply_transaction(conn, segments, checkpoint, downstream.zone)
 
     # -- tables and DDL ----------------------------------------------------
 
@@ -390,40 +374,6 @@ def _renamed_already(cur: Any, ddl: DDLEvent) -> bool:
         "the changefeed from a ts before the RENAME with the old name in its filter.",
         detail={"query": ddl.query, "commit_ts": ddl.commit_ts, "from": str(old), "to": str(new)},
     )
-
-
-def _progress_name(meta: TableMeta) -> str:
-    return f"{meta.schema}.{meta.table}"
-
-
-def _unapplied(
-    checkpoint: CheckpointTable,
-    conn: pymysql.connections.Connection[Any],
-    meta: TableMeta,
-    rows: list[RowChange],
-    safe: list[bool],
-) -> tuple[list[RowChange], list[bool]]:
-    """Rows of a key-less table not yet applied: only replayed rows need the lookup."""
-    if not any(safe):
-        return rows, safe
-    done = checkpoint.table_progress(conn, _progress_name(meta))
-    keep = [i for i, row in enumerate(rows) if (row.commit_ts, row.start_ts) > done]
-    return [rows[i] for i in keep], [safe[i] for i in keep]
-
-
-def _execute(conn: pymysql.connections.Connection[Any], statements: list[Statement]) -> None:
-    with conn.cursor() as cur:
-        for statement in statements:
-            if statement.many is not None:
-                cur.executemany(statement.sql, statement.many)
-            else:
-                cur.execute(statement.sql, statement.args)
-
-
-def _rollback_quietly(conn: pymysql.connections.Connection[Any]) -> None:
-    # The connection may be broken; the retry opens a new one.
-    with contextlib.suppress(Exception):
-        conn.rollback()
 
 
 @hookimpl
