@@ -94,7 +94,9 @@ def _frames(spark: Any, batches: list[MicroBatch]) -> list[tuple[MicroBatch, Bat
 
 
 def through_frames(frames: list[tuple[MicroBatch, BatchFrame]], root: Path, mode: str) -> float:
-    sink = SparkSink(SparkSinkConfig(uri=f"spark://{root}", mode=mode, key_columns={"bench.items": ["id"]}))
+    sink = SparkSink(
+        SparkSinkConfig(frame_writes=True, uri=f"spark://{root}", mode=mode, key_columns={"bench.items": ["id"]})
+    )
     sink.open(SinkContext(f"bench-frame-{mode}"))
     started = time.perf_counter()
     rows = 0

@@ -235,10 +235,11 @@ class SparkSink(Sink[SparkSinkConfig]):
 
     def write_frame(self, batch: MicroBatch, rows: BatchFrame) -> int | None:
         """The batch written by Spark from its frame (see :mod:`.batchframe`): the same tables
-        as :meth:`write_batch`, no row on the driver. Declined (None) for a batch with a
-        RENAME TABLE and for catalog tables that may be merged: those go through ``write_batch``."""
+        as :meth:`write_batch`, no row on the driver. Declined (None) unless ``frame-writes`` is
+        on, for a batch with a RENAME TABLE and for catalog tables that may be merged: those
+        go through ``write_batch``."""
         storage = self._require_storage()
-        if any(e.renamed_from is not None for e in batch.ddl):
+        if not self.config.frame_writes or any(e.renamed_from is not None for e in batch.ddl):
             return None
         if self.config.catalog_database and self.config.table_format != "versioned":
             return None

@@ -101,11 +101,14 @@ def test_workload_through_frames_equals_the_driver_path(
     w = make_workload("shop", txns=120, resolve_every=30)
     keys = {f"{w.schema}.orders": ["id"]}
     asyncio.run(
-        drive(ListSource.of(w.events), [SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path / 'd'}", key_columns=keys))])
+        drive(
+            ListSource.of(w.events),
+            [SparkSink(SparkSinkConfig(frame_writes=True, uri=f"spark://{tmp_path / 'd'}", key_columns=keys))],
+        )
     )
     no_driver_conversion(monkeypatch)
     FrameSparkSink.frames = 0
-    frames = FrameSparkSink(SparkSinkConfig(uri=f"spark://{tmp_path / 'f'}", key_columns=keys))
+    frames = FrameSparkSink(SparkSinkConfig(frame_writes=True, uri=f"spark://{tmp_path / 'f'}", key_columns=keys))
     asyncio.run(drive(ListSource.of(w.events), [frames]))
     assert FrameSparkSink.frames >= 4
     for name in ("orders", "notes"):
@@ -135,9 +138,15 @@ def test_typed_columns_and_ddl_through_frames_equal_the_driver_path(
     up.delete(3)
     up.resolve()
     events = sorted(up.events, key=ddl_tests._ts)
-    asyncio.run(drive(ListSource.of(events), [SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path / 'd'}"))]))
+    asyncio.run(
+        drive(ListSource.of(events), [SparkSink(SparkSinkConfig(frame_writes=True, uri=f"spark://{tmp_path / 'd'}"))])
+    )
     no_driver_conversion(monkeypatch)
-    asyncio.run(drive(ListSource.of(events), [FrameSparkSink(SparkSinkConfig(uri=f"spark://{tmp_path / 'f'}"))]))
+    asyncio.run(
+        drive(
+            ListSource.of(events), [FrameSparkSink(SparkSinkConfig(frame_writes=True, uri=f"spark://{tmp_path / 'f'}"))]
+        )
+    )
     assert tables(spark, tmp_path / "f", up.table) == tables(spark, tmp_path / "d", up.table)
 
 
@@ -145,7 +154,7 @@ def test_a_replayed_batch_leaves_the_tables_as_one_write(spark: Any, tmp_path: P
     w = make_workload("shop", txns=40, resolve_every=40, alter=False)
     rows = [r for r in w.row_changes()]
     batch = MicroBatch("test", 7, 0, rows[-1].commit_ts, rows)
-    config = SparkSinkConfig(uri=f"spark://{tmp_path}", key_columns={"shop.orders": ["id"]})
+    config = SparkSinkConfig(frame_writes=True, uri=f"spark://{tmp_path}", key_columns={"shop.orders": ["id"]})
 
     def write() -> int | None:
         sink = SparkSink(config)
@@ -171,7 +180,7 @@ def test_a_batch_with_a_rename_is_declined(spark: Any, tmp_path: Path) -> None:
     up = ddl_tests.Upstream("items", ddl_tests.col("name", 15))
     up.insert({"id": 1, "name": "a"})
     up.rename("things")
-    sink = SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path}"))
+    sink = SparkSink(SparkSinkConfig(frame_writes=True, uri=f"spark://{tmp_path}"))
     sink.open(ddl_tests_context())
     rows = [e for e in up.events if not hasattr(e, "query")]
     ddl = tuple(e for e in up.events if hasattr(e, "query"))
@@ -198,7 +207,11 @@ def test_the_pipeline_writes_the_spark_sink_from_frames(
     monkeypatch.setattr(ChangefeedPipeline, "_deliver_on_driver", spy)
     no_driver_conversion(monkeypatch)
     lake = tmp_path / "lake"
-    sink = SparkSink(SparkSinkConfig(uri=f"spark://{lake}", key_columns={"shop.orders": ["id"], "shop.items": ["id"]}))
+    sink = SparkSink(
+        SparkSinkConfig(
+            frame_writes=True, uri=f"spark://{lake}", key_columns={"shop.orders": ["id"], "shop.items": ["id"]}
+        )
+    )
     run_pipeline(tmp_path, spark, [sink], "frames")
     # Only batches without rows (a resolved ts moved) go through write_batch.
     assert all(expected == 0 for expected, _ in on_driver), on_driver
