@@ -55,6 +55,21 @@ The contract (the runtime relies on each point):
   replays a batch after an error or a crash), alone or with any subset of the
   batch's partitions: writing a partition again must leave the downstream as
   if it had been written once, as for ``write_batch``.
+* **writes as a Spark frame (opt-in)** — a sink without a task writer whose
+  :meth:`Sink.write_frame` takes the batch (returns a row count, not None) is
+  handed the batch's rows as a Spark DataFrame (a :class:`BatchFrame`), on the
+  driver, instead of having them collected there: it writes them with Spark
+  (``mapInArrow``, a native DataFrame write), the DDL after the rows, and flushes
+  before returning, as ``write_batch`` would. Its rows are the event store's
+  records (mounted, table filter applied, in no particular order: sort by
+  ``ORDER_COLUMNS``); tasks turn a record batch of them back into rows with
+  :meth:`RowDecoder.rows`, which applies the column selection and raises a
+  mount error as the CdcflowError it is. The same contract holds: idempotent on
+  replay (same ``batch_id``), errors as for ``write_batch``. ``write_frame``
+  returning None has the batch delivered through ``write_batch`` after all (a
+  sink may decline a batch it only handles on the driver); a batch without rows
+  in the event store (only DDL or a resolved ts) always goes to ``write_batch``,
+  and so does every batch when the pipeline runs without Spark (the test kit).
 
 Where it runs: the Spark pipeline calls ``write_batch`` and ``commit_batch``
 on the capture's driver process, from Spark's micro-batch thread
@@ -72,16 +87,19 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["PartitionWriter", "Sink", "SinkContext", "TaskWriter"]
+__all__ = ["BatchFrame", "PartitionWriter", "RowDecoder", "Sink", "SinkContext", "TaskWriter"]
 
 
 class PartitionWriter(abc.ABC):
@@ -106,6 +124,31 @@ class TaskWriter(abc.ABC):
     def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
         """A writer for ``partition`` of ``batch`` (whose ``rows`` and ``ddl`` are empty:
         only its changefeed id, batch id and ts range are set)."""
+
+
+class RowDecoder(abc.ABC):
+    """Turns record batches of a :class:`BatchFrame` back into rows; picklable, for Spark tasks."""
+
+    @abc.abstractmethod
+    def rows(self, batch: pa.RecordBatch) -> list[RowChange]:
+        """The rows of ``batch`` (records of :attr:`BatchFrame.frame`), in its order, with the
+        connector's column selection applied; raises the CdcflowError a record carries
+        instead of a row (a row that did not mount)."""
+
+
+@dataclass(frozen=True)
+class BatchFrame:
+    """A micro-batch's rows as a Spark DataFrame, for :meth:`Sink.write_frame`."""
+
+    #: The records (``cdcflow.core.data.logservice.records.SPARK_SCHEMA_DDL``): ``commit_ts``,
+    #: ``start_ts``, ``key`` (the order), ``schema_name``, ``table_name``, … and the
+    #: encoded row in the other columns; unordered. Reading it runs the batch's scan
+    #: and mount again: a sink that reads it more than once persists it.
+    frame: Any
+    #: Decodes the record batches of ``frame`` into rows, in tasks.
+    decoder: RowDecoder
+    #: At most this many rows (the records in the batch's chunks, before filtering).
+    expected_rows: int
 
 
 class SinkContext:
@@ -181,6 +224,16 @@ class Sink(Plugin[ConfigT], abc.ABC):
         batch, and flush before returning. Called on the driver, only for sinks
         with a :meth:`task_writer`; the default hands the DDL to :meth:`write_batch`."""
         self.write_batch(batch)
+
+    def write_frame(self, batch: MicroBatch, rows: BatchFrame) -> int | None:
+        """Write ``batch`` (its DDL in ``batch.ddl``; ``batch.rows`` is empty) with its rows
+        given as ``rows``, a Spark DataFrame, and flush before returning; return the
+        number of rows written. None (the default): not taken, the batch goes to
+        :meth:`write_batch` (see "writes as a Spark frame" in the module docs).
+
+        Called on the driver, only for sinks without a :meth:`task_writer`, and only
+        for batches with rows in the event store."""
+        return None
 
     def write_checkpoint(self, ts: int) -> None:
         """Tell the downstream that the changefeed is complete up to ``ts``

@@ -13,6 +13,10 @@ and the per-row work is left to Spark tasks (:mod:`.tasks`):
   ``(commit_ts, start_ts, key)``, and each task mounts, selects columns and
   writes its partition through every such sink's partition writer, in
   parallel; the driver then calls ``commit_batch`` (the DDL) on each;
+* a sink without a task writer that writes the batch's frame itself
+  (:meth:`~cdcflow.core.data.sink.Sink.write_frame`) gets the mounted records
+  as a Spark DataFrame on the driver, with a decoder its tasks turn them into
+  rows with: nothing is collected to the driver for it;
 * the other sinks get the batch from the driver, in order: raw events are
   mounted by Spark tasks first, then the rows come to the driver — a small
   batch (at most ``collect_rows`` rows) collected and sorted there, a larger
@@ -67,13 +71,14 @@ from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, table_filter_predica
 from cdcflow.core.data.pipeline.tasks import (
     SUMMARY_SCHEMA_DDL,
     MountTask,
+    RecordDecoder,
     RowPlan,
     TaskSummary,
     WriteTask,
     check_mounted,
     raise_task_error,
 )
-from cdcflow.core.data.sink import Sink, TaskWriter
+from cdcflow.core.data.sink import BatchFrame, Sink, TaskWriter
 from cdcflow.core.data.source import Mounter
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
@@ -301,9 +306,46 @@ class ChangefeedPipeline:
                 rows = self._write_in_tasks(frame, plan, head, task_writers, expected, by_table=by_table)
             for sink in task_sinks:
                 sink.commit_batch(MicroBatch(self.changefeed_id, batch_id, start_ts, end_ts, ddl=ddl))
+        if driver_sinks and plan is not None and not on_driver:
+            driver_sinks, written = self._write_frames(frame, plan, head, ddl, driver_sinks, expected)
+            if written is not None:
+                rows = written
+                if not driver_sinks:
+                    return rows
         if driver_sinks or not task_sinks:
             rows = self._deliver_on_driver(frame, plan, head, ddl, driver_sinks, expected)
         return rows
+
+    def _write_frames(
+        self,
+        frame: Any,
+        plan: RowPlan,
+        head: MicroBatch,
+        ddl: tuple[Any, ...],
+        sinks: Sequence[Sink[Any]],
+        expected: int,
+    ) -> tuple[list[Sink[Any]], int | None]:
+        """Offer the batch's mounted frame to each sink (``Sink.write_frame``): the sinks that
+        declined it, and the rows the last one that took it wrote (None: none took it)."""
+        mounted = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL) if plan.mounter is not None else frame
+        decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection)
+        rows = BatchFrame(mounted, decoder, expected)
+        batch = MicroBatch(self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl=ddl)
+        declined: list[Sink[Any]] = []
+        written: int | None = None
+        for sink in sinks:
+            began = time.perf_counter()
+            count = sink.write_frame(batch, rows)
+            if count is None:
+                declined.append(sink)
+                continue
+            written = count
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "changefeed %s: batch %d: %d rows written as a frame by %s in %.3fs",
+                    *(self.changefeed_id, head.batch_id, count, type(sink).__name__, time.perf_counter() - began),
+                )
+        return declined, written
 
     def _plan(self, start_ts: int, end_ts: int) -> RowPlan:
         """What the tasks of batch ``(start_ts, end_ts]`` need: spans, the batch mounter

@@ -11,7 +11,9 @@ Python workers, once per partition, in parallel:
   task returns one summary row (rows written, worker pid, an error);
 * :class:`MountTask` — raw key-value records are mounted into row records
   (the event store's record format, with schema ids the driver registered
-  beforehand), for sinks that are written from the driver.
+  beforehand), for sinks that are written from the driver or that write the
+  batch's frame themselves (:meth:`~cdcflow.core.data.sink.Sink.write_frame`,
+  whose tasks decode the records with a :class:`RecordDecoder`).
 
 A :class:`~cdcflow.core.errors.CdcflowError` raised in a task (a row that
 does not decode, a downstream that cannot be reached) is returned to the
@@ -32,11 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import (
     KIND_RAW,
+    KIND_ROW,
     Record,
     SchemaRegistry,
     batch_to_records,
@@ -45,7 +49,7 @@ from cdcflow.core.data.logservice.records import (
     records_to_batch,
 )
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.sink import PartitionWriter, TaskWriter
+from cdcflow.core.data.sink import PartitionWriter, RowDecoder, TaskWriter
 from cdcflow.core.data.source import BatchMounter
 from cdcflow.core.errors import CdcflowError
 
@@ -54,6 +58,7 @@ __all__ = [
     "SUMMARY_SCHEMA",
     "SUMMARY_SCHEMA_DDL",
     "MountTask",
+    "RecordDecoder",
     "RowPlan",
     "TaskSummary",
     "WriteTask",
@@ -221,10 +226,34 @@ class MountTask:
 def check_mounted(batch: pa.RecordBatch) -> None:
     """Raise the error a MountTask returned in ``batch``, if any."""
     kinds = batch.column(3)
-    if pa.compute.any(pa.compute.equal(kinds, ERROR_KIND)).as_py():
+    if pc.any(pc.equal(kinds, ERROR_KIND)).as_py():
         for record in batch_to_records(batch):
             if record[3] == ERROR_KIND:
                 raise pickle.loads(record[10])
+
+
+def _no_span(span_id: int) -> Span:
+    raise CdcflowError(f"a raw record of span {span_id} reached a sink unmounted")
+
+
+@dataclass(frozen=True)
+class RecordDecoder(RowDecoder):
+    """Row records (as MountTask yields them) → rows, with the column selection applied."""
+
+    #: The event store's schemas by id (a snapshot of its registry, shipped with tasks).
+    schemas: Mapping[int, TableSchema]
+    column_selection: ColumnSelection = field(default_factory=ColumnSelection)
+
+    def rows(self, batch: pa.RecordBatch) -> list[RowChange]:
+        check_mounted(batch)
+        rows: list[RowChange] = []
+        for record in batch_to_records(batch):
+            if record[3] != KIND_ROW:
+                continue
+            row = event_from_record(record, _no_span, self.schemas)
+            assert isinstance(row, RowChange)
+            rows.append(self.column_selection.apply(row) if self.column_selection else row)
+        return rows
 
 
 @dataclass(frozen=True)

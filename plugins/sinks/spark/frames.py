@@ -19,12 +19,14 @@ from cdcflow.core.data.types import BLOB_TYPES, CHAR_TYPES, DECIMAL_TYPES, TypeC
 
 __all__ = [
     "CHANGE_META",
+    "add_image_columns",
     "change_records",
     "changelog_records",
     "column_type",
     "decimal_ints",
     "delta_records",
     "image_columns",
+    "merge_image_columns",
     "spark_type_of",
 ]
 
@@ -91,12 +93,27 @@ def image_columns(rows: Sequence[RowChange]) -> dict[str, str]:
     """Column name → Spark type over every image of ``rows``, in first-seen order."""
     types: dict[str, str | None] = {}
     for row in rows:
-        known = {c.name: _from_schema(c) for c in row.schema.columns} if row.schema else {}
-        for image in (row.before, row.after):
-            for name, value in (image or {}).items():
-                if types.get(name) is None:
-                    types[name] = known.get(name) or (spark_type_of(value) if value is not None else None)
+        add_image_columns(types, row)
     return {name: kind or "string" for name, kind in types.items()}
+
+
+def add_image_columns(types: dict[str, str | None], row: RowChange) -> None:
+    """Add the columns of ``row``'s images to ``types`` (None: no type known yet), as
+    :func:`image_columns` does row by row."""
+    known: dict[str, str | None] | None = None
+    for image in (row.before, row.after):
+        for name, value in (image or {}).items():
+            if types.get(name) is None:
+                if known is None:
+                    known = {c.name: _from_schema(c) for c in row.schema.columns} if row.schema else {}
+                types[name] = known.get(name) or (spark_type_of(value) if value is not None else None)
+
+
+def merge_image_columns(types: dict[str, str | None], more: Mapping[str, str | None]) -> None:
+    """Add the columns ``more`` found in later rows to ``types``, as :func:`add_image_columns` would."""
+    for name, kind in more.items():
+        if types.get(name) is None:
+            types[name] = kind
 
 
 def decimal_ints(rows: Sequence[RowChange], types: Mapping[str, str]) -> list[RowChange]:
@@ -135,10 +152,13 @@ def _flat(image: Mapping[str, Any] | None, columns: Sequence[str]) -> tuple[Any,
     return tuple(_cell((image or {}).get(c)) for c in columns)
 
 
-def changelog_records(rows: Sequence[RowChange], columns: Sequence[str], batch_id: int) -> list[tuple[Any, ...]]:
-    """(op, commit_ts, start_ts, seq, before, after, commit_date, batch_id) per change."""
+def changelog_records(
+    rows: Sequence[RowChange], columns: Sequence[str], batch_id: int, first_seq: int = 0
+) -> list[tuple[Any, ...]]:
+    """(op, commit_ts, start_ts, seq, before, after, commit_date, batch_id) per change
+    (``seq`` counting from ``first_seq``)."""
     records = []
-    for seq, row in enumerate(rows):
+    for seq, row in enumerate(rows, first_seq):
         day = dt.datetime.fromtimestamp(tso_physical_ms(row.commit_ts) / 1000, dt.UTC).date()
         records.append(
             (
@@ -155,13 +175,16 @@ def changelog_records(rows: Sequence[RowChange], columns: Sequence[str], batch_i
     return records
 
 
-def change_records(rows: Sequence[RowChange], columns: Sequence[str], keys: Sequence[str]) -> list[tuple[Any, ...]]:
+def change_records(
+    rows: Sequence[RowChange], columns: Sequence[str], keys: Sequence[str], first_seq: int = 0
+) -> list[tuple[Any, ...]]:
     """Per change: the row (after image, or the key of a deleted row) + (_deleted, _commit_ts, _seq).
 
     An update that moves the key also deletes the old key, ordered just before it.
+    ``first_seq``: the position of the first of ``rows`` among the changes of its table.
     """
     records = []
-    for seq, row in enumerate(rows):
+    for seq, row in enumerate(rows, first_seq):
         moved = row.op is OpType.UPDATE and row.before is not None and row.after is not None
         if moved and any((row.before or {}).get(k) != (row.after or {}).get(k) for k in keys):
             records.append((*_flat(row.before, columns), True, row.commit_ts, 2 * seq))

@@ -42,6 +42,13 @@ old name gets an empty version (as after DROP TABLE); a merged catalog table is
 renamed with ``ALTER TABLE … RENAME TO``. The change log stays where it was
 written: changes before the RENAME under the old name, later ones under the new.
 
+In the pipeline the sink writes each batch from its Spark frame
+(``Sink.write_frame``, see :mod:`.batchframe`): Spark tasks decode the rows
+into typed columns and Spark writes the change log and the snapshot; no row
+is brought to the driver. Batches with a RENAME TABLE, and catalog tables
+that may be merged (``table-format`` other than ``versioned`` with
+``catalog-database``), are written from the driver; both leave the same tables.
+
 Not interpreted: a DDL event without ``schema_after`` (columns then appear
 when rows carry them).
 """
@@ -54,10 +61,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
-from cdcflow.core.data.sink import Sink, SinkContext
+from cdcflow.core.data.pipeline.query import ORDER_COLUMNS
+from cdcflow.core.data.sink import BatchFrame, RowDecoder, Sink, SinkContext
 from cdcflow.core.errors import CdcflowError, DownstreamUnavailableError, Retryable
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.plugins.sinks.spark.batchframe import (
+    SUMMARY_DDL,
+    ChangelogTask,
+    ChangesTask,
+    Part,
+    SummaryTask,
+    TableRows,
+    changelog_ddl,
+    read_summaries,
+)
 from cdcflow.plugins.sinks.spark.config import SparkSinkConfig, describe_issues, path_of
 from cdcflow.plugins.sinks.spark.evolve import TargetColumn, column_plan, cut_at_ddl, ddl_by_table, ddl_error, evolve
 from cdcflow.plugins.sinks.spark.frames import (
@@ -99,6 +117,41 @@ class _Prepared:
     def of(cls, rows: list[RowChange]) -> _Prepared:
         types = image_columns(rows)
         return cls(decimal_ints(rows, types), types)
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
+
+    def state(self, sink: SparkSink, table: TableName) -> Any:
+        return sink._state_function(table, self.rows, self.types)
+
+
+@dataclass(frozen=True, slots=True)
+class _FramePart:
+    """Rows of one table (one step) still in the batch's sorted frame: Spark tasks decode them."""
+
+    frame: Any
+    part: Part
+    decoder: RowDecoder
+
+    @property
+    def count(self) -> int:
+        return self.part.rows
+
+    @property
+    def types(self) -> dict[str, str]:
+        return self.part.types
+
+    def state(self, sink: SparkSink, table: TableName) -> Any:
+        types = self.types
+        keys = self.part.keys or sink.config.keys_for(table.schema, table.table)
+        fields = ", ".join(f"{_q(c)} {t}" for c, t in types.items())
+        task = ChangesTask(self.decoder, types, keys, self.part.offsets)
+        if not keys:
+            deltas = self.frame.mapInArrow(task, f"{fields}, _delta bigint")
+            return lambda existing: next_state_keyless(existing, deltas)
+        changes = self.frame.mapInArrow(task, f"{fields}, _deleted boolean, _commit_ts bigint, _seq bigint")
+        return lambda existing: next_state(existing, latest_per_key(changes, keys), keys)
 
 
 class SparkSink(Sink[SparkSinkConfig]):
@@ -180,6 +233,87 @@ class SparkSink(Sink[SparkSinkConfig]):
             ) from exc
         self._done_ts = batch.end_ts
 
+    def write_frame(self, batch: MicroBatch, rows: BatchFrame) -> int | None:
+        """The batch written by Spark from its frame (see :mod:`.batchframe`): the same tables
+        as :meth:`write_batch`, no row on the driver. Declined (None) unless ``frame-writes`` is
+        on, for a batch with a RENAME TABLE and for catalog tables that may be merged: those
+        go through ``write_batch``."""
+        storage = self._require_storage()
+        if not self.config.frame_writes or any(e.renamed_from is not None for e in batch.ddl):
+            return None
+        if self.config.catalog_database and self.config.table_format != "versioned":
+            return None
+        if 0 < batch.end_ts <= self._done_ts:
+            log.info("Spark sink: batch %d (end ts %d) was written before; skipped", batch.batch_id, batch.end_ts)
+            return 0
+        try:
+            count = self._write_frame(storage, batch, rows)
+            storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
+        except Exception as exc:
+            if not _is_spark_or_io_error(exc):
+                raise
+            raise DownstreamUnavailableError(
+                f"Spark sink cannot write batch {batch.batch_id} under {storage.root}: {exc}",
+                detail={"batch_id": batch.batch_id, "root": storage.root},
+            ) from exc
+        self._done_ts = batch.end_ts
+        return count
+
+    def _write_frame(self, storage: Storage, batch: MicroBatch, rows: BatchFrame) -> int:
+        from pyspark.sql import functions as F
+
+        ddl_of = ddl_by_table(batch.ddl)
+        ddl_ts = {name: tuple(sorted(e.commit_ts for e in events)) for name, events in ddl_of.items()}
+        ordered = rows.frame.orderBy(*ORDER_COLUMNS).persist()
+        try:
+            summary = ordered.mapInArrow(SummaryTask(rows.decoder, ddl_ts), SUMMARY_DDL).collect()
+            found = read_summaries([r.asDict() for r in summary])
+            tables: dict[tuple[str, str], TableName] = {name: t.whole.table for name, t in found.items()}
+            for name, events in ddl_of.items():
+                tables.setdefault(name, events[-1].table or TableName(*name))
+            for name, table in tables.items():
+                of_table = ordered.where((F.col("schema_name") == name[0]) & (F.col("table_name") == name[1]))
+                self._write_table_frame(
+                    storage, table, found.get(name), of_table, rows.decoder, ddl_of.get(name, []), batch
+                )
+        finally:
+            ordered.unpersist()
+        return sum(t.whole.rows for t in found.values())
+
+    def _write_table_frame(
+        self,
+        storage: Storage,
+        table: TableName,
+        found: TableRows | None,
+        frame: Any,
+        decoder: RowDecoder,
+        ddl: list[DDLEvent],
+        batch: MicroBatch,
+    ) -> None:
+        """:meth:`_write_table` for rows in the batch's frame (``frame``: the table's rows, sorted)."""
+        from pyspark.sql import functions as F
+
+        base = table_dir(storage, table)
+        if self.config.mode in ("changelog", "both") and found is not None and found.whole.rows:
+            types = found.whole.types
+            task = ChangelogTask(decoder, types, batch.batch_id, found.whole.offsets)
+            self._append_changelog(base, table, frame.mapInArrow(task, changelog_ddl(types)), types)
+        if self.config.mode == "changelog":
+            return
+        events = sorted(ddl, key=lambda d: d.commit_ts)
+        bounds = [None, *(e.commit_ts for e in events), None]
+        steps: list[tuple[_Prepared | _FramePart, DDLEvent | None]] = []
+        for step, event in enumerate([*events, None]):
+            part = (found.steps.get(step) if found is not None else None) or Part(table)
+            rows_of_step = frame
+            low, high = bounds[step], bounds[step + 1]
+            if low is not None:
+                rows_of_step = rows_of_step.where(F.col("commit_ts") >= low)
+            if high is not None:
+                rows_of_step = rows_of_step.where(F.col("commit_ts") < high)
+            steps.append((_FramePart(rows_of_step, part, decoder), event))
+        self._write_snapshot(storage, table, steps, batch)
+
     def _require_storage(self) -> Storage:
         if self.storage is None:
             raise RuntimeError("SparkSink.write_batch called before open()")
@@ -232,6 +366,20 @@ class SparkSink(Sink[SparkSinkConfig]):
                 self._rename_catalog_table(renamed_from, table)
             self._merge_steps(table, steps)
             return
+        self._write_snapshot(storage, table, steps, batch, renamed_from=renamed_from)
+
+    def _write_snapshot(
+        self,
+        storage: Storage,
+        table: TableName,
+        steps: Sequence[tuple[_Prepared | _FramePart, DDLEvent | None]],
+        batch: MicroBatch,
+        *,
+        renamed_from: TableName | None = None,
+    ) -> None:
+        """The table's next snapshot version: ``steps`` (runs of rows, each with the DDL after it)
+        applied to the current one."""
+        base = table_dir(storage, table)
         casts: list[tuple[DDLEvent, TargetColumn]] = []
         try:
             version = write_snapshot_version(
@@ -257,14 +405,14 @@ class SparkSink(Sink[SparkSinkConfig]):
         self,
         table: TableName,
         existing: Any | None,
-        steps: list[tuple[_Prepared, DDLEvent | None]],
+        steps: Sequence[tuple[_Prepared | _FramePart, DDLEvent | None]],
         casts: list[tuple[DDLEvent, TargetColumn]],
     ) -> Any | None:
         """The table after the batch: each run of rows applied, then the DDL that follows it."""
         state = existing
         for part, event in steps:
-            if part.rows:
-                state = self._state_function(table, part.rows, part.types)(state)
+            if part.count:
+                state = part.state(self, table)(state)
             if event is None or state is None:
                 continue
             if _empties(event):
@@ -396,14 +544,13 @@ class SparkSink(Sink[SparkSinkConfig]):
     def _write_changelog(
         self, base: str, table: TableName, rows: list[RowChange], types: dict[str, str], batch_id: int
     ) -> None:
-        image = "struct<" + ", ".join(f"{_q(c)}: {t}" for c, t in types.items()) + ">"
-        schema = (
-            f"op string, commit_ts bigint, start_ts bigint, seq bigint, before {image}, after {image}, "
-            "commit_date date, batch_id bigint"
-        )
         frame = self.spark.createDataFrame(
-            changelog_records(rows, list(types), batch_id), schema=schema, verifySchema=False
+            changelog_records(rows, list(types), batch_id), schema=changelog_ddl(types), verifySchema=False
         )
+        self._append_changelog(base, table, frame, types)
+
+    def _append_changelog(self, base: str, table: TableName, frame: Any, types: dict[str, str]) -> None:
+        """Write the batch's change log ``frame`` of ``table`` (replacing the batch's partitions)."""
         path = f"{base}/changelog"
         (
             frame.write.mode("overwrite")
