@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
 EXECUTOR = "cdcflow.core.testing.inprocess:executor_factory"
 
