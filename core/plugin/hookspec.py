@@ -33,41 +33,45 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 # -- registration -------------------------------------------------------------
-# Called once per plugin when the plugin manager loads it. Each receives a
-# registrar bound to the calling plugin; ``registry.add(cls)`` registers a
-# class under its ``type_name``. Two classes claiming one name is an error
-# naming both origins. Not firstresult: every plugin registers its own.
+# Historic: the plugin manager calls each once, before loading any plugin, and
+# pluggy replays the call for every plugin registered afterwards — built-ins,
+# entry points, or a plugin registered at runtime — so a plugin that comes
+# later still registers, and CDCFLOW_TRACE_PLUGINS=1 traces each call. Each
+# receives a registrar that records the calling plugin as the entry's origin;
+# ``registry.add(cls)`` registers a class under its ``type_name``. Two classes
+# claiming one name is an error naming both origins. Not firstresult: every
+# plugin registers its own. Return values are ignored.
 
 
-@hookspec
+@hookspec(historic=True)
 def cdcflow_register_sources(registry: Registrar[Source[Any]]) -> None:
     """Register source plugin classes (subclasses of ``cdcflow.core.data.source.Source``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
     """
 
 
-@hookspec
+@hookspec(historic=True)
 def cdcflow_register_sinks(registry: Registrar[Sink[Any]]) -> None:
     """Register sink plugin classes (subclasses of ``cdcflow.core.data.sink.Sink``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
     """
 
 
-@hookspec
+@hookspec(historic=True)
 def cdcflow_register_schedulers(registry: Registrar[Scheduler[Any]]) -> None:
     """Register scheduler plugin classes (subclasses of ``cdcflow.core.control.scheduling.Scheduler``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
     """
 
 
-@hookspec
+@hookspec(historic=True)
 def cdcflow_register_codecs(registry: Registrar[Codec[Any]]) -> None:
     """Register codec (message format) classes (subclasses of ``cdcflow.core.data.codec.Codec``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
     """
 
 

@@ -1,3 +1,5 @@
+import pytest
+
 from cdcflow.core.plugin import PluginManager, hookimpl
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
 from cdcflow.core.plugin.manager import BUILTIN_PLUGINS
@@ -106,3 +108,86 @@ def test_every_core_module_imports_first_in_a_fresh_interpreter():
     ):
         result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, check=False)
         assert result.returncode == 0, (module, result.stderr)
+
+
+# -- registration hooks are historic; misspelled hooks are rejected ---------------------
+
+TYPO_PLUGIN = """
+from cdcflow.core.plugin import hookimpl
+
+
+@hookimpl
+def cdcflow_register_sink(registry):  # the hook is cdcflow_register_sinks
+    raise AssertionError("never called")
+"""
+
+
+def test_a_misspelled_hook_in_an_entry_point_plugin_is_rejected(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    from cdcflow.core.errors import ConfigInvalidError, PluginValidationError
+
+    (tmp_path / "cdcflow_typo_plugin.py").write_text(TYPO_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry_point = metadata.EntryPoint(name="typo", value="cdcflow_typo_plugin", group="cdcflow")
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [entry_point] if group == "cdcflow" else [])
+    with pytest.raises(PluginValidationError) as info:
+        PluginManager.default(autoload=True)
+    message = str(info.value)
+    assert isinstance(info.value, ConfigInvalidError)
+    assert "entry point 'typo'" in message and "(cdcflow_typo_plugin)" in message
+    assert "'cdcflow_register_sink' (did you mean 'cdcflow_register_sinks'?)" in message
+    assert "docs/reference/hooks.md" in message
+    assert info.value.detail["hooks"] == ["cdcflow_register_sink"]
+
+
+def test_check_pending_after_a_runtime_plugin():
+    from cdcflow.core.errors import PluginValidationError
+
+    class Typo:
+        @hookimpl
+        def cdcflow_batch_flush(self, changefeed_id, batch_id, checkpoint_ts, row_count):
+            pass
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(Typo(), name="typo-observer")
+    with pytest.raises(PluginValidationError, match=r"typo-observer.*did you mean 'cdcflow_batch_flushed'"):
+        pm.check_pending()
+
+
+def test_an_argument_the_hook_does_not_provide_is_rejected_naming_the_plugin():
+    from cdcflow.core.errors import PluginValidationError
+
+    class Wrong:
+        @hookimpl
+        def cdcflow_register_sinks(self, registrar):
+            pass
+
+    pm = PluginManager.default(autoload=False)
+    wrong = Wrong()
+    with pytest.raises(PluginValidationError, match=r"wrong-args.*registrar"):
+        pm.register(wrong, name="wrong-args")
+    assert pm.origin_of(wrong) is None  # not half-registered
+
+
+def test_a_plugin_registered_later_still_registers_with_its_origin():
+    from cdcflow.core.testing import ListSink
+
+    class Late:
+        @hookimpl
+        def cdcflow_register_sinks(self, registry):
+            registry.add(ListSink)
+
+    pm = PluginManager.default(autoload=False)
+    assert "list" not in pm.sinks
+    pm.register(Late(), name="late-plugin")
+    entry = pm.sinks.get("list")
+    assert entry is not None and entry.cls is ListSink
+    assert entry.origin.kind == "runtime" and entry.origin.name == "late-plugin"
+
+
+def test_trace_covers_registration_hooks(monkeypatch, capsys):
+    monkeypatch.setenv("CDCFLOW_TRACE_PLUGINS", "1")
+    PluginManager.default(autoload=False)
+    err = capsys.readouterr().err
+    assert "cdcflow_register_sinks" in err and "cdcflow_register_codecs" in err
