@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from cdcflow.core.data.codec import Codec
     from cdcflow.core.data.sink import Sink
     from cdcflow.core.data.source import Source
+    from cdcflow.core.data.span_executor import ExecutorRegistrar
     from cdcflow.core.plugin.registry import Registrar
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
@@ -72,6 +73,20 @@ def cdcflow_register_codecs(registry: Registrar[Codec[Any]]) -> None:
     """Register codec (message format) classes (subclasses of ``cdcflow.core.data.codec.Codec``).
 
     Historic: called once per plugin, when it is registered. Return value ignored.
+    """
+
+
+@hookspec(historic=True)
+def cdcflow_register_executors(registry: ExecutorRegistrar) -> None:
+    """Register span executor factories by name: ``registry.add("spark", factory, summary=...)``.
+
+    A factory takes a ``cdcflow.core.data.span_executor.ExecutorContext`` and
+    returns a ``SpanExecutor``: what runs a changefeed's spans on a capture.
+    ``cdcflow run`` and ``cdcflow server`` pick one with ``--executor NAME``
+    (default ``spark``, the data pipeline; ``in-process`` is the test kit's).
+    Names are lower-case words joined by dashes; two factories under one name
+    is an error naming both origins. Historic: called once per plugin, when it
+    is registered. Return value ignored.
     """
 
 

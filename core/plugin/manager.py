@@ -35,6 +35,7 @@ from cdcflow.core.control.scheduling import Scheduler
 from cdcflow.core.data.codec import Codec
 from cdcflow.core.data.sink import Sink
 from cdcflow.core.data.source import Source
+from cdcflow.core.data.span_executor import ExecutorRegistrar, ExecutorRegistry
 from cdcflow.core.errors import ConfigInvalidError, PluginValidationError
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
@@ -57,6 +58,8 @@ TRACE_ENV = "CDCFLOW_TRACE_PLUGINS"
 
 #: Modules of the built-in plugins, loaded in this order before entry points.
 BUILTIN_PLUGINS: tuple[str, ...] = (
+    "cdcflow.core.data.pipeline",
+    "cdcflow.core.testing.inprocess",
     "cdcflow.plugins.sources.tikv",
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.codecs.open_protocol",
@@ -100,6 +103,7 @@ class PluginManager:
         self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", Sink)
         self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", Scheduler)
         self.codecs: PluginRegistry[Codec[Any]] = PluginRegistry("codecs", Codec)
+        self.executors = ExecutorRegistry()
         if _truthy(os.environ.get(TRACE_ENV)):
             self._pm.trace.root.setwriter(sys.stderr.write)
             self._pm.enable_tracing()
@@ -134,6 +138,8 @@ class PluginManager:
         for name, registry in registries:
             registrar: Registrar[Any] = Registrar(registry, self._registering_origin)
             getattr(hook, name).call_historic(kwargs={"registry": registrar})
+        executors = ExecutorRegistrar(self.executors, self._registering_origin)
+        hook.cdcflow_register_executors.call_historic(kwargs={"registry": executors})
 
     def _registering_origin(self) -> PluginOrigin:
         if self._registering:
@@ -283,7 +289,8 @@ class PluginManager:
         return self._origins.get(id(plugin))
 
     def registries(self) -> dict[str, PluginRegistry[Any]]:
-        """Every registry by kind, in display order."""
+        """Every registry of plugin classes by kind, in display order (executors,
+        which are factories, are in :attr:`executors`)."""
         return {
             "sources": self.sources,
             "sinks": self.sinks,

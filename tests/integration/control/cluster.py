@@ -16,7 +16,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
-EXECUTOR = "cdcflow.core.testing.inprocess:executor_factory"
+EXECUTOR = "in-process"  # the test kit's executor, registered through cdcflow_register_executors
 
 
 def plugin_path(tmp: Path) -> str:

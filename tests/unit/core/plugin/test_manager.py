@@ -190,4 +190,43 @@ def test_trace_covers_registration_hooks(monkeypatch, capsys):
     monkeypatch.setenv("CDCFLOW_TRACE_PLUGINS", "1")
     PluginManager.default(autoload=False)
     err = capsys.readouterr().err
-    assert "cdcflow_register_sinks" in err and "cdcflow_register_codecs" in err
+    assert "cdcflow_register_sinks" in err and "cdcflow_register_executors" in err
+
+
+# -- executors ---------------------------------------------------------------------------
+
+
+def test_builtin_executors_are_registered_by_name():
+    from cdcflow.core.data.pipeline import executor_factory as spark_factory
+    from cdcflow.core.testing.inprocess import executor_factory as in_process_factory
+
+    pm = PluginManager.default(autoload=False)
+    assert pm.executors.names() == ["in-process", "spark"]
+    assert pm.executors.factory("spark") is spark_factory
+    assert pm.executors.factory("in-process") is in_process_factory
+    for entry in pm.executors:
+        assert entry.origin.kind == "builtin" and entry.origin.module in BUILTIN_PLUGINS
+        assert entry.summary
+
+
+def test_an_unknown_executor_names_the_known_ones():
+    from cdcflow.core.errors import ConfigInvalidError
+
+    pm = PluginManager.default(autoload=False)
+    with pytest.raises(ConfigInvalidError, match=r"unknown executor 'sprak'; known: in-process, spark"):
+        pm.executors.factory("sprak")
+
+
+def test_two_executors_under_one_name_name_both_origins():
+    from cdcflow.core.errors import PluginConflictError
+
+    class Dup:
+        @hookimpl
+        def cdcflow_register_executors(self, registry):
+            registry.add("spark", lambda context: None)
+
+    pm = PluginManager.default(autoload=False)
+    with pytest.raises(PluginConflictError) as info:
+        pm.register(Dup(), name="dup-executor")
+    assert "builtin (cdcflow.core.data.pipeline)" in str(info.value)
+    assert "dup-executor" in str(info.value)
