@@ -16,18 +16,11 @@ __all__ = ["cdcflow_register_executors", "executor_factory"]
 
 
 def executor_factory(context: ExecutorContext) -> SpanExecutor:
-    """The Spark pipeline's executor for one changefeed incarnation on this capture.
-
-    Its files go below the capture's data directory (``context.data_dir``); the
-    Spark settings come from ``context.server`` (defaults without). The event
-    store and the Spark checkpoint are kept per changefeed id, not per epoch,
-    so a restarted incarnation resumes from them.
-    """
-    from cdcflow.core.config.settings import ServerSettings
+    """The Spark pipeline's executor for one changefeed incarnation on this capture
+    (see :func:`~cdcflow.core.data.pipeline.spark_executor.create_span_executor`)."""
     from cdcflow.core.data.pipeline.spark_executor import create_span_executor
 
-    server = (context.server or ServerSettings()).model_copy(update={"data_dir": str(context.data_dir)})
-    return create_span_executor(context.connector, server, start_ts=context.start_ts, plugins=context.plugins)
+    return create_span_executor(context)
 
 
 @hookimpl
