@@ -434,7 +434,9 @@ class PipelineSpanExecutor(SpanExecutor):
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
             self._spark = self._start_session()
-        context = SinkContext(self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins)
+        context = SinkContext(
+            self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins, spark=self._spark
+        )
         for sink in self.sinks:
             sink.open(context)
         pipeline = ChangefeedPipeline(

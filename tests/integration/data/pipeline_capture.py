@@ -13,6 +13,7 @@ from pathlib import Path
 from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.pipeline.session import spark_session
 from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import ListSource, insert
 from cdcflow.plugins.sinks.file import FileSink, FileSinkConfig
 
@@ -78,6 +79,7 @@ async def main(data_dir: Path, out_dir: Path, checkpoint_file: Path) -> None:
             start_ts=start_ts,
             spark=spark,
             spark_settings=settings,
+            plugins=PluginManager.default(autoload=False),  # the file sink's codecs
             on_checkpoint=lambda ts: save_checkpoint(checkpoint_file, ts),
         )
     )
