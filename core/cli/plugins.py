@@ -40,7 +40,7 @@ def _entries(pm: PluginManager, kind: str) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    pm = PluginManager.default()
+    pm: PluginManager = args.plugins
     kinds = [args.kind] if args.kind else KINDS
     if args.json:
         print_json({kind: _entries(pm, kind) for kind in kinds})

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from cdcflow.core.control.changefeed import ChangeFeedInfo
     from cdcflow.core.control.coordinator.coordinator import Coordinator
     from cdcflow.core.control.metastore.base import MetaStore
+    from cdcflow.core.plugin.manager import PluginManager
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,7 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(func=run)
 
 
-async def run_file(path: str, duration: float | None, *, executor: str = DEFAULT_EXECUTOR) -> dict[str, Any]:
+async def run_file(
+    path: str, duration: float | None, *, plugins: PluginManager, executor: str = DEFAULT_EXECUTOR
+) -> dict[str, Any]:
     """Run the file's connectors on one embedded capture with the executor named
     ``executor``; return the final changefeed states."""
     from cdcflow.core.api.server import ApiServer
@@ -53,9 +56,7 @@ async def run_file(path: str, duration: float | None, *, executor: str = DEFAULT
     from cdcflow.core.control.capture import Capture, CaptureOptions
     from cdcflow.core.control.coordinator.spec import info_from_connector
     from cdcflow.core.control.metastore import open_metastore
-    from cdcflow.core.plugin.manager import get_plugin_manager
 
-    plugins = get_plugin_manager()
     factory = plugins.executors.factory(executor)
     deployment = load_deployment(path, plugins)
     progress = ProgressReporter()
@@ -139,5 +140,5 @@ async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declare
 
 
 def run(args: argparse.Namespace) -> int:
-    asyncio.run(run_file(args.file, args.duration, executor=args.executor))
+    asyncio.run(run_file(args.file, args.duration, plugins=args.plugins, executor=args.executor))
     return EXIT_OK

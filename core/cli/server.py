@@ -45,16 +45,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
-    """Start the capture and its API; return after a graceful drain. ``args.executor``
-    names the span executor."""
+    """Start the capture and its API; return after a graceful drain. ``args.plugins``
+    is the plugin manager; ``args.executor`` names the span executor."""
     from cdcflow.core.api.server import ApiServer
     from cdcflow.core.config import ServerSettings, load_deployment
     from cdcflow.core.control.capture import Capture, CaptureOptions
     from cdcflow.core.control.messaging.grpc import TLSConfig
     from cdcflow.core.control.metastore import open_metastore
-    from cdcflow.core.plugin.manager import get_plugin_manager
 
-    plugins = get_plugin_manager()
+    plugins = args.plugins
     factory = plugins.executors.factory(args.executor)
     settings = load_deployment(args.config, plugins).server if args.config else ServerSettings()
     metastore = args.metastore or settings.metastore

@@ -11,6 +11,7 @@ instances of those classes.
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -87,6 +88,24 @@ def cdcflow_register_executors(registry: ExecutorRegistrar) -> None:
     Names are lower-case words joined by dashes; two factories under one name
     is an error naming both origins. Historic: called once per plugin, when it
     is registered. Return value ignored.
+    """
+
+
+# -- command line -------------------------------------------------------------
+
+
+@hookspec
+def cdcflow_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add sub-commands to the ``cdcflow`` command.
+
+    Called once each time the command-line parser is built, after every
+    plugin is loaded. Add a command with ``subparsers.add_parser(name,
+    help=..., description=...)`` and ``parser.set_defaults(func=run)``, where
+    ``run(args) -> int`` returns the exit code; ``args.plugins`` is the plugin
+    manager the command runs with. Every command and option needs help text,
+    and a ``## cdcflow NAME`` section in docs/reference/cli.md. The built-in
+    commands are added first (``tryfirst``), then plugins' in reverse
+    registration order. Return value ignored.
     """
 
 

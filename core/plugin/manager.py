@@ -18,6 +18,7 @@ would otherwise never be called.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import logging
 import os
@@ -58,9 +59,11 @@ TRACE_ENV = "CDCFLOW_TRACE_PLUGINS"
 
 #: Modules of the built-in plugins, loaded in this order before entry points.
 BUILTIN_PLUGINS: tuple[str, ...] = (
+    "cdcflow.core.cli.commands",
     "cdcflow.core.data.pipeline",
     "cdcflow.core.testing.inprocess",
     "cdcflow.plugins.sources.tikv",
+    "cdcflow.plugins.sources.playground.plugin",
     "cdcflow.plugins.codecs.json",
     "cdcflow.plugins.codecs.open_protocol",
     "cdcflow.plugins.codecs.canal_json",
@@ -245,6 +248,10 @@ class PluginManager:
         )
 
     # -- facade over the hooks ----------------------------------------------------
+
+    def add_commands(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """Let every plugin add its ``cdcflow`` sub-commands (see the hook's docs)."""
+        self._pm.hook.cdcflow_add_commands(subparsers=subparsers)
 
     def spark_conf(self, master: str) -> dict[str, str]:
         """Merged Spark properties contributed by plugins (see the hook's docs)."""

@@ -141,6 +141,20 @@ def test_a_misspelled_hook_in_an_entry_point_plugin_is_rejected(monkeypatch, tmp
     assert info.value.detail["hooks"] == ["cdcflow_register_sink"]
 
 
+def test_a_misspelled_hook_fails_the_command_line(monkeypatch, tmp_path, capsys):
+    from importlib import metadata
+
+    from cdcflow.core.cli import main as cli_main
+
+    (tmp_path / "cdcflow_typo_plugin.py").write_text(TYPO_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry_point = metadata.EntryPoint(name="typo", value="cdcflow_typo_plugin", group="cdcflow")
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [entry_point] if group == "cdcflow" else [])
+    monkeypatch.delenv("CDCFLOW_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    assert cli_main.main(["version"]) == 1
+    assert "cdcflow_register_sink" in capsys.readouterr().err
+
+
 def test_check_pending_after_a_runtime_plugin():
     from cdcflow.core.errors import PluginValidationError
 
@@ -230,3 +244,24 @@ def test_two_executors_under_one_name_name_both_origins():
         pm.register(Dup(), name="dup-executor")
     assert "builtin (cdcflow.core.data.pipeline)" in str(info.value)
     assert "dup-executor" in str(info.value)
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def test_a_plugin_adds_a_command():
+    from cdcflow.core.cli.main import build_parser
+
+    class Hello:
+        @hookimpl
+        def cdcflow_add_commands(self, subparsers):
+            parser = subparsers.add_parser("hello", help="say hello", description="Say hello.")
+            parser.set_defaults(func=lambda args: 7)
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(Hello(), name="hello-plugin")
+    args = build_parser(pm).parse_args(["hello"])
+    assert args.func(args) == 7 and args.plugins is pm
+    names = list(next(a for a in build_parser(pm)._actions if a.dest == "command").choices)
+    assert names[:6] == ["run", "server", "cli", "validate", "plugins", "version"]  # built-ins first
+    assert {"playground", "hello"} <= set(names)
