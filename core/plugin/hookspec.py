@@ -22,13 +22,15 @@ if TYPE_CHECKING:
     from cdcflow.core.data.sink import Sink
     from cdcflow.core.data.source import Source
     from cdcflow.core.data.span_executor import ExecutorRegistrar
+    from cdcflow.core.plugin.manager import PluginManager
     from cdcflow.core.plugin.registry import Registrar
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
 PROJECT_NAME = "cdcflow"
 
-#: Marks a hook specification (only used in this module).
+#: Marks a hook specification: the hooks below, and those a plugin adds for
+#: other plugins through :func:`cdcflow_add_hookspecs`.
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 #: Marks a hook implementation in a plugin: ``@hookimpl def cdcflow_register_sinks(registry): ...``
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
@@ -43,6 +45,18 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 # ``registry.add(cls)`` registers a class under its ``type_name``. Two classes
 # claiming one name is an error naming both origins. Not firstresult: every
 # plugin registers its own. Return values are ignored.
+
+
+@hookspec(historic=True)
+def cdcflow_add_hookspecs(pluginmanager: PluginManager) -> None:
+    """Add hook specifications for other plugins to implement (pytest's ``pytest_addhooks``).
+
+    Call ``pluginmanager.add_hookspecs(module_or_class)`` with functions marked
+    ``@hookspec`` (``cdcflow.core.plugin.hookspec.hookspec``), named with the
+    ``cdcflow_`` prefix and the plugin's name (``cdcflow_tikv_…``). Historic:
+    called once per plugin, when it is registered. An implementation of a hook
+    nobody specifies is rejected once every plugin is loaded.
+    """
 
 
 @hookspec(historic=True)

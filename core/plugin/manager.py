@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from importlib import metadata
+from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -132,6 +133,7 @@ class PluginManager:
         plugin registered later (historic hooks), while :meth:`_register` says
         which plugin that is."""
         hook = self._pm.hook
+        hook.cdcflow_add_hookspecs.call_historic(kwargs={"pluginmanager": self})
         registries: list[tuple[str, PluginRegistry[Any]]] = [
             ("cdcflow_register_sources", self.sources),
             ("cdcflow_register_sinks", self.sinks),
@@ -217,6 +219,10 @@ class PluginManager:
         self._origins.pop(id(plugin), None)
         if self._pm.is_registered(plugin):
             self._pm.unregister(plugin)
+
+    def add_hookspecs(self, module_or_class: ModuleType | type) -> None:
+        """Add hook specifications (from a ``cdcflow_add_hookspecs`` implementation)."""
+        self._pm.add_hookspecs(module_or_class)
 
     def check_pending(self) -> None:
         """Reject a plugin that implements a hook nobody specifies (pluggy's
