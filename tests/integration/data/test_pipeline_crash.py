@@ -14,7 +14,7 @@ from tests.integration.data.pipeline_capture import FINAL_TS, GATE_TS, ROWS_PER_
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def start_capture(tmp_path):
