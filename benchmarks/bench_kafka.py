@@ -31,10 +31,14 @@ from confluent_kafka import Producer
 
 from cdcflow.core.data.events import ColumnInfo, MicroBatch, RowChange, TableSchema
 from cdcflow.core.data.sink import SinkContext
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import insert, update
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
+
+#: The plugin manager sinks are opened with (their codecs are plugins).
+PLUGINS = PluginManager.default(autoload=False)
 
 PK = ColumnInfo.HANDLE_KEY | ColumnInfo.PRIMARY_KEY
 COLUMNS = (
@@ -112,7 +116,7 @@ def main() -> None:
             dispatchers=[DispatchRule(matcher=["*.*"], partition="index-value")],
         )
     )
-    sink.open(SinkContext("bench"))
+    sink.open(SinkContext("bench", plugins=PLUGINS))
     cluster = sink.mock_cluster
     assert cluster is not None
     raw_topic = f"{topic}-raw"

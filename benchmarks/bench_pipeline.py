@@ -46,7 +46,7 @@ from cdcflow.core.data.events import (
     TableSchema,
 )
 from cdcflow.core.data.pipeline.session import spark_session
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.sink import Sink
 from cdcflow.core.data.source import Source
 from cdcflow.core.plugin import PluginConfig
@@ -121,14 +121,16 @@ async def run_pipeline(
     source = GeneratedSource(GeneratedConfig(rows=rows, txn_rows=txn_rows))
     sink = CountingSink()
     executor = PipelineSpanExecutor(
-        "bench",
-        source,
-        [sink],
-        data_dir=data_dir,
-        start_ts=START_TS,
-        memory_quota=quota,
-        spark=spark,
-        spark_settings=settings,
+        PipelineContext(
+            "bench",
+            source,
+            [sink],
+            data_dir=data_dir,
+            start_ts=START_TS,
+            memory_quota=quota,
+            spark=spark,
+            spark_settings=settings,
+        )
     )
     started = time.perf_counter()
     await executor.add_span(SPAN, START_TS, prepare=False)

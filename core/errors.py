@@ -41,6 +41,7 @@ __all__ = [
     "NotAvailableError",
     "PDUnavailableError",
     "PluginConflictError",
+    "PluginValidationError",
     "Retryable",
     "Severity",
     "UnsupportedProtocolError",
@@ -212,6 +213,12 @@ class ConfigInvalidError(CdcflowError):
 
 class PluginConflictError(ConfigInvalidError):
     """Two plugins claim the same ``type_name`` for the same kind."""
+
+
+class PluginValidationError(ConfigInvalidError):
+    """A plugin's hook implementation matches no hook specification: a misspelled
+    hook name, or an argument the hook does not provide. The message names the
+    plugin (module, entry point and distribution) and the hook."""
 
 
 class DuplicateChangefeedIDError(CdcflowError):

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.cli._common import EXIT_OK
+from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
 
 if TYPE_CHECKING:
     from cdcflow.core.control.changefeed import ChangeFeedInfo
     from cdcflow.core.control.coordinator.coordinator import Coordinator
     from cdcflow.core.control.metastore.base import MetaStore
+    from cdcflow.core.plugin.manager import PluginManager
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,12 +34,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("file", help="connectors.yaml to run")
     parser.add_argument("--duration", metavar="SECONDS", type=float, help="stop after this many seconds")
-    parser.add_argument("--executor", help="span executor factory as module:attribute (default: see docs)")
+    parser.add_argument(
+        "--executor",
+        metavar="NAME",
+        default=DEFAULT_EXECUTOR,
+        help=f"span executor registered by a plugin: {DEFAULT_EXECUTOR} (default, the data pipeline), "
+        "in-process (the test kit's, no Spark), …",
+    )
     parser.set_defaults(func=run)
 
 
-async def run_file(path: str, duration: float | None, executor: str | None = None) -> dict[str, Any]:
-    """Run the file's connectors on one embedded capture; return the final changefeed states."""
+async def run_file(
+    path: str, duration: float | None, *, plugins: PluginManager, executor: str = DEFAULT_EXECUTOR
+) -> dict[str, Any]:
+    """Run the file's connectors on one embedded capture with the executor named
+    ``executor``; return the final changefeed states."""
     from cdcflow.core.api.server import ApiServer
     from cdcflow.core.cli.progress import ProgressReporter
     from cdcflow.core.config import load_deployment
@@ -45,10 +56,8 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     from cdcflow.core.control.capture import Capture, CaptureOptions
     from cdcflow.core.control.coordinator.spec import info_from_connector
     from cdcflow.core.control.metastore import open_metastore
-    from cdcflow.core.data.executor_factory import load_executor_factory
-    from cdcflow.core.plugin.manager import get_plugin_manager
 
-    plugins = get_plugin_manager()
+    factory = plugins.executors.factory(executor)
     deployment = load_deployment(path, plugins)
     progress = ProgressReporter()
     plugins.register(progress, name="cdcflow-run-progress")
@@ -57,7 +66,7 @@ async def run_file(path: str, duration: float | None, executor: str | None = Non
     server = deployment.server
     store = open_metastore(server.metastore)
     options = CaptureOptions.from_server(server)
-    capture = Capture(store, plugins, load_executor_factory(executor), options)
+    capture = Capture(store, plugins, factory, options)
     host, _, port = server.api_addr.rpartition(":")
     api = ApiServer(capture, host, int(port))
     capture.options = dataclasses.replace(options, api_addr=f"{host}:{await api.start()}")
@@ -129,5 +138,5 @@ async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declare
 
 
 def run(args: argparse.Namespace) -> int:
-    asyncio.run(run_file(args.file, args.duration, args.executor))
+    asyncio.run(run_file(args.file, args.duration, plugins=args.plugins, executor=args.executor))
     return EXIT_OK

@@ -10,6 +10,7 @@ import signal
 import sys
 
 from cdcflow.core.cli._common import EXIT_OK
+from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
 
 __all__ = ["add_parser", "run", "serve"]
 
@@ -30,7 +31,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--data-dir", help="directory for local state")
     parser.add_argument("--session-ttl", type=float, help="seconds a capture survives without keepalive")
     parser.add_argument("--gc-tick", type=float, help="seconds between GC safepoint updates")
-    parser.add_argument("--executor", help="span executor factory as module:attribute (default: see docs)")
+    parser.add_argument(
+        "--executor",
+        metavar="NAME",
+        default=DEFAULT_EXECUTOR,
+        help=f"span executor registered by a plugin: {DEFAULT_EXECUTOR} (default, the data pipeline), "
+        "in-process (the test kit's, no Spark), …",
+    )
     parser.add_argument("--tls-ca", help="CA certificate (PEM) for inter-capture TLS")
     parser.add_argument("--tls-cert", help="this capture's certificate (PEM)")
     parser.add_argument("--tls-key", help="this capture's private key (PEM)")
@@ -38,16 +45,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
-    """Start the capture and its API; return after a graceful drain."""
+    """Start the capture and its API; return after a graceful drain. ``args.plugins``
+    is the plugin manager; ``args.executor`` names the span executor."""
     from cdcflow.core.api.server import ApiServer
     from cdcflow.core.config import ServerSettings, load_deployment
     from cdcflow.core.control.capture import Capture, CaptureOptions
     from cdcflow.core.control.messaging.grpc import TLSConfig
     from cdcflow.core.control.metastore import open_metastore
-    from cdcflow.core.data.executor_factory import load_executor_factory
-    from cdcflow.core.plugin.manager import get_plugin_manager
 
-    settings = load_deployment(args.config).server if args.config else ServerSettings()
+    plugins = args.plugins
+    factory = plugins.executors.factory(args.executor)
+    settings = load_deployment(args.config, plugins).server if args.config else ServerSettings()
     metastore = args.metastore or settings.metastore
     tls = TLSConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
     # Flags not given are None and leave the file's (or the default) value.
@@ -61,8 +69,6 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
         tls=tls,
     )
     host, _, port = options.api_addr.rpartition(":")
-    plugins = get_plugin_manager()
-    factory = load_executor_factory(args.executor)
     store = open_metastore(metastore)
     capture = Capture(store, plugins, factory, options)
     api = ApiServer(capture, host, int(port))

@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        deployment = load_deployment(args.file)
+        deployment = load_deployment(args.file, args.plugins)
     except ConfigInvalidError as exc:
         if args.json:
             print_json({"valid": False, "error": exc.to_dict()})

@@ -9,6 +9,7 @@ one :class:`~cdcflow.core.errors.ConfigInvalidError`.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 from collections.abc import Mapping
@@ -50,9 +51,12 @@ class PluginChoice:
     cls: type[Plugin[Any]]
     config: PluginConfig
     origin: PluginOrigin
+    #: The plugin manager the choice was validated with (handed to ``Plugin.create``).
+    plugins: PluginManager | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def instantiate(self) -> Plugin[Any]:
-        return self.cls(self.config)
+        """A new instance of the plugin with its config (``Plugin.create``)."""
+        return self.cls.create(self.config, self.plugins)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +218,7 @@ def _select(
         return None
     for field, message in entry.cls.check_config(config, plugins):
         issues.append(doc.issue((*path, field), message))
-    return PluginChoice(registry.kind, entry.type_name, entry.cls, config, entry.origin)
+    return PluginChoice(registry.kind, entry.type_name, entry.cls, config, entry.origin, plugins)
 
 
 def _options(

@@ -34,7 +34,7 @@ from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.grpc import GrpcTransport, MessageServer, TLSConfig
 from cdcflow.core.control.metastore.base import MetaStore, NotOwnerError, Session
 from cdcflow.core.control.span_host import SpanHost
-from cdcflow.core.data.executor_factory import ExecutorFactory
+from cdcflow.core.data.span_executor import ExecutorFactory
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.version import __version__

@@ -36,8 +36,7 @@ from cdcflow.core.control.maintainer.placement import decode, encode
 from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.messages import SchedulingMessage, Topic
 from cdcflow.core.control.scheduling import Agent, AgentMessage, DispatchTableRequest, HeartbeatRequest, RemoveSpan
-from cdcflow.core.data.executor_factory import ExecutorContext, ExecutorFactory
-from cdcflow.core.data.span_executor import SpanExecutor
+from cdcflow.core.data.span_executor import ExecutorContext, ExecutorFactory, SpanExecutor
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError
 from cdcflow.core.plugin.manager import PluginManager
 

@@ -13,7 +13,7 @@ Where each concept lives:
 ``frontier``                       ``SpanFrontier``: the minimum resolved ts over spans, forward only
 ``logservice/``                    ``EventStore``: sorted, bounded-memory buffers publishing resolved chunks
 ``pipeline/``                      the Spark runtime: the ``cdcflow`` data source, one streaming query per changefeed
-``span_executor``                  ``SpanExecutor``: the boundary the control plane drives (seed 002's TableExecutor)
-``executor_factory``               how a capture gets the span executor of a changefeed
+``span_executor``                  ``SpanExecutor``: the boundary the control plane drives (seed 002's TableExecutor),
+                                   and how a capture gets one: ``ExecutorContext``, factories registered by name
 =================================  ==========================================
 """

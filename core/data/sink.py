@@ -87,11 +87,12 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
+from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
 if TYPE_CHECKING:
@@ -151,24 +152,38 @@ class BatchFrame:
     expected_rows: int
 
 
+@dataclass(frozen=True)
 class SinkContext:
-    """What the runtime tells a sink when it opens it."""
+    """What the runtime tells a sink when it opens it.
 
-    def __init__(
-        self,
-        changefeed_id: str,
-        *,
-        restart_ts: int = 0,
-        options: Mapping[str, str] | None = None,
-        plugins: PluginManager | None = None,
-    ) -> None:
-        self.changefeed_id = changefeed_id
-        #: The plugin manager, to look up codecs and other plugins by type name.
-        self.plugins = plugins
-        #: The checkpoint the changefeed (re)started from: rows at or below it may
-        #: have been written before, so sinks apply them idempotently.
-        self.restart_ts = restart_ts
-        self.options = dict(options or {})
+    Everything a sink needs from the runtime arrives here, never through a
+    process-wide default: the plugin manager (to look up codecs and other
+    plugins by type name) and, on the Spark pipeline, the capture's Spark
+    session.
+    """
+
+    changefeed_id: str
+    _: KW_ONLY
+    #: The checkpoint the changefeed (re)started from: rows at or below it may
+    #: have been written before, so sinks apply them idempotently.
+    restart_ts: int = 0
+    options: Mapping[str, str] = field(default_factory=dict)
+    #: The plugin manager the changefeed runs with. The runtime always sets it;
+    #: None only when a test opens a sink by hand (see :meth:`require_plugins`).
+    plugins: PluginManager | None = None
+    #: The runtime's SparkSession (the Spark pipeline's); None outside Spark (the
+    #: in-process executor, the test kit), where a sink that writes with Spark
+    #: starts a session from its own settings.
+    spark: Any = None
+
+    def require_plugins(self, sink: str) -> PluginManager:
+        """The plugin manager, for a sink that cannot work without it."""
+        if self.plugins is None:
+            raise CdcflowError(
+                f"the {sink} sink looks plugins up (its codec) in SinkContext.plugins, which is None; "
+                "open it with SinkContext(changefeed_id, plugins=PluginManager.default())"
+            )
+        return self.plugins
 
 
 class Sink(Plugin[ConfigT], abc.ABC):

@@ -9,17 +9,50 @@ reports each span's progress. This is seed 002's ``TableExecutor`` for spans.
 Two-phase scheduling (seed 002) uses ``prepare``: a prepared span catches up
 from its checkpoint — its feed runs and events are buffered — but nothing is
 written downstream until the span is added again with ``prepare=False``.
+
+How a capture gets its executors: an :data:`ExecutorFactory` makes one per
+changefeed incarnation (epoch) per capture from an :class:`ExecutorContext`.
+Factories are registered by name through the ``cdcflow_register_executors``
+hook (:class:`ExecutorRegistry`); the built-ins are ``spark`` (the data
+pipeline, the default) and ``in-process`` (the test kit's executor, for the
+control plane without Spark). ``cdcflow run`` and ``cdcflow server`` pick one
+with ``--executor NAME``. There is no silent fallback: a capture runs the
+executor it was told to, or fails naming the ones that exist.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cdcflow.core.data.events import Span
+from cdcflow.core.errors import ConfigInvalidError, ConfigIssue, PluginConflictError
+from cdcflow.core.plugin.base import TYPE_NAME_PATTERN
 
-__all__ = ["SpanExecutor", "SpanState", "SpanStatus"]
+if TYPE_CHECKING:
+    from cdcflow.core.config.loader import Connector
+    from cdcflow.core.config.settings import ServerSettings
+    from cdcflow.core.control.changefeed import ChangeFeedInfo
+    from cdcflow.core.plugin.manager import PluginManager
+    from cdcflow.core.plugin.registry import PluginOrigin
+
+__all__ = [
+    "DEFAULT_EXECUTOR",
+    "ExecutorContext",
+    "ExecutorEntry",
+    "ExecutorFactory",
+    "ExecutorRegistrar",
+    "ExecutorRegistry",
+    "SpanExecutor",
+    "SpanState",
+    "SpanStatus",
+]
+
+#: The executor a capture runs when none is named: the Spark data pipeline.
+DEFAULT_EXECUTOR = "spark"
 
 
 class SpanState(enum.Enum):
@@ -101,3 +134,115 @@ class SpanExecutor(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Stop every span and release resources."""
+
+
+# -- how a capture gets an executor ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorContext:
+    """What an executor factory is told about its changefeed and capture."""
+
+    info: ChangeFeedInfo
+    #: The changefeed's validated connector (source, sinks, filter, quotas).
+    connector: Connector
+    capture_id: str
+    plugins: PluginManager
+    #: The capture's data directory; the changefeed's files go below it.
+    data_dir: str
+    #: The checkpoint the executor's first span starts from.
+    start_ts: int = 0
+    #: The capture's server settings (Spark); None: the defaults.
+    server: ServerSettings | None = None
+
+    @property
+    def changefeed_id(self) -> str:
+        return self.info.id
+
+    @property
+    def epoch(self) -> int:
+        return self.info.epoch
+
+
+#: Makes the executor of one changefeed incarnation on this capture.
+ExecutorFactory = Callable[[ExecutorContext], SpanExecutor]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorEntry:
+    """One registered executor factory and where it came from."""
+
+    name: str
+    factory: ExecutorFactory
+    summary: str
+    origin: PluginOrigin
+
+
+class ExecutorRegistry:
+    """Every executor factory, by the name ``--executor`` takes."""
+
+    kind = "executors"
+
+    def __init__(self) -> None:
+        self._entries: dict[str, ExecutorEntry] = {}
+
+    def add(self, name: str, factory: ExecutorFactory, origin: PluginOrigin, *, summary: str = "") -> None:
+        """Register ``factory`` under ``name``; a name taken by another factory is an
+        error naming both origins."""
+        if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
+            raise ConfigInvalidError(
+                f"executor {name!r} from {origin}: a name is lower-case words joined by dashes, e.g. 'in-process'"
+            )
+        if not callable(factory):
+            raise ConfigInvalidError(f"executor '{name}' from {origin}: the factory {factory!r} is not callable")
+        existing = self._entries.get(name)
+        if existing is not None:
+            if existing.factory is factory:
+                return
+            raise PluginConflictError(
+                f"two plugins register executor '{name}': {existing.origin} and {origin}; "
+                "uninstall one of them or register one under another name",
+                detail={"kind": self.kind, "type": name},
+            )
+        self._entries[name] = ExecutorEntry(name, factory, summary, origin)
+
+    def factory(self, name: str) -> ExecutorFactory:
+        """The factory registered as ``name``; ConfigInvalidError naming the known ones otherwise."""
+        entry = self._entries.get(name)
+        if entry is None:
+            known = ", ".join(self.names()) or "none"
+            message = f"unknown executor {name!r}; known: {known} (plugins register more)"
+            raise ConfigInvalidError(message, [ConfigIssue(message, path="executor")])
+        return entry.factory
+
+    def get(self, name: str) -> ExecutorEntry | None:
+        return self._entries.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[ExecutorEntry]:
+        return iter(sorted(self._entries.values(), key=lambda e: e.name))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+
+class ExecutorRegistrar:
+    """What ``cdcflow_register_executors`` receives: ``registry.add("spark", factory)``.
+
+    Entries record the plugin whose hook is running as their origin.
+    """
+
+    kind = ExecutorRegistry.kind
+
+    def __init__(self, registry: ExecutorRegistry, origin: Callable[[], PluginOrigin]) -> None:
+        self._registry = registry
+        self._origin = origin
+
+    def add(self, name: str, factory: ExecutorFactory, *, summary: str = "") -> None:
+        """Register ``factory`` (ExecutorContext → SpanExecutor) under ``name``."""
+        self._registry.add(name, factory, self._origin(), summary=summary)

@@ -10,7 +10,7 @@ the REST API's validation endpoint (STYLE §8).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -65,6 +65,18 @@ class Plugin(Generic[ConfigT]):
 
     def __init__(self, config: ConfigT) -> None:
         self.config: ConfigT = config
+
+    @classmethod
+    def create(cls, config: PluginConfig, plugins: PluginManager | None) -> Self:
+        """The instance the runtime uses for ``config`` (``PluginChoice.instantiate``).
+
+        ``plugins`` is the plugin manager the connector was validated with. The
+        default is ``cls(config)``; override it to hand the instance what it needs
+        from other plugins (the tikv source takes its embedded upstream from the
+        playground plugin this way). Keep ``__init__`` usable with the config
+        alone, so that tests can build an instance directly.
+        """
+        return cls(config)  # type: ignore[arg-type]  # the registry checked that config is a cls.Config
 
     @classmethod
     def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:

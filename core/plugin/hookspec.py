@@ -11,6 +11,7 @@ instances of those classes.
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -20,54 +21,105 @@ if TYPE_CHECKING:
     from cdcflow.core.data.codec import Codec
     from cdcflow.core.data.sink import Sink
     from cdcflow.core.data.source import Source
+    from cdcflow.core.data.span_executor import ExecutorRegistrar
+    from cdcflow.core.plugin.manager import PluginManager
     from cdcflow.core.plugin.registry import Registrar
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
 PROJECT_NAME = "cdcflow"
 
-#: Marks a hook specification (only used in this module).
+#: Marks a hook specification: the hooks below, and those a plugin adds for
+#: other plugins through :func:`cdcflow_add_hookspecs`.
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 #: Marks a hook implementation in a plugin: ``@hookimpl def cdcflow_register_sinks(registry): ...``
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 # -- registration -------------------------------------------------------------
-# Called once per plugin when the plugin manager loads it. Each receives a
-# registrar bound to the calling plugin; ``registry.add(cls)`` registers a
-# class under its ``type_name``. Two classes claiming one name is an error
-# naming both origins. Not firstresult: every plugin registers its own.
+# Historic: the plugin manager calls each once, before loading any plugin, and
+# pluggy replays the call for every plugin registered afterwards — built-ins,
+# entry points, or a plugin registered at runtime — so a plugin that comes
+# later still registers, and CDCFLOW_TRACE_PLUGINS=1 traces each call. Each
+# receives a registrar that records the calling plugin as the entry's origin;
+# ``registry.add(cls)`` registers a class under its ``type_name``. Two classes
+# claiming one name is an error naming both origins. Not firstresult: every
+# plugin registers its own. Return values are ignored.
 
 
-@hookspec
+@hookspec(historic=True)
+def cdcflow_add_hookspecs(pluginmanager: PluginManager) -> None:
+    """Add hook specifications for other plugins to implement (pytest's ``pytest_addhooks``).
+
+    Call ``pluginmanager.add_hookspecs(module_or_class)`` with functions marked
+    ``@hookspec`` (``cdcflow.core.plugin.hookspec.hookspec``), named with the
+    ``cdcflow_`` prefix and the plugin's name (``cdcflow_tikv_…``). Historic:
+    called once per plugin, when it is registered. An implementation of a hook
+    nobody specifies is rejected once every plugin is loaded.
+    """
+
+
+@hookspec(historic=True)
 def cdcflow_register_sources(registry: Registrar[Source[Any]]) -> None:
     """Register source plugin classes (subclasses of ``cdcflow.core.data.source.Source``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
     """
 
 
-@hookspec
+@hookspec(historic=True)
 def cdcflow_register_sinks(registry: Registrar[Sink[Any]]) -> None:
     """Register sink plugin classes (subclasses of ``cdcflow.core.data.sink.Sink``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
     """
 
 
-@hookspec
+@hookspec(historic=True)
 def cdcflow_register_schedulers(registry: Registrar[Scheduler[Any]]) -> None:
     """Register scheduler plugin classes (subclasses of ``cdcflow.core.control.scheduling.Scheduler``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
     """
 
 
-@hookspec
+@hookspec(historic=True)
 def cdcflow_register_codecs(registry: Registrar[Codec[Any]]) -> None:
     """Register codec (message format) classes (subclasses of ``cdcflow.core.data.codec.Codec``).
 
-    Called once, at plugin load. Return value ignored.
+    Historic: called once per plugin, when it is registered. Return value ignored.
+    """
+
+
+@hookspec(historic=True)
+def cdcflow_register_executors(registry: ExecutorRegistrar) -> None:
+    """Register span executor factories by name: ``registry.add("spark", factory, summary=...)``.
+
+    A factory takes a ``cdcflow.core.data.span_executor.ExecutorContext`` and
+    returns a ``SpanExecutor``: what runs a changefeed's spans on a capture.
+    ``cdcflow run`` and ``cdcflow server`` pick one with ``--executor NAME``
+    (default ``spark``, the data pipeline; ``in-process`` is the test kit's).
+    Names are lower-case words joined by dashes; two factories under one name
+    is an error naming both origins. Historic: called once per plugin, when it
+    is registered. Return value ignored.
+    """
+
+
+# -- command line -------------------------------------------------------------
+
+
+@hookspec
+def cdcflow_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add sub-commands to the ``cdcflow`` command.
+
+    Called once each time the command-line parser is built, after every
+    plugin is loaded. Add a command with ``subparsers.add_parser(name,
+    help=..., description=...)`` and ``parser.set_defaults(func=run)``, where
+    ``run(args) -> int`` returns the exit code; ``args.plugins`` is the plugin
+    manager the command runs with. Every command and option needs help text,
+    and a ``## cdcflow NAME`` section in docs/reference/cli.md. The built-in
+    commands are added first (``tryfirst``), then plugins' in reverse
+    registration order. Return value ignored.
     """
 
 

@@ -1,13 +1,13 @@
 """Registries of plugin classes, one per kind, keyed by ``type_name``.
 
-Registration hooks receive a :class:`Registrar` bound to the plugin that is
+Registration hooks receive a :class:`Registrar` that knows which plugin is
 registering, so that every entry remembers where it came from and a conflict
 names both origins (STYLE §2).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -141,11 +141,13 @@ class PluginRegistry(Generic[P]):
 class Registrar(Generic[P]):
     """What a registration hook receives: ``registry.add(MySink)``.
 
-    It is bound to the plugin whose hook is running, so entries record their
-    origin without the plugin having to say it.
+    ``origin`` answers which plugin's hook is running (the plugin manager
+    knows: registration hooks are historic and run while a plugin is being
+    registered), so entries record their origin without the plugin having to
+    say it.
     """
 
-    def __init__(self, registry: PluginRegistry[P], origin: PluginOrigin) -> None:
+    def __init__(self, registry: PluginRegistry[P], origin: Callable[[], PluginOrigin]) -> None:
         self._registry = registry
         self._origin = origin
 
@@ -155,4 +157,4 @@ class Registrar(Generic[P]):
 
     def add(self, cls: type[P]) -> None:
         """Register a plugin class under its ``type_name``."""
-        self._registry.add(cls, self._origin)
+        self._registry.add(cls, self._origin())

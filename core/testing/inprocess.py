@@ -4,6 +4,8 @@ changefeed's source feeds straight into its sinks on the capture's event loop.
 It is what :func:`cdcflow.core.testing.drive` does, behind the
 :class:`~cdcflow.core.data.span_executor.SpanExecutor` interface, so that the control
 plane can be exercised end to end (checkpoints really advance) without Spark.
+This module is a built-in plugin: it registers the executor as ``in-process``
+(``cdcflow server --executor in-process``).
 It is not cdcflow's data pipeline: no event store, no spilling, no
 parallelism beyond the event loop.
 
@@ -34,13 +36,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdcflow.core.data.events import DDLEvent, MicroBatch, ResolvedEvent, RowChange, Span
-from cdcflow.core.data.executor_factory import ExecutorContext
 from cdcflow.core.data.filter import replicates_ddl
 from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.source import Source
-from cdcflow.core.data.span_executor import SpanExecutor, SpanState, SpanStatus
+from cdcflow.core.data.span_executor import (
+    ExecutorContext,
+    ExecutorRegistrar,
+    SpanExecutor,
+    SpanState,
+    SpanStatus,
+)
+from cdcflow.core.plugin.hookspec import hookimpl
 
-__all__ = ["InProcessSpanExecutor", "executor_factory"]
+__all__ = ["EXECUTOR_NAME", "InProcessSpanExecutor", "cdcflow_register_executors", "executor_factory"]
+
+#: The name ``--executor`` takes for this executor.
+EXECUTOR_NAME = "in-process"
 
 
 @dataclass
@@ -194,5 +205,14 @@ class InProcessSpanExecutor(SpanExecutor):
 
 
 def executor_factory(context: ExecutorContext) -> SpanExecutor:
-    """The factory ``load_executor_factory`` falls back to (see its docs)."""
+    """The ``in-process`` executor factory."""
     return InProcessSpanExecutor(context)
+
+
+@hookimpl
+def cdcflow_register_executors(registry: ExecutorRegistrar) -> None:
+    registry.add(
+        EXECUTOR_NAME,
+        executor_factory,
+        summary="The test kit's: source feeds straight into the sinks on the event loop, no Spark.",
+    )

@@ -24,7 +24,7 @@ import itertools
 import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -45,6 +45,9 @@ from cdcflow.core.data.frontier import SpanFrontier
 from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.source import Source
 from cdcflow.core.plugin import PluginConfig
+
+if TYPE_CHECKING:
+    from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = [
     "DriveResult",
@@ -304,9 +307,14 @@ async def drive(
     until_ts: int | None = None,
     table_filter: TableFilter | None = None,
     first_batch_id: int = 0,
+    plugins: PluginManager | None = None,
 ) -> DriveResult:
     """Run ``source`` into ``sinks`` until every feed ends (or the frontier
     reaches ``until_ts``); return the checkpoint and the batches written.
+
+    Sinks are opened with ``plugins`` in their :class:`SinkContext` (to find
+    codecs); without it, the driver loads one as a capture does
+    (``PluginManager.default()``: the built-ins and installed plugins).
 
     Feeds run concurrently. A batch is cut each time the span frontier moves
     forward, and at every DDL barrier; after each batch every sink gets its
@@ -322,8 +330,12 @@ async def drive(
         if filt.matches(table.schema, table.table)
         for span in await source.spans_for(table)
     ]
+    if plugins is None:
+        from cdcflow.core.plugin.manager import PluginManager
+
+        plugins = PluginManager.default()
     for sink in sinks:
-        sink.open(SinkContext(changefeed_id, restart_ts=start_ts))
+        sink.open(SinkContext(changefeed_id, restart_ts=start_ts, plugins=plugins))
     batcher = _Batcher(changefeed_id, sinks, start_ts, first_batch_id)
     frontier = SpanFrontier(spans, start_ts)
     queue: asyncio.Queue[tuple[Span, SourceEvent | None]] = asyncio.Queue(maxsize=1024)

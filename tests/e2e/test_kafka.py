@@ -25,7 +25,7 @@ import pytest
 from cdcflow.core.config import load_deployment
 from cdcflow.core.data.events import Span
 from cdcflow.core.data.pipeline.session import stop_spark_session
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor, create_span_executor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.plugin.manager import get_plugin_manager
 from cdcflow.core.testing import until
 from cdcflow.plugins.sinks.kafka.mock import mock_cluster
@@ -169,7 +169,8 @@ class MaintainerRole:
 async def replicate_with_tables_joining_one_by_one(capture: CaptureProcess, pg: Playground, start_ts: int) -> int:
     """The connectors file's executor in this process; the shop tables join the running
     pipeline one at a time, each after a checkpoint advance; returns the final ts."""
-    deployment = load_deployment(capture.file, get_plugin_manager())
+    plugins = get_plugin_manager()
+    deployment = load_deployment(capture.file, plugins)
     connector = deployment.connectors[0]
     source = connector.source.instantiate()
     await source.open()
@@ -179,7 +180,9 @@ async def replicate_with_tables_joining_one_by_one(capture: CaptureProcess, pg: 
     finally:
         await source.close()
     assert len(spans) == len(TABLES)
-    executor = create_span_executor(connector, deployment.server, start_ts=start_ts)
+    executor = PipelineSpanExecutor(
+        PipelineContext.for_connector(connector, deployment.server, start_ts=start_ts, plugins=plugins)
+    )
     maintainer = MaintainerRole(executor, spans, start_ts)
     heartbeats = asyncio.create_task(maintainer.heartbeats())
     try:

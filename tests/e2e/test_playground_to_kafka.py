@@ -16,6 +16,7 @@ import pytest
 
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span
 from cdcflow.core.data.sink import SinkContext
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
 from cdcflow.plugins.sources.playground import Playground
@@ -24,6 +25,9 @@ from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
 from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
 from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient
 from tests.e2e.open_protocol_consumer import read_topic, rebuild
+
+#: The plugin manager sinks are opened with (their codecs are plugins).
+PLUGINS = PluginManager.default(autoload=False)
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +94,7 @@ def test_playground_workload_through_kafka_equals_the_snapshot():
             ],
         )
     )
-    sink.open(SinkContext("pg"))
+    sink.open(SinkContext("pg", plugins=PLUGINS))
     for batch in batches(rows, final_ts):
         sink.write_batch(batch)
         sink.write_checkpoint(batch.end_ts)  # one span: its frontier is the changefeed checkpoint

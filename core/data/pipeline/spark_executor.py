@@ -30,7 +30,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,8 +38,6 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 
 from cdcflow.core.config.loader import Connector
 from cdcflow.core.config.settings import (
-    DEFAULT_MEMORY_QUOTA,
-    DEFAULT_SPILL_DISK_QUOTA,
     ColumnSelectorSettings,
     ServerSettings,
     SparkSettings,
@@ -54,10 +52,16 @@ from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS
 from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TASK_ROWS, ChangefeedPipeline
 from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.source import Source
-from cdcflow.core.data.span_executor import SpanExecutor, SpanState, SpanStatus
+from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["PipelineSpanExecutor", "changefeed_dir", "create_span_executor", "discard_changefeed_data"]
+__all__ = [
+    "PipelineContext",
+    "PipelineSpanExecutor",
+    "changefeed_dir",
+    "create_span_executor",
+    "discard_changefeed_data",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,64 +94,119 @@ class _LoadedSpan:
     feed: asyncio.Task[None] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PipelineContext:
+    """Everything one changefeed's :class:`PipelineSpanExecutor` runs with.
+
+    :meth:`for_connector` derives it from a validated connector and the
+    capture's server settings (what the ``spark`` executor factory does);
+    tests and benchmarks build one around their own source and sinks.
+    """
+
+    changefeed_id: str
+    #: The changefeed's source and sinks; the executor opens and closes them.
+    source: Source[Any]
+    sinks: Sequence[Sink[Any]]
+    _: KW_ONLY
+    #: The capture's data directory: the changefeed's files go below it (:func:`changefeed_dir`).
+    data_dir: str | Path
+    #: The checkpoint the event store starts from (the changefeed's, when it resumes).
+    start_ts: int
+    #: Handed to sinks (codecs), the Spark session (``cdcflow_spark_conf``) and the
+    #: lifecycle hooks (``cdcflow_batch_flushed``); None: no plugins.
+    plugins: PluginManager | None = None
+    #: A running SparkSession to use; None: the executor starts the capture's own.
+    spark: Any = None
+    spark_settings: SparkSettings = field(default_factory=SparkSettings)
+    #: Bytes of events the feeds and the event store hold in memory before spilling.
+    memory_quota: int = 1024**3
+    #: Bytes the event store may spill to disk (0: no limit).
+    disk_quota: int = 0
+    table_filter: TableFilter = field(default_factory=lambda: TableFilter(["*.*"]))
+    column_selectors: Sequence[ColumnSelectorSettings] = ()
+    #: Seconds between micro-batches; None: ``spark_settings.trigger_interval``.
+    trigger_interval: float | None = None
+    #: Rows per part of a batch for sinks that take parts.
+    part_rows: int = DEFAULT_PART_ROWS
+    #: Batches above this many rows reach the driver through Spark-written sorted files.
+    collect_rows: int = DEFAULT_COLLECT_ROWS
+    #: A batch gets one more task partition per this many rows, up to Spark's parallelism.
+    task_rows: int = DEFAULT_TASK_ROWS
+    #: Rows per event-store chunk.
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    #: Seconds between applications of the feeds' resolved ts to the event store.
+    publish_interval: float = DEFAULT_PUBLISH_INTERVAL
+    #: Called with each checkpoint the pipeline reaches (after every sink flushed).
+    on_checkpoint: Callable[[int], None] | None = None
+
+    @classmethod
+    def for_connector(
+        cls,
+        connector: Connector,
+        server: ServerSettings,
+        *,
+        start_ts: int,
+        plugins: PluginManager | None = None,
+        spark: Any = None,
+        on_checkpoint: Callable[[int], None] | None = None,
+    ) -> PipelineContext:
+        """The context of ``connector`` on this capture, resuming from ``start_ts``.
+        Instantiates the connector's source and sinks."""
+        settings = connector.settings
+        return cls(
+            connector.name,
+            cast("Source[Any]", connector.source.instantiate()),
+            [cast("Sink[Any]", choice.instantiate()) for choice in connector.sinks],
+            data_dir=server.data_dir,
+            start_ts=start_ts,
+            plugins=plugins,
+            spark=spark,
+            spark_settings=server.spark,
+            memory_quota=settings.memory_quota,
+            disk_quota=settings.spill_disk_quota,
+            table_filter=settings.filter.table_filter(),
+            column_selectors=settings.filter.column_selectors,
+            on_checkpoint=on_checkpoint,
+        )
+
+
 class PipelineSpanExecutor(SpanExecutor):
     """Runs one changefeed's spans on this capture (see the module docs)."""
 
-    def __init__(
-        self,
-        changefeed_id: str,
-        source: Source[Any],
-        sinks: Sequence[Sink[Any]],
-        *,
-        data_dir: str | Path,
-        start_ts: int,
-        memory_quota: int = DEFAULT_MEMORY_QUOTA,
-        disk_quota: int = DEFAULT_SPILL_DISK_QUOTA,
-        spark_settings: SparkSettings | None = None,
-        spark: Any = None,
-        plugins: PluginManager | None = None,
-        table_filter: TableFilter | None = None,
-        column_selectors: Sequence[ColumnSelectorSettings] = (),
-        trigger_interval: float | None = None,
-        part_rows: int = DEFAULT_PART_ROWS,
-        collect_rows: int = DEFAULT_COLLECT_ROWS,
-        task_rows: int = DEFAULT_TASK_ROWS,
-        chunk_rows: int = DEFAULT_CHUNK_ROWS,
-        publish_interval: float = DEFAULT_PUBLISH_INTERVAL,
-        on_checkpoint: Callable[[int], None] | None = None,
-    ) -> None:
-        self.changefeed_id = changefeed_id
-        self.source = source
-        self.sinks = list(sinks)
-        self.plugins = plugins
-        self.spark_settings = spark_settings or SparkSettings()
-        self._spark = spark
-        self._on_checkpoint = on_checkpoint
-        self.directory = changefeed_dir(data_dir, changefeed_id)
+    def __init__(self, context: PipelineContext) -> None:
+        self.context = context
+        self.changefeed_id = changefeed_id = context.changefeed_id
+        self.source = source = context.source
+        self.sinks = list(context.sinks)
+        self.plugins = context.plugins
+        self.spark_settings = context.spark_settings
+        self._spark = context.spark
+        self._on_checkpoint = context.on_checkpoint
+        self.directory = changefeed_dir(context.data_dir, changefeed_id)
         store_dir = self.directory / "store"
         if read_manifest(store_dir) is None:
             # A Spark checkpoint without its event store would point at chunks that are gone.
             shutil.rmtree(self.directory / "spark-checkpoint", ignore_errors=True)
         # The feeds' share of the quota (what they hold before the event store), the store the rest.
-        feed_memory = source.limit_memory(memory_quota, self.directory / "feed-spill")
+        feed_memory = source.limit_memory(context.memory_quota, self.directory / "feed-spill")
         self.store = EventStore(
             store_dir,
             changefeed_id,
-            start_ts=start_ts,
-            memory_quota=memory_quota - feed_memory,
-            disk_quota=disk_quota,
-            chunk_rows=chunk_rows,
+            start_ts=context.start_ts,
+            memory_quota=context.memory_quota - feed_memory,
+            disk_quota=context.disk_quota,
+            chunk_rows=context.chunk_rows,
             cut_rows=self.spark_settings.max_batch_rows,
             auto_spill=False,  # spilled from a thread, off the event loop (see _make_room)
         )
-        self.table_filter = table_filter or TableFilter()
-        self.column_selection = ColumnSelection(column_selectors)
+        self.table_filter = context.table_filter
+        self.column_selection = ColumnSelection(context.column_selectors)
         self.trigger_interval = (
-            trigger_interval if trigger_interval is not None else self.spark_settings.trigger_interval
+            context.trigger_interval if context.trigger_interval is not None else self.spark_settings.trigger_interval
         )
-        self.part_rows = part_rows
-        self.collect_rows = collect_rows
-        self.task_rows = task_rows
+        self.part_rows = context.part_rows
+        self.collect_rows = context.collect_rows
+        self.task_rows = context.task_rows
         self.pipeline: ChangefeedPipeline | None = None
         #: Whether a feed is paused because the event store is full (backpressure).
         self.paused = False
@@ -160,7 +219,7 @@ class PipelineSpanExecutor(SpanExecutor):
         self._starting: asyncio.Task[None] | None = None
         self._start_error: BaseException | None = None
         self._closing = asyncio.Event()
-        self.publish_interval = publish_interval
+        self.publish_interval = context.publish_interval
         self._pending_resolved: dict[Span, int] = {}
         self._publisher: asyncio.Task[None] | None = None
         # Store work that writes files (cuts, spills) runs in a thread while this
@@ -383,7 +442,9 @@ class PipelineSpanExecutor(SpanExecutor):
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
             self._spark = self._start_session()
-        context = SinkContext(self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins)
+        context = SinkContext(
+            self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins, spark=self._spark
+        )
         for sink in self.sinks:
             sink.open(context)
         pipeline = ChangefeedPipeline(
@@ -476,31 +537,16 @@ class PipelineSpanExecutor(SpanExecutor):
             self.paused = False
 
 
-def create_span_executor(
-    connector: Connector,
-    server: ServerSettings,
-    *,
-    start_ts: int,
-    plugins: PluginManager | None = None,
-    spark: Any = None,
-    on_checkpoint: Callable[[int], None] | None = None,
-) -> PipelineSpanExecutor:
-    """The span executor of ``connector`` on this capture, resuming from ``start_ts``
-    (the changefeed's checkpoint). Instantiates the connector's source and sinks;
-    the executor opens and closes them."""
-    settings = connector.settings
+def create_span_executor(context: ExecutorContext) -> PipelineSpanExecutor:
+    """The ``spark`` executor factory: the pipeline executor of the context's
+    connector on this capture, resuming from ``context.start_ts``.
+
+    Its files go below the capture's data directory (``context.data_dir``);
+    the Spark settings come from ``context.server`` (defaults without). The
+    event store and the Spark checkpoint are kept per changefeed id, not per
+    epoch, so a restarted incarnation resumes from them.
+    """
+    server = (context.server or ServerSettings()).model_copy(update={"data_dir": str(context.data_dir)})
     return PipelineSpanExecutor(
-        connector.name,
-        cast("Source[Any]", connector.source.instantiate()),
-        [cast("Sink[Any]", choice.instantiate()) for choice in connector.sinks],
-        data_dir=server.data_dir,
-        start_ts=start_ts,
-        memory_quota=settings.memory_quota,
-        disk_quota=settings.spill_disk_quota,
-        spark_settings=server.spark,
-        spark=spark,
-        plugins=plugins,
-        table_filter=settings.filter.table_filter(),
-        column_selectors=settings.filter.column_selectors,
-        on_checkpoint=on_checkpoint,
+        PipelineContext.for_connector(context.connector, server, start_ts=context.start_ts, plugins=context.plugins)
     )

@@ -46,7 +46,7 @@ from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.data.sink import PartitionWriter, Sink, SinkContext, TaskWriter
 from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
+from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = ["FileSink", "FileSinkConfig", "cdcflow_register_sinks"]
 
@@ -102,7 +102,7 @@ class FileSink(Sink[FileSinkConfig]):
         return issues
 
     def open(self, context: SinkContext) -> None:
-        plugins = context.plugins or get_plugin_manager()
+        plugins = context.require_plugins("file")
         codec_cls = plugins.codecs[self.config.protocol]
         self._codec = codec_cls(codec_cls.Config())
         try:

@@ -87,7 +87,7 @@ from cdcflow.core.data.events import MicroBatch, OpType, RowChange, TableName
 from cdcflow.core.data.sink import PartitionWriter, Sink, SinkContext, TaskWriter
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
-from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.plugins.sinks.kafka.config import DEFAULT_PARTITIONS, MOCK_HOST, KafkaSinkConfig, bootstrap_of
 from cdcflow.plugins.sinks.kafka.dispatch import (
     EventRouter,
@@ -219,7 +219,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def open(self, context: SinkContext) -> None:
         self._changefeed_id = context.changefeed_id
-        plugins = context.plugins or get_plugin_manager()
+        plugins = context.require_plugins("kafka")
         self._codec = make_codec(self.config, self.config.protocol, plugins)
         if _is_mock(self.config):
             self._cluster = mock_cluster(self.config.brokers)

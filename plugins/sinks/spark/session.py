@@ -1,9 +1,12 @@
-"""The Spark session the sink writes with.
+"""The Spark session the sink writes with when the runtime gives it none.
 
-The runtime runs sinks inside its own session (foreachBatch); the sink then
-uses it as is. Standalone (tests, benchmarks) the sink starts one with
-``builder.getOrCreate()``, with Python workers on this interpreter
-(``PYSPARK_PYTHON``), the warehouse directory and UTC as session time zone.
+On the Spark pipeline the sink writes with the capture's session, which the
+runtime hands it in ``SinkContext.spark``. Outside Spark (the in-process
+executor, the test kit, benchmarks) it starts one from its own settings:
+``master``, ``warehouse-dir`` and ``spark-conf``, with Python workers on this
+interpreter (``PYSPARK_PYTHON``) and UTC as session time zone. Spark keeps
+one session per process, so a session started earlier is reused, with the
+sink's runtime settings applied to it.
 """
 
 from __future__ import annotations
@@ -18,24 +21,16 @@ __all__ = ["spark_session"]
 
 
 def spark_session(master: str, warehouse_dir: str, conf: Mapping[str, str] | None = None) -> Any:
-    """The active session, or a new one built from these settings."""
+    """A session built from these settings (see the module docs)."""
     # Workers must run this interpreter (the virtualenv), not whatever python3 is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from cdcflow.core.data.pipeline.session import spawn_jvm_without_fork
 
     spawn_jvm_without_fork()  # this process may run gRPC threads (the playground, a source)
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    if SparkContext._active_spark_context is not None:
-        # The runtime's session, seen from another thread (foreachBatch): take it as it is;
-        # passing settings would only make Spark warn that static ones cannot change.
-        return SparkSession.builder.getOrCreate()
     builder = (
         SparkSession.builder.appName("cdcflow")
         .master(master or "local[*]")

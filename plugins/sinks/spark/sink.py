@@ -175,7 +175,10 @@ class SparkSink(Sink[SparkSinkConfig]):
 
     def open(self, context: SinkContext) -> None:
         cfg = self.config
-        self.spark = spark_session(cfg.master, cfg.warehouse_dir, cfg.spark_conf)
+        # The runtime's session on the Spark pipeline; standalone, one of the sink's own.
+        self.spark = (
+            context.spark if context.spark is not None else spark_session(cfg.master, cfg.warehouse_dir, cfg.spark_conf)
+        )
         root = path_of(cfg) or str(self.spark.conf.get("spark.sql.warehouse.dir"))
         self.storage = Storage(self.spark, root)
         self._changefeed = context.changefeed_id

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.data.events import (
     DDLEvent,
@@ -37,23 +37,38 @@ from cdcflow.core.data.events import (
     TableSetChange,
 )
 from cdcflow.core.data.source import BatchMounter, Mounter, Source
-from cdcflow.core.errors import ConfigInvalidError
-from cdcflow.core.plugin import Registrar, hookimpl
+from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
+from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
+from cdcflow.plugins.sources.tikv import hookspec as tikv_hookspec
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
 from cdcflow.plugins.sources.tikv.channels import TLSFiles
-from cdcflow.plugins.sources.tikv.config import TiKVSourceConfig
+from cdcflow.plugins.sources.tikv.config import EmbeddedPlaygroundConfig, TiKVSourceConfig
 from cdcflow.plugins.sources.tikv.ddl import DDLTracker, TrackerSuperseded
 from cdcflow.plugins.sources.tikv.eventfeed import EventFeedClient
 from cdcflow.plugins.sources.tikv.gc import PDSafepointKeeper
+from cdcflow.plugins.sources.tikv.hookspec import EmbeddedUpstream
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVMounter, parse_key_spans
 from cdcflow.plugins.sources.tikv.spill import FeedMemory
 
-__all__ = ["FEED_MEMORY_SHARE", "TiKVSource", "cdcflow_register_sources"]
+if TYPE_CHECKING:
+    from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = [
+    "FEED_MEMORY_SHARE",
+    "EmbeddedUpstreamStarter",
+    "TiKVSource",
+    "cdcflow_add_hookspecs",
+    "cdcflow_register_sources",
+]
 
 #: The share of a changefeed's memory quota the feeds may hold (pending prewrites,
 #: changes of regions not yet INITIALIZED) before spilling to disk.
 FEED_MEMORY_SHARE = 0.25
+
+#: Starts or attaches to the in-process upstream a source with ``playground`` set reads
+#: (blocking); None when no plugin provides one.
+EmbeddedUpstreamStarter = Callable[[EmbeddedPlaygroundConfig], EmbeddedUpstream | None]
 
 
 class TiKVSource(Source[TiKVSourceConfig]):
@@ -68,8 +83,10 @@ class TiKVSource(Source[TiKVSourceConfig]):
     Config = TiKVSourceConfig
     yields_raw_kv = True
 
-    def __init__(self, config: TiKVSourceConfig) -> None:
+    def __init__(self, config: TiKVSourceConfig, *, embedded_upstream: EmbeddedUpstreamStarter | None = None) -> None:
         super().__init__(config)
+        #: What starts the upstream of the ``playground`` option (see :meth:`create`).
+        self._embedded_upstream = embedded_upstream
         self._pd: PDClient | None = None
         self._feeds: EventFeedClient | None = None
         self._keyspace: KeySpace | None = None
@@ -87,6 +104,28 @@ class TiKVSource(Source[TiKVSourceConfig]):
             self._keyspace = KeySpace(config.kv_api, parse_key_spans(config.key_spans))
         else:
             self._catalog = TiDBCatalog(config.tidb_status)
+
+    @classmethod
+    def create(cls, config: PluginConfig, plugins: PluginManager | None) -> TiKVSource:
+        """The source, with the ``playground`` option's upstream taken from the plugin
+        that implements ``cdcflow_tikv_embedded_upstream`` (the playground plugin)."""
+        assert isinstance(config, TiKVSourceConfig)
+        if plugins is None:
+            return cls(config)
+        hook = plugins.hook.cdcflow_tikv_embedded_upstream
+
+        def embedded_upstream(options: EmbeddedPlaygroundConfig) -> EmbeddedUpstream | None:
+            upstream: EmbeddedUpstream | None = hook(options=options)
+            return upstream
+
+        return cls(config, embedded_upstream=embedded_upstream)
+
+    @classmethod
+    def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:
+        assert isinstance(config, TiKVSourceConfig)
+        if config.embedded_playground() is not None and not plugins.hook.cdcflow_tikv_embedded_upstream.get_hookimpls():
+            return [("playground", _NO_EMBEDDED_UPSTREAM)]
+        return []
 
     async def open(self) -> None:
         cfg = self.config
@@ -109,10 +148,7 @@ class TiKVSource(Source[TiKVSourceConfig]):
         options = self.config.embedded_playground()
         if options is None:
             return
-        # Imported here: the playground is only needed by sources configured to embed it.
-        from cdcflow.plugins.sources.playground.embedded import embedded_playground
-
-        pg = await asyncio.to_thread(embedded_playground, stores=options.stores, rate=options.rate, seed=options.seed)
+        pg = await asyncio.to_thread(self._start_embedded_upstream, options)
         self._pd_endpoints = [pg.pd_address]
         if self._catalog is not None:
             await self._catalog.close()
@@ -158,10 +194,17 @@ class TiKVSource(Source[TiKVSourceConfig]):
         if options is not None:
             # The control plane asks before (or without) opening the source: the
             # keeper must talk to the same in-process playground the feeds use.
-            from cdcflow.plugins.sources.playground.embedded import embedded_playground
-
-            endpoints = [embedded_playground(stores=options.stores, rate=options.rate, seed=options.seed).pd_address]
+            endpoints = [self._start_embedded_upstream(options).pd_address]
         return PDSafepointKeeper(PDClient(endpoints, tls=self._tls()), owns_client=True)
+
+    def _start_embedded_upstream(self, options: EmbeddedPlaygroundConfig) -> EmbeddedUpstream:
+        """The in-process upstream of the ``playground`` option (blocks while it starts)."""
+        upstream = self._embedded_upstream(options) if self._embedded_upstream is not None else None
+        if upstream is None:
+            raise ConfigInvalidError(
+                _NO_EMBEDDED_UPSTREAM, [ConfigIssue(_NO_EMBEDDED_UPSTREAM, path="source.playground")]
+            )
+        return upstream
 
     def _tls(self) -> TLSFiles | None:
         cfg = self.config
@@ -386,6 +429,18 @@ class _TrackedMounter(Mounter):
         # The schemas of every commit ts up to end_ts: every DDL below it applied.
         await self._ready(end_ts)
         return await self._inner.for_batch(start_ts, end_ts)
+
+
+_NO_EMBEDDED_UPSTREAM = (
+    "playground is set, but no plugin provides an in-process upstream (the hook "
+    "cdcflow_tikv_embedded_upstream; the playground plugin, cdcflow.plugins.sources.playground.plugin, "
+    "is not loaded); load it, or set playground: false and point pd / tidb-status at a cluster"
+)
+
+
+@hookimpl
+def cdcflow_add_hookspecs(pluginmanager: PluginManager) -> None:
+    pluginmanager.add_hookspecs(tikv_hookspec)
 
 
 @hookimpl

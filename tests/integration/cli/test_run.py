@@ -78,7 +78,7 @@ def test_a_changed_file_is_applied_to_the_existing_changefeed(tmp_path):
     env = env_with_plugin(tmp_path / "plugins")
     path = write_file(tmp_path)
     # The control plane's in-process executor: this is about declarations, not Spark.
-    run = [CDCFLOW, "run", path, "--duration", "8", "--executor", "cdcflow.core.testing.inprocess:executor_factory"]
+    run = [CDCFLOW, "run", path, "--duration", "8", "--executor", "in-process"]
     first = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
     assert first.returncode == 0, first.stderr
     checkpoint = summary_checkpoint(first.stdout)

@@ -17,7 +17,7 @@ from cdcflow.core.testing import until_sync
 from tests import REPO
 
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
-EXECUTOR = "cdcflow.core.testing.inprocess:executor_factory"
+EXECUTOR = "in-process"  # the test kit's executor, registered through cdcflow_register_executors
 REST_POLL = 0.1  # seconds between two looks at a server (its log, its REST API)
 
 

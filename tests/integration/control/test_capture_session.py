@@ -13,7 +13,6 @@ from cdcflow.core.control.coordinator.spec import info_from_connector, validate_
 from cdcflow.core.control.metastore import open_metastore
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import until
-from cdcflow.core.testing.inprocess import executor_factory
 from tests import ticker_source
 from tests.etcd_server import EtcdServer
 
@@ -27,7 +26,8 @@ def test_session_loss_makes_the_capture_rejoin_under_a_new_id(tmp_path):
 
     async def main():
         store = open_metastore(f"etcd://{etcd.endpoint}/s")
-        capture = Capture(store, pm, executor_factory, CaptureOptions(session_ttl=2, data_dir=str(tmp_path)))
+        executor = pm.executors.factory("in-process")
+        capture = Capture(store, pm, executor, CaptureOptions(session_ttl=2, data_dir=str(tmp_path)))
         api = ApiServer(capture, "127.0.0.1", 0)
         await api.start()
         serving = asyncio.create_task(capture.serve())

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.pipeline.session import spark_session
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import ListSource, insert
 from cdcflow.plugins.sinks.file import FileSink, FileSinkConfig
 
@@ -70,14 +71,17 @@ async def main(data_dir: Path, out_dir: Path, checkpoint_file: Path) -> None:
     source = PacedListSource(PacedListSource.Config(), events())
     source.checkpoint_file = checkpoint_file
     executor = PipelineSpanExecutor(
-        "crash",
-        source,
-        [FileSink(FileSinkConfig(path=str(out_dir)))],
-        data_dir=data_dir,
-        start_ts=start_ts,
-        spark=spark,
-        spark_settings=settings,
-        on_checkpoint=lambda ts: save_checkpoint(checkpoint_file, ts),
+        PipelineContext(
+            "crash",
+            source,
+            [FileSink(FileSinkConfig(path=str(out_dir)))],
+            data_dir=data_dir,
+            start_ts=start_ts,
+            spark=spark,
+            spark_settings=settings,
+            plugins=PluginManager.default(autoload=False),  # the file sink's codecs
+            on_checkpoint=lambda ts: save_checkpoint(checkpoint_file, ts),
+        )
     )
     for table in await source.list_tables():
         for span in await source.spans_for(table):

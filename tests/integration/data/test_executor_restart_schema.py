@@ -17,7 +17,7 @@ import pytest
 
 from cdcflow.core.data.events import RawKVEvent, Span
 from cdcflow.core.data.logservice.records import batch_to_records, event_from_record, read_record_batches
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.types import TypeCode
 from cdcflow.core.testing import ListSink, until
 from cdcflow.plugins.sources.playground import Playground
@@ -44,7 +44,7 @@ def _source(pg: Playground) -> TiKVSource:
 
 def _executor(pg: Playground, tmp_path: Any, start_ts: int) -> PipelineSpanExecutor:
     return PipelineSpanExecutor(
-        "restart", _source(pg), [ListSink()], data_dir=tmp_path, start_ts=start_ts, spark=_NoSpark()
+        PipelineContext("restart", _source(pg), [ListSink()], data_dir=tmp_path, start_ts=start_ts, spark=_NoSpark())
     )
 
 

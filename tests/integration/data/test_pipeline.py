@@ -8,7 +8,7 @@ from cdcflow.core.config.settings import ColumnSelectorSettings, SparkSettings
 from cdcflow.core.data.events import DDLEvent, MicroBatch
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.plugin.hookspec import hookimpl
@@ -92,19 +92,21 @@ def test_pipeline_delivers_what_the_reference_driver_delivers(tmp_path, spark):
 
     async def run():
         executor = PipelineSpanExecutor(
-            "cf",
-            source,
-            [sink, part_sink],
-            data_dir=tmp_path,
-            start_ts=50,
-            spark=spark,
-            plugins=plugins,
-            table_filter=filt,
-            column_selectors=selectors,
-            trigger_interval=0.2,
-            part_rows=7,
-            collect_rows=10,  # batches above 10 rows go through Spark-written sorted files
-            on_checkpoint=checkpoints.append,
+            PipelineContext(
+                "cf",
+                source,
+                [sink, part_sink],
+                data_dir=tmp_path,
+                start_ts=50,
+                spark=spark,
+                plugins=plugins,
+                table_filter=filt,
+                column_selectors=selectors,
+                trigger_interval=0.2,
+                part_rows=7,
+                collect_rows=10,  # batches above 10 rows go through Spark-written sorted files
+                on_checkpoint=checkpoints.append,
+            )
         )
         spans = {t.table: (await source.spans_for(t))[0] for t in await source.list_tables()}
         orders, items, audit = spans["orders"], spans["items"], spans["log"]
@@ -169,7 +171,9 @@ def test_prepared_span_rows_follow_once_replicating_and_sink_errors_are_retried(
     sink = FlakySink()
 
     async def run():
-        executor = PipelineSpanExecutor("cf2", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark)
+        executor = PipelineSpanExecutor(
+            PipelineContext("cf2", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark)
+        )
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         await executor.add_span(span, 50, prepare=True)
         await executor.add_span(span, 110, prepare=False)
@@ -213,7 +217,9 @@ def test_a_sink_that_cannot_open_is_retried_until_its_downstream_answers(tmp_pat
     errors = []
 
     async def run():
-        executor = PipelineSpanExecutor("cf3", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark)
+        executor = PipelineSpanExecutor(
+            PipelineContext("cf3", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark)
+        )
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         await executor.add_span(span, 50, prepare=False)
         await until(lambda: executor.error() is not None, timeout=SPARK_WAIT)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from cdcflow.core.config.settings import SparkSettings
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.testing import ListSink, ListSource, insert, until
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def test_spans_added_while_the_first_is_replicating_deliver_every_table(tmp_path
 
     async def run():
         executor = PipelineSpanExecutor(
-            "cf", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2
+            PipelineContext("cf", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2)
         )
         spans = await spans_of(source)
         for n, table in enumerate(order):
@@ -76,7 +76,7 @@ def test_a_span_removed_and_re_added_delivers_what_followed_its_checkpoint(tmp_p
 
     async def run():
         executor = PipelineSpanExecutor(
-            "cf", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2
+            PipelineContext("cf", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2)
         )
         spans = await spans_of(source)
         customers, orders = spans["customers"], spans["orders"]
@@ -107,7 +107,7 @@ def test_a_small_batch_costs_one_spark_job_and_an_empty_one_none(tmp_path, spark
 
     async def run():
         executor = PipelineSpanExecutor(
-            "cf", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2
+            PipelineContext("cf", source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2)
         )
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         assert await executor.add_span(span, 50, prepare=False)
@@ -160,7 +160,9 @@ def test_the_changefeed_checkpoint_reaches_the_sinks_between_batches_and_at_clos
     async def run():
         loop = asyncio.get_running_loop()
         executor = PipelineSpanExecutor(
-            "cf", source, [], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2, part_rows=4
+            PipelineContext(
+                "cf", source, [], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2, part_rows=4
+            )
         )
 
         def heartbeat_during(batch):

@@ -16,7 +16,7 @@ import pytest
 
 from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.sink import PartitionWriter, Sink, TaskWriter
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig
@@ -119,15 +119,17 @@ def run_pipeline(tmp_path: Path, spark: Any, sinks: list[Sink[Any]], name: str) 
 
     async def run() -> PipelineSpanExecutor:
         executor = PipelineSpanExecutor(
-            name,
-            source,
-            sinks,
-            data_dir=tmp_path / "data",
-            start_ts=0,
-            spark=spark,
-            plugins=PluginManager.default(autoload=False),
-            trigger_interval=0.2,
-            task_rows=20,  # several partitions even for this small batch
+            PipelineContext(
+                name,
+                source,
+                sinks,
+                data_dir=tmp_path / "data",
+                start_ts=0,
+                spark=spark,
+                plugins=PluginManager.default(autoload=False),
+                trigger_interval=0.2,
+                task_rows=20,  # several partitions even for this small batch
+            )
         )
         for table in await source.list_tables():
             for span in await source.spans_for(table):
@@ -255,16 +257,18 @@ def test_a_catch_up_is_delivered_in_bounded_batches_and_the_checkpoint_moves_aft
 
     async def run() -> None:
         executor = PipelineSpanExecutor(
-            "bounded",
-            source,
-            [sink],
-            data_dir=tmp_path / "data",
-            start_ts=0,
-            spark=spark,
-            spark_settings=SparkSettings(master="local[2]", max_batch_rows=100),
-            plugins=PluginManager.default(autoload=False),
-            trigger_interval=0.2,
-            on_checkpoint=checkpoints.append,
+            PipelineContext(
+                "bounded",
+                source,
+                [sink],
+                data_dir=tmp_path / "data",
+                start_ts=0,
+                spark=spark,
+                spark_settings=SparkSettings(master="local[2]", max_batch_rows=100),
+                plugins=PluginManager.default(autoload=False),
+                trigger_interval=0.2,
+                on_checkpoint=checkpoints.append,
+            )
         )
         for table in await source.list_tables():
             for span in await source.spans_for(table):

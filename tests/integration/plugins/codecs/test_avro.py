@@ -18,6 +18,7 @@ from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, RowChange
 from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.data.types import TypeCode as T
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import delete, insert, update
 from cdcflow.plugins.codecs.avro import (
     AvroCodec,
@@ -33,6 +34,9 @@ from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
 from tests.e2e.open_protocol_consumer import read_topic
 from tests.integration.plugins.codecs.schema_registry import SchemaRegistryServer
+
+#: The plugin manager sinks are opened with (their codecs are plugins).
+PLUGINS = PluginManager.default(autoload=False)
 
 pytestmark = pytest.mark.integration
 
@@ -314,7 +318,7 @@ def test_avro_through_the_kafka_sink(registry):
     )
     v1 = schema_of((ColumnInfo("id", T.LONG, PK, "int"), ColumnInfo("name", T.VARCHAR, N, "varchar(8)")))
     v2 = schema_of((*v1.columns, ColumnInfo("at", T.DATETIME, N, "datetime")), version=2)
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     try:
         sink.write_batch(
             MicroBatch(

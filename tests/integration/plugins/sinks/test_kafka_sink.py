@@ -15,12 +15,16 @@ from confluent_kafka import Producer
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, OpType, RowChange, TableSchema
 from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.errors import DownstreamUnavailableError
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import ListSource, delete, drive, insert, update
 from cdcflow.plugins.codecs.open_protocol import MessageTooLargeError
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
 from cdcflow.plugins.sinks.kafka.mock import mock_cluster
 from tests.e2e.open_protocol_consumer import decode, read_topic, rebuild
+
+#: The plugin manager sinks are opened with (their codecs are plugins).
+PLUGINS = PluginManager.default(autoload=False)
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +164,7 @@ def test_consumer_rebuilds_source_state_with_a_restart_replaying_batches():
 def test_topics_get_partition_num_partitions_on_the_mock_cluster():
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     sink = sink_for(topic, **{"partition-num": 5, "dispatchers": []})
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     cluster = sink.mock_cluster
     assert cluster is not None
     probe = Producer({"bootstrap.servers": cluster.bootstrap_servers})
@@ -174,7 +178,7 @@ def test_topics_get_partition_num_partitions_on_the_mock_cluster():
 def test_oversize_row_is_an_error_naming_table_and_key():
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     sink = sink_for(topic, **{"max-message-bytes": 2048, "dispatchers": []})
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     small = with_schema(insert("shop", "orders", {"id": 1, "note": "n"}, commit_ts=9))
     big = with_schema(insert("shop", "orders", {"id": 4242, "note": "n" * 5000}, commit_ts=10))
     with pytest.raises(MessageTooLargeError, match=r"shop\.orders \(id=4242\)"):
@@ -189,7 +193,7 @@ def test_handle_key_only_sends_the_key_of_an_oversize_row():
     sink = sink_for(
         topic, **{"max-message-bytes": 2048, "dispatchers": [], "large-message-handle-option": "handle-key-only"}
     )
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     big = with_schema(insert("shop", "orders", {"id": 4242, "note": "n" * 5000}, commit_ts=10))
     sink.write_batch(MicroBatch("cf", 0, 0, 10, (big,)))
     keys = [k for msgs in read_topic(sink.bootstrap_servers, topic).values() for k, _ in msgs]
@@ -203,7 +207,7 @@ def test_brokers_down_is_downstream_unavailable_then_recovers():
     sink = sink_for(
         topic, **{"uri": f"kafka://mock/{topic}?brokers=2", "brokers": 2, "write-timeout": 1.5, "dispatchers": []}
     )
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     cluster = mock_cluster(2)
     row = with_schema(insert("shop", "users", {"id": 1, "name": "a"}, commit_ts=10))
     for broker in (1, 2):
@@ -233,7 +237,7 @@ def test_brokers_down_is_downstream_unavailable_then_recovers():
 def test_updates_that_move_the_key_are_split(tmp_path):
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     sink = sink_for(topic, **{"dispatchers": [DispatchRule(matcher=["*.*"], partition="index-value")]})
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     moved = with_schema(update("shop", "users", {"id": 1, "name": "a"}, {"id": 2, "name": "a"}, commit_ts=10))
     sink.write_batch(MicroBatch("cf", 0, 0, 10, (moved,)))
     values = [v for msgs in read_topic(sink.bootstrap_servers, topic).values() for k, v in msgs if b'"t":1}' in k]
@@ -248,7 +252,7 @@ def test_canal_json_over_kafka_with_watermarks():
 
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     sink = sink_for(topic, **{"protocol": "canal-json", "enable-tidb-extension": True, "dispatchers": []})
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     rows = tuple(with_schema(insert("shop", "users", {"id": i, "name": f"n{i}"}, commit_ts=10 + i)) for i in range(10))
     sink.write_batch(MicroBatch("cf", 0, 0, 30, rows))
     watermarks = [v for ms in read_topic(sink.bootstrap_servers, topic).values() for _, v in ms if b"WATERMARK" in v]
@@ -269,7 +273,7 @@ def test_parts_of_a_batch_get_no_resolved_event_the_checkpoint_past_them_does():
 
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     sink = sink_for(topic, **{"partition-num": 2, "dispatchers": []})
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     assert KafkaSink.accepts_partial_batches
     rows = [with_schema(insert("shop", "users", {"id": i, "name": "n"}, commit_ts=10 + i)) for i in range(4)]
 
@@ -309,7 +313,7 @@ def test_resolved_events_come_only_from_changefeed_checkpoints_after_the_rows():
     topic = f"cdc-{uuid.uuid4().hex[:8]}"
     orders_topic = f"shop_orders_{topic}"
     sink = sink_for(topic)
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     bootstrap = sink.bootstrap_servers
 
     def orders(ids, ts):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.testing import ListSource, until
 from cdcflow.plugins.sinks.mysql import MySQLSink, MySQLSinkConfig
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig
@@ -36,10 +36,10 @@ def test_pipeline_into_mysql_and_spark_sinks(spark: Any, mariadb: MariaDB, mysql
     source = ListSource.of(w.events, chunk=20)
 
     async def run() -> None:
-        executor = PipelineSpanExecutor(
+        executor = PipelineSpanExecutor(PipelineContext(
             mysql_database, source, [mysql, tables], data_dir=tmp_path / "data", start_ts=0, spark=spark,
             trigger_interval=0.2,
-        )  # fmt: skip
+        ))  # fmt: skip
         orders = w.table("orders")
         assert await executor.add_span((await source.spans_for(orders))[0], 0, prepare=False)
         await until(lambda: executor.checkpoint_ts >= w.last_ts or executor.error() is not None, timeout=240)

@@ -71,3 +71,16 @@ def test_cli_says_when_the_server_cannot_be_reached(capsys, argv):
     assert code == 1
     assert "cannot reach the cdcflow server" in err
     assert out == ""
+
+
+def test_plugins_lists_the_executors_executor_names(capsys):
+    code, out, _ = run(capsys, "plugins", "--kind", "executors")
+    assert code == 0
+    assert "in-process" in out and "from builtin (cdcflow.core.testing.inprocess)" in out
+    assert "spark" in out and "from builtin (cdcflow.core.data.pipeline)" in out
+
+
+def test_an_unknown_executor_is_an_error_naming_the_known_ones(capsys):
+    code, _, err = run(capsys, "run", str(REPO / "connectors.yaml"), "--executor", "nope")
+    assert code == 1
+    assert "unknown executor 'nope'; known: in-process, spark" in err

@@ -1,3 +1,5 @@
+import pytest
+
 from cdcflow.core.plugin import PluginManager, hookimpl
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
 from cdcflow.core.plugin.manager import BUILTIN_PLUGINS
@@ -106,3 +108,160 @@ def test_every_core_module_imports_first_in_a_fresh_interpreter():
     ):
         result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, check=False)
         assert result.returncode == 0, (module, result.stderr)
+
+
+# -- registration hooks are historic; misspelled hooks are rejected ---------------------
+
+TYPO_PLUGIN = """
+from cdcflow.core.plugin import hookimpl
+
+
+@hookimpl
+def cdcflow_register_sink(registry):  # the hook is cdcflow_register_sinks
+    raise AssertionError("never called")
+"""
+
+
+def test_a_misspelled_hook_in_an_entry_point_plugin_is_rejected(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    from cdcflow.core.errors import ConfigInvalidError, PluginValidationError
+
+    (tmp_path / "cdcflow_typo_plugin.py").write_text(TYPO_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry_point = metadata.EntryPoint(name="typo", value="cdcflow_typo_plugin", group="cdcflow")
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [entry_point] if group == "cdcflow" else [])
+    with pytest.raises(PluginValidationError) as info:
+        PluginManager.default(autoload=True)
+    message = str(info.value)
+    assert isinstance(info.value, ConfigInvalidError)
+    assert "entry point 'typo'" in message and "(cdcflow_typo_plugin)" in message
+    assert "'cdcflow_register_sink' (did you mean 'cdcflow_register_sinks'?)" in message
+    assert "docs/reference/hooks.md" in message
+    assert info.value.detail["hooks"] == ["cdcflow_register_sink"]
+
+
+def test_a_misspelled_hook_fails_the_command_line(monkeypatch, tmp_path, capsys):
+    from importlib import metadata
+
+    from cdcflow.core.cli import main as cli_main
+
+    (tmp_path / "cdcflow_typo_plugin.py").write_text(TYPO_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry_point = metadata.EntryPoint(name="typo", value="cdcflow_typo_plugin", group="cdcflow")
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [entry_point] if group == "cdcflow" else [])
+    monkeypatch.delenv("CDCFLOW_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    assert cli_main.main(["version"]) == 1
+    assert "cdcflow_register_sink" in capsys.readouterr().err
+
+
+def test_check_pending_after_a_runtime_plugin():
+    from cdcflow.core.errors import PluginValidationError
+
+    class Typo:
+        @hookimpl
+        def cdcflow_batch_flush(self, changefeed_id, batch_id, checkpoint_ts, row_count):
+            pass
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(Typo(), name="typo-observer")
+    with pytest.raises(PluginValidationError, match=r"typo-observer.*did you mean 'cdcflow_batch_flushed'"):
+        pm.check_pending()
+
+
+def test_an_argument_the_hook_does_not_provide_is_rejected_naming_the_plugin():
+    from cdcflow.core.errors import PluginValidationError
+
+    class Wrong:
+        @hookimpl
+        def cdcflow_register_sinks(self, registrar):
+            pass
+
+    pm = PluginManager.default(autoload=False)
+    wrong = Wrong()
+    with pytest.raises(PluginValidationError, match=r"wrong-args.*registrar"):
+        pm.register(wrong, name="wrong-args")
+    assert pm.origin_of(wrong) is None  # not half-registered
+
+
+def test_a_plugin_registered_later_still_registers_with_its_origin():
+    from cdcflow.core.testing import ListSink
+
+    class Late:
+        @hookimpl
+        def cdcflow_register_sinks(self, registry):
+            registry.add(ListSink)
+
+    pm = PluginManager.default(autoload=False)
+    assert "list" not in pm.sinks
+    pm.register(Late(), name="late-plugin")
+    entry = pm.sinks.get("list")
+    assert entry is not None and entry.cls is ListSink
+    assert entry.origin.kind == "runtime" and entry.origin.name == "late-plugin"
+
+
+def test_trace_covers_registration_hooks(monkeypatch, capsys):
+    monkeypatch.setenv("CDCFLOW_TRACE_PLUGINS", "1")
+    PluginManager.default(autoload=False)
+    err = capsys.readouterr().err
+    assert "cdcflow_register_sinks" in err and "cdcflow_register_executors" in err
+
+
+# -- executors ---------------------------------------------------------------------------
+
+
+def test_builtin_executors_are_registered_by_name():
+    from cdcflow.core.data.pipeline import executor_factory as spark_factory
+    from cdcflow.core.testing.inprocess import executor_factory as in_process_factory
+
+    pm = PluginManager.default(autoload=False)
+    assert pm.executors.names() == ["in-process", "spark"]
+    assert pm.executors.factory("spark") is spark_factory
+    assert pm.executors.factory("in-process") is in_process_factory
+    for entry in pm.executors:
+        assert entry.origin.kind == "builtin" and entry.origin.module in BUILTIN_PLUGINS
+        assert entry.summary
+
+
+def test_an_unknown_executor_names_the_known_ones():
+    from cdcflow.core.errors import ConfigInvalidError
+
+    pm = PluginManager.default(autoload=False)
+    with pytest.raises(ConfigInvalidError, match=r"unknown executor 'sprak'; known: in-process, spark"):
+        pm.executors.factory("sprak")
+
+
+def test_two_executors_under_one_name_name_both_origins():
+    from cdcflow.core.errors import PluginConflictError
+
+    class Dup:
+        @hookimpl
+        def cdcflow_register_executors(self, registry):
+            registry.add("spark", lambda context: None)
+
+    pm = PluginManager.default(autoload=False)
+    with pytest.raises(PluginConflictError) as info:
+        pm.register(Dup(), name="dup-executor")
+    assert "builtin (cdcflow.core.data.pipeline)" in str(info.value)
+    assert "dup-executor" in str(info.value)
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def test_a_plugin_adds_a_command():
+    from cdcflow.core.cli.main import build_parser
+
+    class Hello:
+        @hookimpl
+        def cdcflow_add_commands(self, subparsers):
+            parser = subparsers.add_parser("hello", help="say hello", description="Say hello.")
+            parser.set_defaults(func=lambda args: 7)
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(Hello(), name="hello-plugin")
+    args = build_parser(pm).parse_args(["hello"])
+    assert args.func(args) == 7 and args.plugins is pm
+    names = list(next(a for a in build_parser(pm)._actions if a.dest == "command").choices)
+    assert names[:6] == ["run", "server", "cli", "validate", "plugins", "version"]  # built-ins first
+    assert {"playground", "hello"} <= set(names)

@@ -16,6 +16,7 @@ import pytest
 from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, Span, TableName, TableSetChange
 from cdcflow.core.data.types import TypeCode
 from cdcflow.core.errors import CheckpointStaleError
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import until
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
@@ -484,7 +485,8 @@ def test_playground_option_embeds_the_upstream() -> None:
         config = TiKVSourceConfig.model_validate(
             {"pd": ["127.0.0.1:1"], "tidb-status": "127.0.0.1:1", "playground": {"stores": 1, "rate": 0, "seed": 4}}
         )
-        source = TiKVSource(config)
+        # Made as the runtime makes it: the playground plugin provides the upstream.
+        source = TiKVSource.create(config, PluginManager.default(autoload=False))
         await source.open()
         try:
             pg = embedded_playground()  # the one the source started

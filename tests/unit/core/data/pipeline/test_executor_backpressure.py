@@ -3,7 +3,7 @@ spans buffer without publishing)."""
 
 import asyncio
 
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.testing import ListSink, ListSource, insert, until
 
@@ -14,7 +14,9 @@ def test_a_full_store_pauses_the_feed_instead_of_growing(tmp_path):
 
     async def run():
         executor = PipelineSpanExecutor(
-            "bp", source, [ListSink()], data_dir=tmp_path, start_ts=50, memory_quota=40_000, disk_quota=150_000
+            PipelineContext(
+                "bp", source, [ListSink()], data_dir=tmp_path, start_ts=50, memory_quota=40_000, disk_quota=150_000
+            )
         )
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         assert not await executor.add_span(span, 50, prepare=True)
@@ -39,7 +41,7 @@ def test_a_prepared_span_catches_up(tmp_path):
     source = ListSource.of([insert("shop", "orders", {"id": 1}, commit_ts=100), ListSource.resolved(200)])
 
     async def run():
-        executor = PipelineSpanExecutor("prep", source, [ListSink()], data_dir=tmp_path, start_ts=50)
+        executor = PipelineSpanExecutor(PipelineContext("prep", source, [ListSink()], data_dir=tmp_path, start_ts=50))
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         await executor.add_span(span, 50, prepare=True)
         await until(lambda: executor.status(span).state is SpanState.PREPARED)

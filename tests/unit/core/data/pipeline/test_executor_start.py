@@ -4,7 +4,7 @@ needed: the start is held by a session that waits, like a slow Spark startup).""
 import asyncio
 import threading
 
-from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.testing import ListSink, ListSource, insert, until
@@ -34,7 +34,9 @@ def test_spans_join_and_report_progress_while_the_pipeline_starts(tmp_path):
     session = _SlowSession()
 
     async def run():
-        executor = PipelineSpanExecutor("slow", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        executor = PipelineSpanExecutor(
+            PipelineContext("slow", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        )
         spans = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         assert len(spans) == 2
         try:
@@ -65,7 +67,9 @@ def test_a_restarted_executor_reports_the_checkpoint_its_store_recorded(tmp_path
 
     async def first_run():
         session = _SlowSession()
-        executor = PipelineSpanExecutor("again", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        executor = PipelineSpanExecutor(
+            PipelineContext("again", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        )
         spans = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         for span in spans:
             await executor.add_span(span, 50, prepare=False)
@@ -77,7 +81,9 @@ def test_a_restarted_executor_reports_the_checkpoint_its_store_recorded(tmp_path
 
     async def second_run(spans):
         session = _SlowSession()
-        executor = PipelineSpanExecutor("again", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        executor = PipelineSpanExecutor(
+            PipelineContext("again", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        )
         try:
             for span in spans:
                 await executor.add_span(span, 50, prepare=False)
@@ -96,7 +102,9 @@ def test_a_span_new_after_a_restart_waits_for_a_batch_that_covers_it(tmp_path):
 
     async def run(spans, checkpoint=None):
         session = _SlowSession()
-        executor = PipelineSpanExecutor("new", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        executor = PipelineSpanExecutor(
+            PipelineContext("new", source, [ListSink()], data_dir=tmp_path, start_ts=50, spark=session)
+        )
         try:
             for span in spans:
                 await executor.add_span(span, 50, prepare=False)
@@ -134,7 +142,9 @@ def test_a_sink_that_cannot_open_is_retried_until_the_executor_closes(tmp_path):
     sink = _Unreachable()
 
     async def run():
-        executor = PipelineSpanExecutor("down", source, [sink], data_dir=tmp_path, start_ts=50, spark=_SlowSession())
+        executor = PipelineSpanExecutor(
+            PipelineContext("down", source, [sink], data_dir=tmp_path, start_ts=50, spark=_SlowSession())
+        )
         for span in await _spans(source):
             await executor.add_span(span, 50, prepare=False)
 

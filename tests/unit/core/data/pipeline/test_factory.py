@@ -1,12 +1,11 @@
-"""The factory the control plane loads as ``cdcflow.core.data.pipeline:executor_factory``."""
+"""The factory the control plane gets as the ``spark`` executor (``cdcflow_register_executors``)."""
 
 import asyncio
-from dataclasses import dataclass, field
 
 from cdcflow.core.config.loader import validate_text
-from cdcflow.core.data.pipeline import executor_factory
+from cdcflow.core.control.changefeed import ChangeFeedInfo
 from cdcflow.core.data.pipeline.spark_executor import PipelineSpanExecutor, changefeed_dir
-from cdcflow.core.data.span_executor import SpanExecutor
+from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor
 from cdcflow.core.plugin.manager import PluginManager
 
 YAML = """
@@ -21,26 +20,13 @@ connectors:
 """
 
 
-@dataclass
-class Info:
-    id: str = "shop-files"
-    start_ts: int = 42
-
-
-@dataclass
-class Context:
-    connector: object
-    plugins: PluginManager
-    data_dir: str
-    info: Info = field(default_factory=Info)
-
-
 def test_factory_builds_a_pipeline_executor_from_the_connector(tmp_path):
     plugins = PluginManager.default(autoload=False)
     deployment, issues = validate_text(YAML, "connectors.yaml", plugins)
     assert not issues
-    context = Context(deployment.connectors[0], plugins, str(tmp_path))
-    executor = executor_factory(context)
+    info = ChangeFeedInfo("shop-files", source={}, sinks=[], start_ts=42)
+    context = ExecutorContext(info, deployment.connectors[0], "c1", plugins, str(tmp_path), start_ts=42)
+    executor = plugins.executors.factory("spark")(context)
     assert isinstance(executor, SpanExecutor) and isinstance(executor, PipelineSpanExecutor)
     # The tikv source's feeds take a quarter of the quota (pending prewrites), the event store the rest.
     assert executor.store.memory_quota == 24 * 1024**2

@@ -7,9 +7,13 @@ import pytest
 from cdcflow.core.data.events import DDLEvent, MicroBatch, TableName
 from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
+from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import ListSource, drive, insert, update
 from cdcflow.plugins.sinks.file import FileSink, FileSinkConfig
 from cdcflow.plugins.sinks.file.sink import directory_of
+
+#: The plugin manager sinks are opened with (their codecs are plugins).
+PLUGINS = PluginManager.default(autoload=False)
 
 
 def test_writes_per_table_batch_files_and_metadata(tmp_path):
@@ -46,7 +50,7 @@ def test_writes_per_table_batch_files_and_metadata(tmp_path):
 
 def test_replay_is_idempotent_and_ddl_written(tmp_path):
     sink = FileSink(FileSinkConfig(path=str(tmp_path), fsync=False))
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     table = TableName("shop", "orders", 5)
     batch = MicroBatch(
         "cf", 7, 0, 30, (insert("shop", "orders", {"id": 1}, commit_ts=20),), (DDLEvent(30, "TRUNCATE orders", table),)
@@ -72,7 +76,7 @@ def test_file_in_place_of_directory_is_downstream_unavailable(tmp_path):
     blocker.write_text("x")
     sink = FileSink(FileSinkConfig(path=str(blocker / "sub")))
     with pytest.raises(DownstreamUnavailableError) as info:
-        sink.open(SinkContext("cf"))
+        sink.open(SinkContext("cf", plugins=PLUGINS))
     assert info.value.code == 2001
 
 
@@ -82,7 +86,7 @@ def test_open_protocol_files_are_length_framed_and_decode(tmp_path):
     sink = FileSink(
         FileSinkConfig(uri=f"file://{tmp_path}?protocol=open-protocol", protocol="open-protocol", fsync=False)
     )
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     table = TableName("shop", "orders", 5)
     rows = tuple(insert("shop", "orders", {"id": i, "blob": b"\n\x00" * i}, commit_ts=20 + i) for i in range(20))
     sink.write_batch(MicroBatch("cf", 3, 0, 60, rows, (DDLEvent(60, "TRUNCATE orders", table, 11),)))
@@ -100,7 +104,7 @@ def test_open_protocol_files_are_length_framed_and_decode(tmp_path):
 
 def test_canal_json_files_hold_one_document_per_line(tmp_path):
     sink = FileSink(FileSinkConfig(path=str(tmp_path), protocol="canal-json", fsync=False))
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     rows = (insert("shop", "orders", {"id": 1}, commit_ts=20), insert("shop", "orders", {"id": 2}, commit_ts=21))
     sink.write_batch(MicroBatch("cf", 0, 0, 30, rows))
     lines = (tmp_path / "shop" / "orders" / "000000000000-30.json").read_text().splitlines()
@@ -111,7 +115,7 @@ def test_open_protocol_files_print_as_json_lines(tmp_path, capsys):
     from cdcflow.plugins.codecs.open_protocol_decode import main
 
     sink = FileSink(FileSinkConfig(path=str(tmp_path), protocol="open-protocol", fsync=False))
-    sink.open(SinkContext("cf"))
+    sink.open(SinkContext("cf", plugins=PLUGINS))
     sink.write_batch(MicroBatch("cf", 0, 0, 30, (insert("shop", "orders", {"id": 1, "b": b"\x00"}, commit_ts=20),)))
     assert main([str(tmp_path / "shop" / "orders" / "000000000000-30.op")]) == 0
     line = json.loads(capsys.readouterr().out)
@@ -163,3 +167,11 @@ def test_a_partition_writer_closed_after_an_error_leaves_no_file(tmp_path):
     part.write([insert("shop", "orders", {"id": 1}, commit_ts=3)])
     part.close()  # the task failed before its flush
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_the_sink_takes_its_codecs_from_the_context_only(tmp_path):
+    from cdcflow.core.errors import CdcflowError
+
+    sink = FileSink(FileSinkConfig(path=str(tmp_path)))
+    with pytest.raises(CdcflowError, match=r"SinkContext\.plugins, which is None"):
+        sink.open(SinkContext("cf"))

@@ -106,3 +106,28 @@ def test_playground_option_is_off_by_default_and_takes_true_or_a_mapping() -> No
         TiKVSourceConfig.model_validate({"playground": {"stores": 0}})
     with pytest.raises(ValidationError):
         TiKVSourceConfig.model_validate({"playground": {"nodes": 2}})
+
+
+def test_the_tikv_source_does_not_import_the_playground():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cdcflow.plugins.sources.tikv; "
+        "assert not [m for m in sys.modules if m.startswith('cdcflow.plugins.sources.playground')]"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_playground_option_needs_a_plugin_that_provides_the_upstream():
+    from cdcflow.core.plugin.manager import PluginManager
+
+    config = TiKVSourceConfig.model_validate({"playground": True})
+    tikv_only = PluginManager()
+    tikv_only.load_builtins(["cdcflow.plugins.sources.tikv"])
+    [(field, message)] = TiKVSource.check_config(config, tikv_only)
+    assert field == "playground" and "cdcflow_tikv_embedded_upstream" in message
+    assert TiKVSource.check_config(config, PluginManager.default(autoload=False)) == []
+    with pytest.raises(ConfigInvalidError, match="no plugin provides an in-process upstream"):
+        TiKVSource(config).gc_safepoint_keeper()

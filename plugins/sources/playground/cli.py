@@ -1,22 +1,22 @@
 """``cdcflow playground``: an in-process upstream (PD + TiKV + TiDB status API).
 
-Starts the playground of ``cdcflow.plugins.sources.playground`` on 127.0.0.1,
-prints its addresses, runs the shop workload at ``--rate`` and stops cleanly
-on Ctrl-C, SIGTERM or after ``--duration`` seconds.
+Starts the playground on 127.0.0.1, prints its addresses, runs the shop
+workload at ``--rate`` and stops cleanly on Ctrl-C, SIGTERM or after
+``--duration`` seconds. The playground plugin adds the command
+(``cdcflow_add_commands``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import signal
 import sys
 import threading
-from typing import Any
 
 from cdcflow.core.cli._common import EXIT_OK, EXIT_USAGE
+from cdcflow.plugins.sources.playground.playground import Playground
 
 __all__ = ["add_parser", "run"]
 
@@ -67,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stores < 1:
         sys.stderr.write(f"cdcflow playground: --stores must be at least 1, got {args.stores}\n")
         return EXIT_USAGE
-    # Imported by name: the core does not depend on the plugins package at type-check time.
-    module: Any = importlib.import_module("cdcflow.plugins.sources.playground")
-    playground = module.Playground(
+    playground = Playground(
         stores=args.stores, pd_port=args.pd_port, status_port=args.status_port, rate=args.rate, seed=args.seed
     )
     stop = threading.Event()
@@ -86,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_addresses(playground: Any, *, as_json: bool) -> None:
+def _print_addresses(playground: Playground, *, as_json: bool) -> None:
     addresses = playground.addresses()
     if as_json:
         sys.stdout.write(json.dumps({**addresses, "cluster_id": playground.cluster_id}) + "\n")
