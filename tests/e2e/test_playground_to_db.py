@@ -71,6 +71,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
         finally:
             pg.stop_workload()
             run.stop()
+    reader.stop()  # later modules start sessions of their own, with other masters
 
 
 def settle(shop: Shop) -> int:

@@ -32,9 +32,16 @@ END_TS = 100_000
 
 @pytest.fixture(scope="module")
 def spark():
+    from pyspark.sql import SparkSession
+
     from cdcflow.core.data.pipeline.session import spark_session, stop_spark_session
 
+    # Two cores: the partitions of a batch must be able to run at the same time.
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master != "local[2]":
+        active.stop()
     session = spark_session(SparkSettings(master="local[2]"))
+    assert session.sparkContext.defaultParallelism == 2
     yield session
     stop_spark_session()
 
