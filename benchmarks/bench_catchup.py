@@ -43,6 +43,8 @@ from tests.e2e.e2e_kafka import CaptureProcess
 
 #: Rows per workload transaction of the shop workload, roughly (for --rows → transactions).
 _ROWS_PER_TXN = 6.4
+#: A run that has not caught up by then is reported as failed.
+_TIMEOUT_S = 1800.0
 
 
 def catch_up(
@@ -66,23 +68,21 @@ def catch_up(
         capture.start()
         try:
             while True:
-                _, first_checkpoint = capture.checkpoint()
+                state, first_checkpoint = capture.checkpoint()
                 if first_checkpoint and first_checkpoint > start_ts:
                     break
-                if not capture.alive():
-                    raise RuntimeError(f"the capture exited: see {capture.log}")
+                _check(capture, state, started)
                 time.sleep(0.1)
             first_move = time.perf_counter()
             sampler = LagSampler(capture)
             sampler.start()
             checkpoints: set[int] = set()
             while True:
-                _, checkpoint = capture.checkpoint()
+                state, checkpoint = capture.checkpoint()
                 checkpoints.add(checkpoint)
                 if checkpoint >= last_ts:
                     break
-                if not capture.alive():
-                    raise RuntimeError(f"the capture exited: see {capture.log}")
+                _check(capture, state, started)
                 time.sleep(0.1)
             done = time.perf_counter()
             lags = sampler.stop()
@@ -106,6 +106,25 @@ def catch_up(
     }
 
 
+def _check(capture: CaptureProcess, state: str, started: float) -> None:
+    if not capture.alive() or state in ("failed", "error") or time.perf_counter() - started > _TIMEOUT_S:
+        raise RuntimeError(f"the changefeed is {state or 'not running'}: see {capture.log}")
+
+
+def backlog(rows: int) -> tuple[Playground, Recorder, int, int, float]:
+    """A playground holding ``rows`` committed row changes: (playground, recorder, start ts,
+    last ts, seconds it took to commit them)."""
+    pg = Playground(stores=3, seed=5, ddl_every=0, split_keys=0)
+    pg.start()
+    recorder = Recorder(pg)
+    start_ts = pg.now()
+    recorder.on = True
+    began = time.perf_counter()
+    pg.run_workload(max(1, round(rows / _ROWS_PER_TXN)))
+    recorder.on = False
+    return pg, recorder, start_ts, pg.now(), time.perf_counter() - began
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (approximately)")
@@ -113,20 +132,21 @@ def main() -> None:
     args = parser.parse_args()
     cluster = mock_cluster(3)
     report: dict[str, Any] = {}
-    with Playground(stores=3, seed=5, ddl_every=0, split_keys=0) as pg:
-        recorder = Recorder(pg)
-        start_ts = pg.now()
-        recorder.on = True
-        began = time.perf_counter()
-        pg.run_workload(max(1, round(args.rows / _ROWS_PER_TXN)))
-        recorder.on = False
-        last_ts = pg.now()
-        rows = len(recorder.events)
-        report["rows"] = rows
-        report["load_s"] = round(time.perf_counter() - began, 1)
-        commit_ts = [e.commit_ts for e in recorder.events]
-        runs = [catch_up(pg, cluster, master, start_ts, last_ts, commit_ts) for master in args.masters]
-        mount_s, mounted = asyncio.run(mount_all(pg.status_address, start_ts, recorder.events))
+    runs = []
+    # A playground per run: a finished changefeed's GC safepoint stays in PD (its TTL),
+    # and the next one, starting below the same backlog, would be refused with 5001.
+    for n, master in enumerate(args.masters):
+        pg, recorder, start_ts, last_ts, load_s = backlog(args.rows)
+        try:
+            commit_ts = [e.commit_ts for e in recorder.events]
+            runs.append(catch_up(pg, cluster, master, start_ts, last_ts, commit_ts))
+            if n == 0:
+                rows = len(recorder.events)
+                report["rows"] = rows
+                report["load_s"] = round(load_s, 1)
+                mount_s, mounted = asyncio.run(mount_all(pg.status_address, start_ts, recorder.events))
+        finally:
+            pg.stop()
     produce_s, _ = produce_raw(cluster.bootstrap_servers, f"bench-catchup-raw-{uuid.uuid4().hex[:8]}", mounted)
     mount, produce = rows / mount_s, len(mounted) / produce_s
     slowest = min(mount, produce)
