@@ -6,9 +6,10 @@ converted row by row by :func:`~.convert.convert_row` (a pure function of the
 rows and the catalog schemas). Resolved rows become the span's resolved ts
 (rounded down, never backwards). A retryable error (connection lost, 40001,
 draining, RangeFeedRetryError) reconnects from the last resolved HLC with
-backoff; a column change stops the feed after the rows below it
-(``schema_change_policy='stop'``) and the source yields the DDL with the
-schema as of its ts before starting again from it. See
+backoff, skipping the rows it already yielded above that HLC; a column change
+stops the feed after the rows below it (``schema_change_policy='stop'``) and
+the source yields the DDL with the schema as of its ts before starting again
+from it. See
 docs/how-to/replicate-from-cockroachdb.md.
 """
 
@@ -52,6 +53,28 @@ def _backoff_seconds(attempt: int) -> float:
     state = tenacity.RetryCallState(retry_object=tenacity.AsyncRetrying(), fn=None, args=(), kwargs={})
     state.attempt_number = attempt
     return float(_BACKOFF(state))
+
+
+class _Yielded:
+    """The rows a feed yielded above its cursor: a reconnect from that cursor sends them again."""
+
+    def __init__(self) -> None:
+        self._rows: set[tuple[int, int, bytes]] = set()
+
+    def first_time(self, row: RowChange) -> bool:
+        """True the first time a version of a key comes (and remember it)."""
+        mark = (row.commit_ts, row.start_ts, row.key)
+        if mark in self._rows:
+            return False
+        self._rows.add(mark)
+        return True
+
+    def cursor_at(self, hlc: HLC) -> HLC:
+        """Forget the rows at or below ``hlc``, the new cursor (returned): no feed from it sends them."""
+        if self._rows:
+            bound = (hlc.commit_ts, hlc.start_ts)
+            self._rows = {row for row in self._rows if (row[0], row[1]) > bound}
+        return hlc
 
 
 class CockroachDBSource(Source[CockroachDBSourceConfig]):
@@ -145,6 +168,8 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         schema = await self._schema_at(table, cursor)
         attempt = 0
         last_progress = time.monotonic()
+        # Skipped when a reconnect sends them again: the sinks see each version once while this feed runs.
+        yielded = _Yielded()
         while True:
             statement = changefeed_statement(
                 table.table,
@@ -157,12 +182,12 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
                 async for item in self._stream(statement, table, schema):
                     if isinstance(item, Resolved):
                         attempt, last_progress = 0, time.monotonic()
-                        cursor = max(cursor, item.hlc)
+                        cursor = yielded.cursor_at(max(cursor, item.hlc))
                         ts = resolved_ts(item.hlc)
                         if ts > resolved:
                             resolved = ts
                             yield ResolvedEvent(span, ts)
-                    else:
+                    elif yielded.first_time(item):
                         yield item
                 raise ConnectionResetError("the changefeed ended")  # a sinkless feed never ends by itself
             except asyncio.CancelledError:
@@ -180,7 +205,7 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
                         yield ResolvedEvent(span, resolved)
                     for query in column_ddl(schema, new):
                         yield DDLEvent(ts, query, table, schema_after=new)
-                    schema, cursor = new, max(cursor, at)
+                    schema, cursor = new, yielded.cursor_at(max(cursor, at))
                     attempt, last_progress = 0, time.monotonic()
                     continue
                 if kind is ErrorKind.RETRY:

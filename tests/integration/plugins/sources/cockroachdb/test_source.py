@@ -186,3 +186,32 @@ def test_wrong_password_is_a_config_error_without_retry(pg: CockroachPlayground)
         assert "nope" not in str(info.value)
 
     asyncio.run(main())
+
+
+def test_rows_a_reconnect_sends_again_are_yielded_once(pg: CockroachPlayground) -> None:
+    """Rows above the last resolved row come again after a reconnect (the cursor is that resolved row)."""
+
+    async def main() -> None:
+        source = _source(pg)
+        source.config = source.config.model_copy(update={"resolved_interval": 3.0})  # no resolved row in between
+        await source.open()
+        start = await source.current_ts()
+        pg.execute("INSERT INTO customers (id, name, balance, created_at) VALUES (1, 'a', 1, '2024-01-01')")
+        dropped = False
+
+        def until(events: list[Any]) -> bool:
+            nonlocal dropped
+            if not dropped and any(isinstance(e, RowChange) for e in events):
+                assert pg.drop_feed_connections() == 1
+                dropped = True
+                pg.execute("INSERT INTO customers (id, name, balance, created_at) VALUES (2, 'b', 1, '2024-01-01')")
+            return sum(isinstance(e, ResolvedEvent) for e in events) >= 1 and len(ids(events)) >= 2
+
+        def ids(events: list[Any]) -> list[int]:
+            return [e.after["id"] for e in events if isinstance(e, RowChange)]
+
+        events = await _collect(source, "customers", start, until, timeout=30)
+        assert dropped and ids(events) == [1, 2]
+        await source.close()
+
+    asyncio.run(main())
