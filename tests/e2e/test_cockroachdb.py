@@ -10,7 +10,8 @@ waits (REST API) until the changefeed checkpoint passes its last commit, then co
 of every shop table in MariaDB and in the tables rebuilt from the topic by the Open Protocol
 consumer recipe with the playground's snapshot at that ts. The tests run in order on the same
 changefeed: a run with ADD COLUMN (kept) and ADD then DROP COLUMN mid-run, the feed connections
-dropped and failed with retryable errors mid-run, and last the SIGKILL of the capture's process
+dropped and failed with retryable errors mid-run, a table created (rows, update, delete) then
+dropped while running, and last the SIGKILL of the capture's process
 group mid-run and its restart (a new process).
 """
 
@@ -72,7 +73,7 @@ def write_connectors(tmp: Path, dsn: str, start_ts: int, mysql_uri: str, kafka: 
     server["spark"]["trigger-interval"] = 0.3
     connector = {
         "name": CHANGEFEED,
-        "source": {"type": "cockroachdb", "dsn": dsn, "resolved-interval": 0.3},
+        "source": {"type": "cockroachdb", "dsn": dsn, "resolved-interval": 0.3, "table-poll-interval": 0.3},
         # lz4: the mock cluster keeps only the last few MiB of each partition.
         "sinks": [{"uri": mysql_uri}, {"uri": f"{kafka}?partition-num=3&max-batch-size=16&compression=lz4"}],
         "filter": {"rules": ["shop.*"]},
@@ -249,6 +250,32 @@ def test_feed_connections_dropped_and_failed_mid_run(shop: Shop) -> None:
     log = shop.run.log_path.read_text(errors="replace")
     assert "reconnecting from" in log
     assert "Duplicate entry" not in log  # rows a reconnect repeats are not applied twice
+
+
+def test_a_table_created_then_dropped_while_running(shop: Shop) -> None:
+    """Found by polling the catalog: its CREATE TABLE and rows reach MariaDB and Kafka, then its DROP."""
+    pg = shop.pg
+    pg.execute("CREATE TABLE late (id INT8 PRIMARY KEY, note STRING(10), amount DECIMAL(8,2))")
+    pg.execute("INSERT INTO late (id, note, amount) VALUES (1, 'a', 1.50), (2, 'b', 2), (3, 'c', NULL), (4, 'd', 4)")
+    pg.execute("UPDATE late SET note = 'x' WHERE id = 2")
+    pg.execute("DELETE FROM late WHERE id = 3")
+    checkpoint = shop.run.wait_checkpoint(pg.now().commit_ts, CATCH_UP)
+    types, want = upstream(shop, "late", checkpoint)
+    assert sorted(want) == [1, 2, 4] and want[2]["note"] == "x"
+    names, rows = mysql_rows(shop, "late")
+    assert sorted(names) == sorted(types) and typed(rows, types) == want
+    replica = replicate(shop.bootstrap, shop.topic)
+    assert typed(list(table_rows(replica, "late").values()), types) == want
+    assert any(query.startswith("CREATE TABLE `shop`.`late`") for _, query in replica.ddl), replica.ddl
+
+    pg.execute("DROP TABLE late")
+    shop.run.wait_checkpoint(pg.now().commit_ts, CATCH_UP)
+    conn = shop.db.connect("shop")
+    try:
+        with conn.cursor() as cur:
+            assert cur.execute("SHOW TABLES LIKE 'late'") == 0
+    finally:
+        conn.close()
 
 
 # Last: the capture that survives it is a new process.

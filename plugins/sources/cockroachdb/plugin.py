@@ -24,17 +24,27 @@ from typing import Any
 import psycopg
 import tenacity
 
-from cdcflow.core.data.events import DDLEvent, ResolvedEvent, RowChange, SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.data.events import (
+    DDLEvent,
+    ResolvedEvent,
+    RowChange,
+    SourceEvent,
+    Span,
+    TableName,
+    TableSchema,
+    TableSetChange,
+)
 from cdcflow.core.data.source import Source
 from cdcflow.core.errors import ConfigInvalidError, PDUnavailableError
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.plugins.sources.cockroachdb.catalog import Catalog
 from cdcflow.plugins.sources.cockroachdb.config import CockroachDBSourceConfig
 from cdcflow.plugins.sources.cockroachdb.convert import FeedRow, Resolved, convert_row
-from cdcflow.plugins.sources.cockroachdb.ddl import column_ddl
+from cdcflow.plugins.sources.cockroachdb.ddl import column_ddl, create_table_ddl, drop_table_ddl
 from cdcflow.plugins.sources.cockroachdb.errors import ErrorKind, classify, redact_dsn, to_cdcflow_error
 from cdcflow.plugins.sources.cockroachdb.hlc import HLC, cursor_for, resolved_ts
 from cdcflow.plugins.sources.cockroachdb.options import changefeed_statement
+from cdcflow.plugins.sources.cockroachdb.tableset import CREATE_TABLE, DROP_TABLE, TRIGGER_SPAN, TableSet
 
 __all__ = ["CockroachDBSource", "cdcflow_register_sources", "table_span"]
 
@@ -88,6 +98,7 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         super().__init__(config)
         self._dsn = config.dsn
         self._catalog: Catalog | None = None
+        self._tableset: TableSet | None = None
         self._tables: dict[int, TableName] = {}
 
     async def open(self) -> None:
@@ -101,6 +112,7 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         self._catalog = Catalog(
             self._dsn, sql_schema=self.config.sql_schema, connect_timeout=self.config.connect_timeout
         )
+        self._tableset = TableSet(self._catalog, poll_interval=self.config.table_poll_interval)
         log.info("cockroachdb source: reading %s", redact_dsn(self._dsn))
 
     async def close(self) -> None:
@@ -127,6 +139,52 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         tables = await self._catalog_call("listing tables", self.catalog.tables())
         self._tables.update({t.table_id: t for t in tables})
         return list(tables)
+
+    # -- tables created and dropped while running (see .tableset)
+    @property
+    def tableset(self) -> TableSet:
+        if self._tableset is None:
+            raise RuntimeError("the cockroachdb source is not open")
+        return self._tableset
+
+    def trigger_span(self) -> Span | None:
+        """The table-trigger span: its feed carries the CREATE TABLEs, at the catalog's pace."""
+        return TRIGGER_SPAN
+
+    async def tables_at(self, ts: int) -> Sequence[TableName]:
+        tables: list[TableName] = await self._catalog_call("listing tables", self.tableset.tables_at(ts))
+        self._tables.update({t.table_id: t for t in tables})
+        return tables
+
+    def table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent] | None:
+        return self._table_changes(start_ts)
+
+    async def _table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent]:
+        async for change in self.tableset.changes(start_ts):
+            if isinstance(change, TableSetChange):
+                self._tables.update({t.table_id: t for t in change.created})
+                log.info("cockroachdb source: %s at %d", change.query, change.commit_ts)
+                yield change
+            else:
+                yield ResolvedEvent(TRIGGER_SPAN, change)
+
+    async def _trigger_feed(self, start_ts: int) -> AsyncIterator[SourceEvent]:
+        """CREATE TABLE of every table created above ``start_ts`` at its ts (no feed of it exists yet)."""
+        async for change in self.tableset.changes(start_ts):
+            if isinstance(change, TableSetChange):
+                for table in change.created:
+                    schema = await self._schema_at(table, cursor_for(change.commit_ts))
+                    yield DDLEvent(change.commit_ts, create_table_ddl(schema), table, CREATE_TABLE, schema)
+            else:
+                yield ResolvedEvent(TRIGGER_SPAN, change)
+
+    async def _after_drop(self, span: Span, table: TableName, ts: int) -> AsyncIterator[SourceEvent]:
+        """The DROP TABLE at ``ts`` (its rows are all below it), then resolved ts until the span is removed."""
+        log.info("cockroachdb source: table %s dropped at %d", table, ts)
+        yield DDLEvent(ts, drop_table_ddl(table.schema, table.table), table, DROP_TABLE)
+        while True:
+            yield ResolvedEvent(span, max(ts, await self.current_ts() - 1))
+            await asyncio.sleep(self.config.resolved_interval)
 
     async def spans_for(self, table: TableName) -> Sequence[Span]:
         if table.table_id <= 0:
@@ -160,8 +218,11 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
             raise ConfigInvalidError(f"cockroachdb source: no table has descriptor id {span.table_id} ({span})")
         return table
 
-    async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:  # noqa: PLR0912
-        """Rows of ``span``'s table above ``start_ts``, DDL at column changes, and resolved ts."""
+    def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
+        """Rows of ``span``'s table above ``start_ts``, DDL at column and table-set changes, and resolved ts."""
+        return self._trigger_feed(start_ts) if span == TRIGGER_SPAN else self._table_feed(span, start_ts)
+
+    async def _table_feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:  # noqa: PLR0912, PLR0915
         table = await self._table_of(span)
         cursor = cursor_for(start_ts)
         resolved = start_ts
@@ -194,6 +255,10 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
                 raise
             except Exception as exc:
                 kind = classify(exc)
+                dropped = await self.tableset.dropped_ts(table, cursor) if kind is not ErrorKind.RETRY else None
+                if dropped is not None:
+                    async for event in self._after_drop(span, table, dropped):
+                        yield event
                 if kind is ErrorKind.SCHEMA_CHANGE:
                     at = HLC.find_in(str(exc))
                     if at is None:
