@@ -1,18 +1,20 @@
-"""End to end: the CockroachDB playground's shop workload through ``cdcflow run`` into MariaDB and Kafka.
+"""End to end: the CockroachDB playground's shop workload through ``cdcflow run`` into MariaDB, Kafka, Spark.
 
 One CockroachDB playground (a real pgwire server with sinkless changefeeds) and one Kafka mock
 cluster in this process, one private MariaDB, and one ``cdcflow run`` capture process for the
 module; the ``cockroachdb`` source reads the playground through its DSN, the Spark pipeline runs
-the batches, and both the MySQL sink and the Kafka sink (Open Protocol) receive them.
+the batches, and the MySQL sink, the Kafka sink (Open Protocol) and the Spark table sink
+(snapshot tables under a tmp warehouse) receive them.
 
 Each test runs the workload (multi-row transactions of inserts, updates and deletes), stops it,
 waits (REST API) until the changefeed checkpoint passes its last commit, then compares every row
-of every shop table in MariaDB and in the tables rebuilt from the topic by the Open Protocol
-consumer recipe with the playground's snapshot at that ts. The tests run in order on the same
-changefeed: a run with ADD COLUMN (kept) and ADD then DROP COLUMN mid-run, the feed connections
-dropped and failed with retryable errors mid-run, a table created (rows, update, delete) then
-dropped while running, and last the SIGKILL of the capture's process
-group mid-run and its restart (a new process).
+of every shop table in MariaDB, in the Spark snapshot tables and in the tables rebuilt from the
+topic by the Open Protocol consumer recipe with the playground's snapshot at that ts. The tests
+run in order on the same changefeed: a run with ADD COLUMN (kept) and ADD then DROP COLUMN
+mid-run, the feed connections dropped and failed with retryable errors mid-run, a table created
+(rows, update, delete) then dropped while running, and last the SIGKILL of the capture's process
+group mid-run and its restart (a new process). Apart, on a cluster of two ``cdcflow server``
+captures: a table moved from one to the other while the workload runs.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class Shop:
     run: RunProcess
     bootstrap: str
     topic: str
+    lake: Path
+    #: The session that reads the Spark sink's snapshot tables.
+    spark: Any
 
 
 def mysql_create_table(pg: CockroachPlayground, table: str) -> str:
@@ -75,7 +80,11 @@ def write_connectors(tmp: Path, dsn: str, start_ts: int, mysql_uri: str, kafka: 
         "name": CHANGEFEED,
         "source": {"type": "cockroachdb", "dsn": dsn, "resolved-interval": 0.3, "table-poll-interval": 0.3},
         # lz4: the mock cluster keeps only the last few MiB of each partition.
-        "sinks": [{"uri": mysql_uri}, {"uri": f"{kafka}?partition-num=3&max-batch-size=16&compression=lz4"}],
+        "sinks": [
+            {"uri": mysql_uri},
+            {"uri": f"{kafka}?partition-num=3&max-batch-size=16&compression=lz4"},
+            {"uri": "spark://?mode=snapshot"},
+        ],
         "filter": {"rules": ["shop.*"]},
         "start-ts": start_ts,
     }
@@ -85,7 +94,11 @@ def write_connectors(tmp: Path, dsn: str, start_ts: int, mysql_uri: str, kafka: 
 
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
+    from cdcflow.plugins.sinks.spark.session import spark_session
+
     tmp = tmp_path_factory.mktemp("e2e-crdb")
+    # Before the playground's server thread runs in this process: launching Spark's JVM forks.
+    reader = spark_session("local[1]", str(tmp / "reader"), {"spark.ui.enabled": "false"})
     cluster = mock_cluster(3)
     topic = f"crdb-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 3, 3)
@@ -106,7 +119,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
         run = RunProcess(write_connectors(tmp, pg.dsn, start_ts, db.uri, kafka, port), port, tmp / "run.log")
         run.start()
         try:
-            yield Shop(pg, db, run, cluster.bootstrap_servers, topic)
+            yield Shop(pg, db, run, cluster.bootstrap_servers, topic, tmp / "lake", reader)
         finally:
             pg.stop_workload()
             run.stop()
@@ -166,6 +179,16 @@ def mysql_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]
         conn.close()
 
 
+def spark_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
+    from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
+    from cdcflow.plugins.sinks.spark.storage import Storage
+
+    spark = shop.spark
+    frame = read_snapshot(spark, Storage(spark, str(shop.lake)), str(shop.lake / "shop" / table / "snapshot"))
+    assert frame is not None, f"no snapshot version of shop.{table}"
+    return list(frame.columns), [row.asDict() for row in frame.collect()]
+
+
 def diff(want: dict[Any, dict[str, Any]], got: dict[Any, dict[str, Any]], limit: int = 3) -> str:
     missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
     changed = [k for k in sorted(set(want) & set(got)) if want[k] != got[k]]
@@ -190,13 +213,14 @@ def assert_downstream_equals_snapshot(shop: Shop, checkpoint: int) -> None:
     for table in TABLES:
         types, want = upstream(shop, table, checkpoint)
         assert want, f"the workload left shop.{table} empty: nothing to compare"
-        names, rows = mysql_rows(shop, table)
-        if set(names) != set(types):
-            problems.append(f"MariaDB shop.{table}: columns {sorted(names)}, upstream {sorted(types)}")
-        else:
+        for name, read in (("MariaDB", mysql_rows), ("Spark", spark_rows)):
+            names, rows = read(shop, table)
+            if set(names) != set(types):
+                problems.append(f"{name} shop.{table}: columns {sorted(names)}, upstream {sorted(types)}")
+                continue
             found = diff(want, typed(rows, types))
             if found:
-                problems.append(f"MariaDB shop.{table} at {checkpoint}: {found}")
+                problems.append(f"{name} shop.{table} at {checkpoint}: {found}")
     deadline = time.monotonic() + 60
     replica = replicate(shop.bootstrap, shop.topic)
     while replica.resolved_ts < checkpoint and time.monotonic() < deadline:  # resolved events follow the rows
