@@ -8,7 +8,8 @@ table's GC threshold: the GC error), ``initial_scan`` (yes/no/only),
 ``envelope`` (wrapped only), ``format`` (json only), ``schema_change_policy``
 (backfill: every row again at the change; nobackfill; stop: rows below the
 change and a resolved row, then the error ``schema change occurred at <ts>``),
-``schema_change_events`` (default / column_changes). Like CockroachDB it may
+``schema_change_events`` (default / column_changes); a watched table dropped
+ends the feed with ``"<table>" was dropped``. Like CockroachDB it may
 repeat rows after a restart; unlike it, it emits each transaction's rows as one
 group in HLC order.
 """
@@ -248,6 +249,8 @@ async def run_changefeed(store: Store, spec: ChangefeedSpec) -> AsyncIterator[tu
         for commit in pending:
             if commit.schema_change is not None:
                 table_id, old, new = commit.schema_change
+                if table_id in feed.ids and old is not None and new is None:
+                    raise SQLError("XXUUU", f'"{feed.ids[table_id]}" was dropped')  # as CockroachDB fails the feed
                 if table_id in feed.ids and feed.triggers(old, new):
                     if feed.policy == "stop":
                         yield feed.resolved_row(commit.hlc.prev())

@@ -445,6 +445,8 @@ class PgServer:
             await conn.run()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            pass  # the playground stops: end quietly (asyncio logs a cancelled connection handler)
         except Exception:
             log.exception("cockroach playground: connection failed")
         finally:

@@ -90,6 +90,10 @@ class CockroachPlayground:
     def stop_workload(self) -> WorkloadStats:
         return self.workload.stop()
 
+    def start_workload(self, rate: float | None = None) -> None:
+        """(Re)start the shop workload, at ``rate`` transactions per second when given."""
+        self.workload.start(rate)
+
     # -- reading
     def execute(self, sql: str) -> list[list[Any]]:
         """Run one statement in-process (no wire) and return its rows."""

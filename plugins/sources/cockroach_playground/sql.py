@@ -276,10 +276,32 @@ _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+class _Where:
+    """A WHERE clause; ``point`` = (column, value) when it is exactly ``column = <constant>``."""
+
+    def __init__(self, conds: list[Callable[[dict[str, Any]], bool]], point: tuple[str, Any] | None) -> None:
+        self.conds, self.point = conds, point
+
+    def __call__(self, row: dict[str, Any]) -> bool:
+        return all(c(row) for c in self.conds)
+
+
+def _point(p: _P, session: Session) -> tuple[str, Any] | None:
+    """``column = <literal or parameter>`` and nothing after it: (column, value), the rest untouched."""
+    col, eq, value = p.peek(), p.peek(1), p.peek(2)
+    if col is None or eq is None or value is None or p.peek(3) is not None:
+        return None
+    if col.kind not in ("id", "qid") or eq.text != "=" or value.kind not in ("num", "str", "param"):
+        return None
+    probe = _P([value], p.params)
+    return (col.text if col.kind == "qid" else col.text.lower()), _expr(probe, session)({})
+
+
 def _where(p: _P, session: Session) -> Callable[[dict[str, Any]], bool]:
     conds: list[Callable[[dict[str, Any]], bool]] = []
     if not p.accept("WHERE"):
         return lambda row: True
+    point = _point(p, session)
     while True:
         left = _expr(p, session)
         if p.accept("IS", "NOT", "NULL"):
@@ -300,7 +322,7 @@ def _where(p: _P, session: Session) -> Callable[[dict[str, Any]], bool]:
             conds.append(_compare(left, _expr(p, session), _COMPARE[op]))
         if not p.accept("AND"):
             break
-    return lambda row: all(c(row) for c in conds)
+    return _Where(conds, point)
 
 
 def _is_null(left: Expr, *, negate: bool) -> Callable[[dict[str, Any]], bool]:
@@ -619,7 +641,12 @@ class Session:
     ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         d = self._definition(name)
         table = self.store.table(name)
-        keys = set(table.rows) | {k for t, k, _ in (self.txn or []) if t == name}
+        point = where.point if isinstance(where, _Where) else None
+        pk_column = d.column(d.pk[0]) if len(d.pk) == 1 else None
+        if point is not None and pk_column is not None and point[0] == pk_column.name:
+            keys = {(coerce(point[1], pk_column.type),)}  # a primary-key lookup: no scan
+        else:
+            keys = set(table.rows) | {k for t, k, _ in (self.txn or []) if t == name}
         out = []
         for key in keys:
             row = d.project(self._current(name, key))

@@ -42,9 +42,13 @@ class Workload:
         self._thread: threading.Thread | None = None
         self._next = {"customers": 1, "products": 1, "orders": 1}
 
-    def start(self) -> None:
-        if self.rate <= 0:
+    def start(self, rate: float | None = None) -> None:
+        """Run transactions at ``rate`` (default: the constructor's) until :meth:`stop`; again after a stop."""
+        if rate is not None:
+            self.rate = rate
+        if self.rate <= 0 or (self._thread is not None and self._thread.is_alive()):
             return
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="cockroach-playground-workload", daemon=True)
         self._thread.start()
 

@@ -16,7 +16,7 @@ from cdcflow.plugins.sources.cockroachdb.types import column_info
 __all__ = ["Catalog"]
 
 _TABLES = (
-    "SELECT table_id, name FROM crdb_internal.tables WHERE database_name = current_database() "
+    "SELECT table_id, name FROM crdb_internal.tables{aost} WHERE database_name = current_database() "
     "AND schema_name = %s AND state = 'PUBLIC' ORDER BY table_id"
 )
 _COLUMNS = (
@@ -68,9 +68,10 @@ class Catalog:
         if conn is not None:
             await conn.close()
 
-    async def tables(self) -> list[TableName]:
-        """The tables of the SQL schema, each with its descriptor id."""
-        rows = await self._query(_TABLES, (self._schema,))
+    async def tables(self, at: HLC | None = None) -> list[TableName]:
+        """The tables of the SQL schema as of ``at`` (``AS OF SYSTEM TIME``; None: now), with descriptor ids."""
+        aost = f" AS OF SYSTEM TIME {quote_literal(str(at))}" if at is not None else ""
+        rows = await self._query(_TABLES.format(aost=aost), (self._schema,))
         return [TableName(self.database, str(name), int(table_id)) for table_id, name in rows]
 
     async def schema(self, table: TableName, at: HLC | None) -> TableSchema:

@@ -49,6 +49,12 @@ class CockroachDBSourceConfig(PluginConfig):
         "before it fails with ErrPDUnavailable (3001), which the changefeed retries later.",
     )
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a connection.")
+    table_poll_interval: float = Field(
+        1.0,
+        gt=0,
+        description="Seconds between two reads of the catalog for tables created or dropped while the changefeed "
+        "runs; the changefeed's checkpoint trails the last read.",
+    )
     playground: bool | EmbeddedCockroachConfig = Field(
         False,
         description="true or {rate, seed}: start (or attach to) this process's CockroachDB playground when the "

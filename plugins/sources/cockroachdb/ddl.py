@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cdcflow.core.data.events import TableSchema
 
-__all__ = ["column_ddl"]
+__all__ = ["column_ddl", "create_table_ddl", "drop_table_ddl"]
 
 
 def _q(name: str) -> str:
@@ -30,3 +30,21 @@ def column_ddl(old: TableSchema, new: TableSchema) -> list[str]:
             null = "" if col.nullable else " NOT NULL"
             queries.append(f"ALTER TABLE {target} ADD COLUMN {_q(name)} {col.sql_type}{null}")
     return queries
+
+
+def _target(schema: TableSchema) -> str:
+    return f"{_q(schema.table.schema)}.{_q(schema.table.table)}"
+
+
+def create_table_ddl(schema: TableSchema) -> str:
+    """``CREATE TABLE`` of a table created while a changefeed runs, from its catalog schema."""
+    columns = [f"{_q(c.name)} {c.sql_type}{'' if c.nullable else ' NOT NULL'}" for c in schema.columns]
+    keys = [_q(c.name) for c in schema.columns if c.flags & c.PRIMARY_KEY]
+    if keys:
+        columns.append(f"PRIMARY KEY ({', '.join(keys)})")
+    return f"CREATE TABLE {_target(schema)} ({', '.join(columns)})"
+
+
+def drop_table_ddl(table_schema: str, table: str) -> str:
+    """``DROP TABLE`` of a table dropped while a changefeed runs."""
+    return f"DROP TABLE {_q(table_schema)}.{_q(table)}"

@@ -3,7 +3,7 @@
 An HLC timestamp is ``(wall_ns, logical)``: nanoseconds since the epoch and a
 counter, written ``"<wall_ns>.<logical, 10 digits>"`` by changefeeds
 (``updated``, ``mvcc_timestamp``, ``resolved``) and accepted as ``cursor``
-(docs/reference/cockroachdb-hlc.md). cdcflow orders changes by
+(docs/how-to/replicate-from-cockroachdb.md, "Timestamps"). cdcflow orders changes by
 ``(commit_ts, start_ts, key)`` and shows lag from ``commit_ts >> 18`` in
 milliseconds, as TiKV's TSO. The mapping (issue 14, "Timestamps"):
 

@@ -6,9 +6,10 @@ converted row by row by :func:`~.convert.convert_row` (a pure function of the
 rows and the catalog schemas). Resolved rows become the span's resolved ts
 (rounded down, never backwards). A retryable error (connection lost, 40001,
 draining, RangeFeedRetryError) reconnects from the last resolved HLC with
-backoff; a column change stops the feed after the rows below it
-(``schema_change_policy='stop'``) and the source yields the DDL with the
-schema as of its ts before starting again from it. See
+backoff, skipping the rows it already yielded above that HLC; a column change
+stops the feed after the rows below it (``schema_change_policy='stop'``) and
+the source yields the DDL with the schema as of its ts before starting again
+from it. See
 docs/how-to/replicate-from-cockroachdb.md.
 """
 
@@ -23,17 +24,27 @@ from typing import Any
 import psycopg
 import tenacity
 
-from cdcflow.core.data.events import DDLEvent, ResolvedEvent, RowChange, SourceEvent, Span, TableName, TableSchema
+from cdcflow.core.data.events import (
+    DDLEvent,
+    ResolvedEvent,
+    RowChange,
+    SourceEvent,
+    Span,
+    TableName,
+    TableSchema,
+    TableSetChange,
+)
 from cdcflow.core.data.source import Source
 from cdcflow.core.errors import ConfigInvalidError, PDUnavailableError
 from cdcflow.core.plugin import Registrar, hookimpl
 from cdcflow.plugins.sources.cockroachdb.catalog import Catalog
 from cdcflow.plugins.sources.cockroachdb.config import CockroachDBSourceConfig
 from cdcflow.plugins.sources.cockroachdb.convert import FeedRow, Resolved, convert_row
-from cdcflow.plugins.sources.cockroachdb.ddl import column_ddl
+from cdcflow.plugins.sources.cockroachdb.ddl import column_ddl, create_table_ddl, drop_table_ddl
 from cdcflow.plugins.sources.cockroachdb.errors import ErrorKind, classify, redact_dsn, to_cdcflow_error
 from cdcflow.plugins.sources.cockroachdb.hlc import HLC, cursor_for, resolved_ts
 from cdcflow.plugins.sources.cockroachdb.options import changefeed_statement
+from cdcflow.plugins.sources.cockroachdb.tableset import CREATE_TABLE, DROP_TABLE, TRIGGER_SPAN, TableSet
 
 __all__ = ["CockroachDBSource", "cdcflow_register_sources", "table_span"]
 
@@ -54,6 +65,28 @@ def _backoff_seconds(attempt: int) -> float:
     return float(_BACKOFF(state))
 
 
+class _Yielded:
+    """The rows a feed yielded above its cursor: a reconnect from that cursor sends them again."""
+
+    def __init__(self) -> None:
+        self._rows: set[tuple[int, int, bytes]] = set()
+
+    def first_time(self, row: RowChange) -> bool:
+        """True the first time a version of a key comes (and remember it)."""
+        mark = (row.commit_ts, row.start_ts, row.key)
+        if mark in self._rows:
+            return False
+        self._rows.add(mark)
+        return True
+
+    def cursor_at(self, hlc: HLC) -> HLC:
+        """Forget the rows at or below ``hlc``, the new cursor (returned): no feed from it sends them."""
+        if self._rows:
+            bound = (hlc.commit_ts, hlc.start_ts)
+            self._rows = {row for row in self._rows if (row[0], row[1]) > bound}
+        return hlc
+
+
 class CockroachDBSource(Source[CockroachDBSourceConfig]):
     """CockroachDB source: a sinkless changefeed per table span, rows typed from the catalog."""
 
@@ -65,6 +98,7 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         super().__init__(config)
         self._dsn = config.dsn
         self._catalog: Catalog | None = None
+        self._tableset: TableSet | None = None
         self._tables: dict[int, TableName] = {}
 
     async def open(self) -> None:
@@ -78,6 +112,7 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         self._catalog = Catalog(
             self._dsn, sql_schema=self.config.sql_schema, connect_timeout=self.config.connect_timeout
         )
+        self._tableset = TableSet(self._catalog, poll_interval=self.config.table_poll_interval)
         log.info("cockroachdb source: reading %s", redact_dsn(self._dsn))
 
     async def close(self) -> None:
@@ -104,6 +139,52 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         tables = await self._catalog_call("listing tables", self.catalog.tables())
         self._tables.update({t.table_id: t for t in tables})
         return list(tables)
+
+    # -- tables created and dropped while running (see .tableset)
+    @property
+    def tableset(self) -> TableSet:
+        if self._tableset is None:
+            raise RuntimeError("the cockroachdb source is not open")
+        return self._tableset
+
+    def trigger_span(self) -> Span | None:
+        """The table-trigger span: its feed carries the CREATE TABLEs, at the catalog's pace."""
+        return TRIGGER_SPAN
+
+    async def tables_at(self, ts: int) -> Sequence[TableName]:
+        tables: list[TableName] = await self._catalog_call("listing tables", self.tableset.tables_at(ts))
+        self._tables.update({t.table_id: t for t in tables})
+        return tables
+
+    def table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent] | None:
+        return self._table_changes(start_ts)
+
+    async def _table_changes(self, start_ts: int) -> AsyncIterator[TableSetChange | ResolvedEvent]:
+        async for change in self.tableset.changes(start_ts):
+            if isinstance(change, TableSetChange):
+                self._tables.update({t.table_id: t for t in change.created})
+                log.info("cockroachdb source: %s at %d", change.query, change.commit_ts)
+                yield change
+            else:
+                yield ResolvedEvent(TRIGGER_SPAN, change)
+
+    async def _trigger_feed(self, start_ts: int) -> AsyncIterator[SourceEvent]:
+        """CREATE TABLE of every table created above ``start_ts`` at its ts (no feed of it exists yet)."""
+        async for change in self.tableset.changes(start_ts):
+            if isinstance(change, TableSetChange):
+                for table in change.created:
+                    schema = await self._schema_at(table, cursor_for(change.commit_ts))
+                    yield DDLEvent(change.commit_ts, create_table_ddl(schema), table, CREATE_TABLE, schema)
+            else:
+                yield ResolvedEvent(TRIGGER_SPAN, change)
+
+    async def _after_drop(self, span: Span, table: TableName, ts: int) -> AsyncIterator[SourceEvent]:
+        """The DROP TABLE at ``ts`` (its rows are all below it), then resolved ts until the span is removed."""
+        log.info("cockroachdb source: table %s dropped at %d", table, ts)
+        yield DDLEvent(ts, drop_table_ddl(table.schema, table.table), table, DROP_TABLE)
+        while True:
+            yield ResolvedEvent(span, max(ts, await self.current_ts() - 1))
+            await asyncio.sleep(self.config.resolved_interval)
 
     async def spans_for(self, table: TableName) -> Sequence[Span]:
         if table.table_id <= 0:
@@ -137,14 +218,19 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
             raise ConfigInvalidError(f"cockroachdb source: no table has descriptor id {span.table_id} ({span})")
         return table
 
-    async def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:  # noqa: PLR0912
-        """Rows of ``span``'s table above ``start_ts``, DDL at column changes, and resolved ts."""
+    def feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:
+        """Rows of ``span``'s table above ``start_ts``, DDL at column and table-set changes, and resolved ts."""
+        return self._trigger_feed(start_ts) if span == TRIGGER_SPAN else self._table_feed(span, start_ts)
+
+    async def _table_feed(self, span: Span, start_ts: int) -> AsyncIterator[SourceEvent]:  # noqa: PLR0912, PLR0915
         table = await self._table_of(span)
         cursor = cursor_for(start_ts)
         resolved = start_ts
         schema = await self._schema_at(table, cursor)
         attempt = 0
         last_progress = time.monotonic()
+        # Skipped when a reconnect sends them again: the sinks see each version once while this feed runs.
+        yielded = _Yielded()
         while True:
             statement = changefeed_statement(
                 table.table,
@@ -157,18 +243,22 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
                 async for item in self._stream(statement, table, schema):
                     if isinstance(item, Resolved):
                         attempt, last_progress = 0, time.monotonic()
-                        cursor = max(cursor, item.hlc)
+                        cursor = yielded.cursor_at(max(cursor, item.hlc))
                         ts = resolved_ts(item.hlc)
                         if ts > resolved:
                             resolved = ts
                             yield ResolvedEvent(span, ts)
-                    else:
+                    elif yielded.first_time(item):
                         yield item
                 raise ConnectionResetError("the changefeed ended")  # a sinkless feed never ends by itself
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 kind = classify(exc)
+                dropped = await self.tableset.dropped_ts(table, cursor) if kind is not ErrorKind.RETRY else None
+                if dropped is not None:
+                    async for event in self._after_drop(span, table, dropped):
+                        yield event
                 if kind is ErrorKind.SCHEMA_CHANGE:
                     at = HLC.find_in(str(exc))
                     if at is None:
@@ -180,7 +270,7 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
                         yield ResolvedEvent(span, resolved)
                     for query in column_ddl(schema, new):
                         yield DDLEvent(ts, query, table, schema_after=new)
-                    schema, cursor = new, max(cursor, at)
+                    schema, cursor = new, yielded.cursor_at(max(cursor, at))
                     attempt, last_progress = 0, time.monotonic()
                     continue
                 if kind is ErrorKind.RETRY:

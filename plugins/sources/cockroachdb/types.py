@@ -2,7 +2,7 @@
 
 The core describes columns as MySQL type bytes (``ColumnInfo.type_code``) so
 that every codec and sink works from one vocabulary; this module is the
-mapping table of docs/reference/cockroachdb-types.md. ``crdb_type`` is the
+mapping table of docs/how-to/replicate-from-cockroachdb.md ("Types"). ``crdb_type`` is the
 ``crdb_sql_type`` of ``information_schema.columns`` (``INT8``, ``STRING(64)``,
 ``DECIMAL(12,2)``, ``TIMESTAMPTZ``…). Changefeed JSON writes numbers as JSON
 numbers, DECIMAL as a JSON number (parsed here as Decimal, exactly), BYTES as

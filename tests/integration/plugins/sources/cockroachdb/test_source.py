@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from cdcflow.core.data.events import DDLEvent, OpType, ResolvedEvent, RowChange
+from cdcflow.core.data.events import DDLEvent, OpType, ResolvedEvent, RowChange, TableSetChange
 from cdcflow.core.errors import CheckpointStaleError, ConfigInvalidError
 from cdcflow.plugins.sources.cockroach_playground import CockroachPlayground
 from cdcflow.plugins.sources.cockroachdb import CockroachDBSource, CockroachDBSourceConfig
@@ -186,3 +186,91 @@ def test_wrong_password_is_a_config_error_without_retry(pg: CockroachPlayground)
         assert "nope" not in str(info.value)
 
     asyncio.run(main())
+
+
+def test_rows_a_reconnect_sends_again_are_yielded_once(pg: CockroachPlayground) -> None:
+    """Rows above the last resolved row come again after a reconnect (the cursor is that resolved row)."""
+
+    async def main() -> None:
+        source = _source(pg)
+        source.config = source.config.model_copy(update={"resolved_interval": 3.0})  # no resolved row in between
+        await source.open()
+        start = await source.current_ts()
+        pg.execute("INSERT INTO customers (id, name, balance, created_at) VALUES (1, 'a', 1, '2024-01-01')")
+        dropped = False
+
+        def until(events: list[Any]) -> bool:
+            nonlocal dropped
+            if not dropped and any(isinstance(e, RowChange) for e in events):
+                assert pg.drop_feed_connections() == 1
+                dropped = True
+                pg.execute("INSERT INTO customers (id, name, balance, created_at) VALUES (2, 'b', 1, '2024-01-01')")
+            return sum(isinstance(e, ResolvedEvent) for e in events) >= 1 and len(ids(events)) >= 2
+
+        def ids(events: list[Any]) -> list[int]:
+            return [e.after["id"] for e in events if isinstance(e, RowChange)]
+
+        events = await _collect(source, "customers", start, until, timeout=30)
+        assert dropped and ids(events) == [1, 2]
+        await source.close()
+
+    asyncio.run(main())
+
+
+def test_tables_created_and_dropped_while_running(pg: CockroachPlayground) -> None:
+    """The catalog polled AS OF SYSTEM TIME: each change at the ts where tables_at changes, the
+    CREATE TABLE on the trigger span, the new table's rows from its feed, the DROP TABLE on its own."""
+
+    async def main() -> None:
+        source = CockroachDBSource(CockroachDBSourceConfig(dsn=pg.dsn, resolved_interval=0.1, table_poll_interval=0.1))
+        await source.open()
+        start = await source.current_ts()
+        assert "late" not in {t.table for t in await source.tables_at(start)}
+        pg.execute("CREATE TABLE late (id INT8 PRIMARY KEY, note STRING(10))")
+        pg.execute("INSERT INTO late (id, note) VALUES (1, 'a'), (2, 'b')")
+        changes = source.table_changes(start)
+        assert changes is not None
+        async with contextlib.aclosing(changes):
+            created = await anext(c async for c in changes if isinstance(c, TableSetChange))
+            (late,) = created.created
+            assert late.table == "late" and not created.dropped and created.commit_ts > start
+            assert "late" not in {t.table for t in await source.tables_at(created.commit_ts - 1)}
+            assert late in await source.tables_at(created.commit_ts)
+
+            trigger = source.trigger_span()
+            assert trigger is not None
+            ddl = (await _collect_span(source, trigger, start, lambda ev: any(isinstance(e, DDLEvent) for e in ev)))[-1]
+            assert ddl.commit_ts == created.commit_ts and ddl.query.startswith("CREATE TABLE `shop`.`late`")
+            assert ddl.schema_after is not None and [c.name for c in ddl.schema_after.columns] == ["id", "note"]
+
+            (span,) = await source.spans_for(late)
+            rows = await _collect_span(
+                source, span, created.commit_ts, lambda ev: sum(isinstance(e, RowChange) for e in ev) == 2
+            )
+            assert [r.after["id"] for r in rows if isinstance(r, RowChange)] == [1, 2]
+
+            pg.execute("DROP TABLE late")
+            events = await _collect_span(source, span, created.commit_ts, lambda ev: isinstance(ev[-1], DDLEvent))
+            dropped = await anext(c async for c in changes if isinstance(c, TableSetChange))
+            assert dropped.dropped == (late,) and not dropped.created
+            assert events[-1].commit_ts == dropped.commit_ts and events[-1].query == "DROP TABLE `shop`.`late`"
+            assert all(e.commit_ts <= dropped.commit_ts for e in events if isinstance(e, RowChange))
+            assert late in await source.tables_at(dropped.commit_ts - 1)
+            assert late not in await source.tables_at(dropped.commit_ts)
+        await source.close()
+
+    asyncio.run(main())
+
+
+async def _collect_span(source: CockroachDBSource, span: Any, start_ts: int, until: Any) -> list[Any]:
+    events: list[Any] = []
+
+    async def run() -> None:
+        async with contextlib.aclosing(source.feed(span, start_ts)) as feed:
+            async for event in feed:
+                events.append(event)
+                if until(events):
+                    return
+
+    await asyncio.wait_for(run(), 20)
+    return events
