@@ -221,6 +221,9 @@ class _FailingFlush(PartitionWriter):
         Path(self.marker).touch()
         raise DownstreamUnavailableError("the downstream went away during the flush")
 
+    def close(self) -> None:
+        self.inner.close()
+
 
 class FlakyFileSink(FileSink):
     def __init__(self, config: FileSinkConfig, marker: Path) -> None:
