@@ -228,12 +228,8 @@ class SparkSink(Sink[SparkSinkConfig]):
                     self._retire_snapshot(storage, old, batch)
             storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
         except Exception as exc:
-            if not _is_spark_or_io_error(exc):
-                raise
-            raise DownstreamUnavailableError(
-                f"Spark sink cannot write batch {batch.batch_id} under {storage.root}: {exc}",
-                detail={"batch_id": batch.batch_id, "root": storage.root},
-            ) from exc
+            _raise_as_downstream_error(exc, storage, batch)
+            raise
         self._done_ts = batch.end_ts
 
     def write_frame(self, batch: MicroBatch, rows: BatchFrame) -> int | None:
@@ -253,12 +249,8 @@ class SparkSink(Sink[SparkSinkConfig]):
             count = self._write_frame(storage, batch, rows)
             storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
         except Exception as exc:
-            if not _is_spark_or_io_error(exc):
-                raise
-            raise DownstreamUnavailableError(
-                f"Spark sink cannot write batch {batch.batch_id} under {storage.root}: {exc}",
-                detail={"batch_id": batch.batch_id, "root": storage.root},
-            ) from exc
+            _raise_as_downstream_error(exc, storage, batch)
+            raise
         self._done_ts = batch.end_ts
         return count
 
@@ -609,6 +601,16 @@ def _empties(ddl: DDLEvent) -> bool:
     return (
         ddl.action_type in (_DROP_TABLE, _TRUNCATE_TABLE) or words[:1] == ["TRUNCATE"] or words[:2] == ["DROP", "TABLE"]
     )
+
+
+def _raise_as_downstream_error(exc: Exception, storage: Storage, batch: MicroBatch) -> None:
+    """A Spark or I/O error of a batch write, raised as DownstreamUnavailableError (2001,
+    retried); other errors return, for the caller to raise as they are."""
+    if _is_spark_or_io_error(exc):
+        raise DownstreamUnavailableError(
+            f"Spark sink cannot write batch {batch.batch_id} under {storage.root}: {exc}",
+            detail={"batch_id": batch.batch_id, "root": storage.root},
+        ) from exc
 
 
 def _is_spark_or_io_error(exc: Exception) -> bool:
