@@ -66,6 +66,7 @@ async def run_file(
     server = deployment.server
     store = open_metastore(server.metastore)
     options = CaptureOptions.from_server(server)
+    plugins.executors.start(executor, server, plugins)  # Spark starts beside the capture
     capture = Capture(store, plugins, factory, options)
     host, _, port = server.api_addr.rpartition(":")
     api = ApiServer(capture, host, int(port))

@@ -70,6 +70,7 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
     )
     host, _, port = options.api_addr.rpartition(":")
     store = open_metastore(metastore)
+    plugins.executors.start(args.executor, options.server or settings, plugins)  # Spark starts beside the capture
     capture = Capture(store, plugins, factory, options)
     api = ApiServer(capture, host, int(port))
     real_port = await api.start()

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import abc
 import enum
+import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,6 +52,8 @@ __all__ = [
     "SpanState",
     "SpanStatus",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The executor a capture runs when none is named: the Spark data pipeline.
 DEFAULT_EXECUTOR = "spark"
@@ -168,6 +172,10 @@ class ExecutorContext:
 ExecutorFactory = Callable[[ExecutorContext], SpanExecutor]
 
 
+#: What an executor starts once per capture: called with the capture's server settings.
+ExecutorStart = Callable[["ServerSettings", "PluginManager"], object]
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutorEntry:
     """One registered executor factory and where it came from."""
@@ -176,6 +184,8 @@ class ExecutorEntry:
     factory: ExecutorFactory
     summary: str
     origin: PluginOrigin
+    #: Called once when a capture that runs this executor starts (see :meth:`ExecutorRegistry.start`).
+    start: ExecutorStart | None = None
 
 
 class ExecutorRegistry:
@@ -186,7 +196,15 @@ class ExecutorRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, ExecutorEntry] = {}
 
-    def add(self, name: str, factory: ExecutorFactory, origin: PluginOrigin, *, summary: str = "") -> None:
+    def add(
+        self,
+        name: str,
+        factory: ExecutorFactory,
+        origin: PluginOrigin,
+        *,
+        summary: str = "",
+        start: ExecutorStart | None = None,
+    ) -> None:
         """Register ``factory`` under ``name``; a name taken by another factory is an
         error naming both origins."""
         if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
@@ -204,7 +222,7 @@ class ExecutorRegistry:
                 "uninstall one of them or register one under another name",
                 detail={"kind": self.kind, "type": name},
             )
-        self._entries[name] = ExecutorEntry(name, factory, summary, origin)
+        self._entries[name] = ExecutorEntry(name, factory, summary, origin, start)
 
     def factory(self, name: str) -> ExecutorFactory:
         """The factory registered as ``name``; ConfigInvalidError naming the known ones otherwise."""
@@ -217,6 +235,27 @@ class ExecutorRegistry:
 
     def get(self, name: str) -> ExecutorEntry | None:
         return self._entries.get(name)
+
+    def start(self, name: str, server: ServerSettings, plugins: PluginManager) -> threading.Thread | None:
+        """Run the ``start`` of executor ``name`` for a capture starting with ``server``, in a
+        thread of its own (None when the executor has none). What it starts — Spark, for the
+        pipeline — is then ready beside the capture's other connections when the first
+        span arrives, instead of after it; an error is logged, and the executor's own
+        start tries again."""
+        entry = self._entries.get(name)
+        if entry is None or entry.start is None:
+            return None
+        start = entry.start
+
+        def run() -> None:
+            try:
+                start(server, plugins)
+            except Exception as exc:  # noqa: BLE001 - the executor starts it again when it needs it
+                log.warning("executor %s: starting at capture start failed (%s); it starts on first use", name, exc)
+
+        thread = threading.Thread(target=run, name=f"executor-start-{name}", daemon=True)
+        thread.start()
+        return thread
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
@@ -243,6 +282,9 @@ class ExecutorRegistrar:
         self._registry = registry
         self._origin = origin
 
-    def add(self, name: str, factory: ExecutorFactory, *, summary: str = "") -> None:
-        """Register ``factory`` (ExecutorContext → SpanExecutor) under ``name``."""
-        self._registry.add(name, factory, self._origin(), summary=summary)
+    def add(
+        self, name: str, factory: ExecutorFactory, *, summary: str = "", start: ExecutorStart | None = None
+    ) -> None:
+        """Register ``factory`` (ExecutorContext → SpanExecutor) under ``name``; ``start``,
+        if given, is called (in a thread) when a capture that runs it starts."""
+        self._registry.add(name, factory, self._origin(), summary=summary, start=start)

@@ -9,10 +9,24 @@ is imported only when an executor is created.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR, ExecutorContext, ExecutorRegistrar, SpanExecutor
 from cdcflow.core.plugin.hookspec import hookimpl
 
-__all__ = ["cdcflow_register_executors", "executor_factory"]
+if TYPE_CHECKING:
+    from cdcflow.core.config.settings import ServerSettings
+    from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = ["cdcflow_register_executors", "executor_factory", "start_spark"]
+
+
+def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
+    """Start the capture's SparkSession (its JVM and Python workers take seconds) when the
+    capture starts, so the first micro-batch need not wait for it."""
+    from cdcflow.core.data.pipeline.session import spark_session
+
+    spark_session(server.spark, plugins)
 
 
 def executor_factory(context: ExecutorContext) -> SpanExecutor:
@@ -29,4 +43,5 @@ def cdcflow_register_executors(registry: ExecutorRegistrar) -> None:
         DEFAULT_EXECUTOR,
         executor_factory,
         summary="The data pipeline: feeds into the event store, the event store into a Spark query per changefeed.",
+        start=start_spark,
     )

@@ -246,6 +246,35 @@ def test_two_executors_under_one_name_name_both_origins():
     assert "dup-executor" in str(info.value)
 
 
+def test_an_executor_starts_what_it_needs_when_the_capture_starts(caplog):
+    """The Spark executor starts Spark beside the capture; a start that fails is logged."""
+    import threading
+
+    from cdcflow.core.config.settings import ServerSettings
+    from cdcflow.core.data.pipeline import start_spark
+
+    started = threading.Event()
+    seen = []
+
+    class Starting:
+        @hookimpl
+        def cdcflow_register_executors(self, registry):
+            registry.add(
+                "warm", lambda context: None, start=lambda server, plugins: (seen.append(server), started.set())
+            )
+            registry.add("broken", lambda context: None, start=lambda server, plugins: 1 / 0)
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(Starting(), name="starting")
+    server = ServerSettings()
+    pm.executors.start("warm", server, pm).join(timeout=10)
+    assert started.is_set() and seen == [server]
+    pm.executors.start("broken", server, pm).join(timeout=10)
+    assert "executor broken: starting at capture start failed" in caplog.text
+    assert pm.executors.start("in-process", server, pm) is None  # nothing to start
+    assert pm.executors.get("spark").start is start_spark
+
+
 # -- commands ----------------------------------------------------------------------------
 
 
