@@ -85,7 +85,7 @@ class Cluster:
             assert grown is not None
             too_many = self.split_keys < self.mvcc.key_count(grown.start, grown.end)
             if too_many or 0 < self.split_bytes < written:
-                middle = self.mvcc.middle_key(region.start, region.end)
-                if middle is not None and middle != region.start:
+                middle = self.mvcc.middle_key(grown.start, grown.end)
+                if middle is not None and middle != grown.start:
                     self._written.pop(region_id, None)
-                    self.regions.split(region.id, middle)
+                    self.regions.split(grown.id, middle)
