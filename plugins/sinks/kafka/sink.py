@@ -366,8 +366,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         codec = self._require_codec()
         for table in tables:
             self._partition_count(self._router.route(table)[0])
+        producer_config = self._producer_config()
         return _KafkaTaskWriter(
-            {**self._producer_config(), "client.id": f"{self._producer_config()['client.id']}_task"},
+            {**producer_config, "client.id": f"{producer_config['client.id']}_task"},
             self._router,
             codec,
             dict(self._partitions),
