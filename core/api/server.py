@@ -25,6 +25,7 @@ from cdcflow.core.control.changefeed import (
     InvalidTransitionError,
 )
 from cdcflow.core.control.coordinator.spec import info_from_connector, section_from_request, validate_section
+from cdcflow.core.control.gc.manager import overwrite_checkpoint_ts
 from cdcflow.core.data.events import tso_physical_ms
 from cdcflow.core.errors import (
     CdcflowError,
@@ -333,8 +334,10 @@ class ApiServer:
         if forwarded is not None:
             return forwarded
         body = await self._body(request)
+        cf = request.match_info["id"]
         overwrite = body.get("overwrite_checkpoint_ts")
-        await self._coordinator().resume(request.match_info["id"], int(overwrite) if overwrite else None)
+        # a TSO the upstream can serve, else 1001 and nothing changed (the coordinator checks the upstream)
+        await self._coordinator().resume(cf, None if overwrite is None else overwrite_checkpoint_ts(cf, overwrite))
         return web.json_response({})
 
     async def resign(self, request: web.Request) -> web.Response:

@@ -31,6 +31,7 @@ from cdcflow.core.control.coordinator.controller import (
     RemoveMaintainer,
 )
 from cdcflow.core.control.gc.manager import DEFAULT_GC_TICK, GCManager
+from cdcflow.core.control.gc.manager import overwrite_checkpoint_ts as checked_overwrite
 from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.messages import (
     AddMaintainerRequest,
@@ -353,9 +354,18 @@ class Coordinator:
         await self._submit(pause)
 
     async def resume(self, changefeed_id: str, overwrite_checkpoint_ts: int | None = None) -> None:
+        """Resume a paused or warning changefeed, from ``overwrite_checkpoint_ts`` when given:
+        it must be a TSO the upstream can serve (see :meth:`GCManager.check_resume_ts`), else
+        ConfigInvalidError (1001) and nothing changes."""
+        overwrite = overwrite_checkpoint_ts
+
         async def resume() -> None:
             self._runtime(changefeed_id)
-            decisions = self.controller.resume(changefeed_id, time.time(), overwrite_checkpoint_ts)
+            if overwrite is not None:
+                ts = checked_overwrite(changefeed_id, overwrite)
+                if self.gc is not None:
+                    await self.gc.check_resume_ts(self.controller.changefeeds[changefeed_id].info, ts)
+            decisions = self.controller.resume(changefeed_id, time.time(), overwrite)
             await self._carry_out(decisions)
             await self._update_gc()
 

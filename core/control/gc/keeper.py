@@ -52,5 +52,27 @@ class GCSafepointKeeper(abc.ABC):
         Idempotent: removing a safepoint that does not exist succeeds.
         """
 
+    async def upstream_id(self) -> str | None:
+        """The identity of the upstream this keeper reaches, as the upstream itself
+        reports it (TiKV: PD's cluster id), so that two spellings of one address
+        (``127.0.0.1:P``, ``localhost:P``) are known as one upstream and share one
+        service safepoint. None: the upstream has no identity to report; the
+        coordinator then tells upstreams apart by their source configuration.
+
+        Raises a retryable CdcflowError when the upstream cannot be reached.
+        """
+        return None
+
+    async def gc_safepoint(self) -> int | None:
+        """The upstream's GC safepoint: versions below it may be gone (None: unknown)."""
+        return None
+
+    async def current_ts(self) -> int | None:
+        """A fresh timestamp of the upstream (TiKV: a TSO from PD; None: unknown).
+
+        A changefeed cannot be resumed from a checkpoint above it.
+        """
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release the keeper's connections."""

@@ -62,6 +62,21 @@ class PDSafepointKeeper(GCSafepointKeeper):
         pd = await self._client()
         await pd.update_service_gc_safepoint(service_id, 0, 0)
 
+    async def upstream_id(self) -> str:
+        """``tikv-cluster-<id>``: the cluster id PD's GetMembers header carries, the same
+        whichever address of the cluster (or spelling of it) the source names."""
+        pd = await self._client()
+        if not pd.cluster_id:
+            await pd.connect()
+        return f"tikv-cluster-{pd.cluster_id}"
+
+    async def gc_safepoint(self) -> int:
+        return await self.current()
+
+    async def current_ts(self) -> int:
+        pd = await self._client()
+        return await pd.tso()
+
     # -- convenience with the stale check built in ------------------------------
 
     async def update(self, service_id: str, ts: int, ttl: int) -> int:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from cdcflow.core.control.changefeed import ChangeFeedInfo, ChangefeedState, ChangeFeedStatus
 from cdcflow.core.control.gc.keeper import GCSafepointKeeper
-from cdcflow.core.control.gc.manager import GCManager
+from cdcflow.core.control.gc.manager import GCManager, overwrite_checkpoint_ts
+from cdcflow.core.errors import ConfigInvalidError, PDUnavailableError
 
 
 class MemoryUpstream(GCSafepointKeeper):
@@ -57,5 +60,109 @@ def test_checkpoint_behind_upstream_gc_is_stale():
     async def main():
         stale = await gc.update([(cf("late", ChangefeedState.NORMAL), ChangeFeedStatus(60, 60))], now=0)
         assert set(stale) == {"late"} and stale["late"].code == 5001
+
+    asyncio.run(main())
+
+
+class NamedUpstream(GCSafepointKeeper):
+    """One spelling of an upstream's address: it reaches ``cluster`` and reports its id."""
+
+    def __init__(self, cluster: MemoryUpstream, cluster_id: str) -> None:
+        self.cluster = cluster
+        self.cluster_id = cluster_id
+
+    async def upstream_id(self):
+        return self.cluster_id
+
+    async def update_service_gc_safepoint(self, service_id, ttl_seconds, safepoint):
+        return await self.cluster.update_service_gc_safepoint(service_id, ttl_seconds, safepoint)
+
+    async def remove_service_gc_safepoint(self, service_id):
+        await self.cluster.remove_service_gc_safepoint(service_id)
+
+
+def spelled(name, state, address):
+    return ChangeFeedInfo(name, {"type": "x", "pd": [address]}, [], state=state)
+
+
+def test_two_spellings_of_one_cluster_share_one_safepoint_at_their_minimum():
+    cluster = MemoryUpstream()
+    spellings = {"127.0.0.1:2379": NamedUpstream(cluster, "c-1"), "localhost:2379": NamedUpstream(cluster, "c-1")}
+    gc = GCManager("svc", lambda info: (info.source["pd"][0], spellings[info.source["pd"][0]]), gc_ttl=100)
+
+    async def main():
+        records = [
+            (spelled("paused", ChangefeedState.PAUSED, "127.0.0.1:2379"), ChangeFeedStatus(40, 40)),
+            (spelled("running", ChangefeedState.NORMAL, "localhost:2379"), ChangeFeedStatus(90, 90)),
+        ]
+        for _ in range(3):
+            assert await gc.update(records, now=0) == {}
+            assert cluster.services == {"svc": 40}  # the paused changefeed's checkpoint is kept
+        assert gc.safepoints == {"c-1": 40}
+        assert await gc.update(records[1:], now=0) == {}  # the paused one removed
+        assert cluster.services == {"svc": 90}
+
+    asyncio.run(main())
+
+
+def test_a_cluster_that_cannot_be_told_holds_the_safepoint():
+    cluster = MemoryUpstream()
+
+    class Unreachable(NamedUpstream):
+        async def upstream_id(self):
+            raise PDUnavailableError("PD is unreachable")
+
+    reachable = NamedUpstream(cluster, "c-1")
+    spellings = {"a": reachable, "b": Unreachable(cluster, "c-1")}
+    gc = GCManager("svc", lambda info: (info.source["pd"][0], spellings[info.source["pd"][0]]), gc_ttl=100)
+
+    async def main():
+        running = (spelled("running", ChangefeedState.NORMAL, "a"), ChangeFeedStatus(50, 50))
+        assert await gc.update([running], now=0) == {}
+        assert cluster.services == {"svc": 50}
+        later = (running[0], ChangeFeedStatus(90, 90))
+        paused = (spelled("paused", ChangefeedState.PAUSED, "b"), ChangeFeedStatus(60, 60))
+        assert await gc.update([later, paused], now=0) == {}
+        assert cluster.services == {"svc": 50}  # not lifted past what "b" may need
+        assert await gc.update([paused], now=0) == {}
+        assert cluster.services == {"svc": 50}  # nor removed
+
+    asyncio.run(main())
+
+
+class TimedUpstream(NamedUpstream):
+    """An upstream that tells its GC safepoint and current timestamp."""
+
+    def __init__(self, gc_safepoint: int, now: int) -> None:
+        super().__init__(MemoryUpstream(gc_safepoint), "c-1")
+        self.now = now
+
+    async def gc_safepoint(self):
+        return self.cluster.gc_safepoint
+
+    async def current_ts(self):
+        return self.now
+
+
+@pytest.mark.parametrize("value", [-5, 0, 2**70, 2**64, "12", 1.5, True, None, [1]])
+def test_overwrite_checkpoint_ts_outside_the_tso_range_is_1001(value):
+    with pytest.raises(ConfigInvalidError) as refused:
+        overwrite_checkpoint_ts("cf", value)
+    assert refused.value.code == 1001 and "overwrite_checkpoint_ts" in str(refused.value)
+
+
+def test_resume_ts_between_the_gc_safepoint_and_the_current_ts():
+    upstream = TimedUpstream(gc_safepoint=100, now=1000)
+    gc = GCManager("svc", lambda info: ("up", upstream))
+    info = cf("cf", ChangefeedState.PAUSED)
+
+    async def main():
+        for bad in (99, 1001):
+            with pytest.raises(ConfigInvalidError) as refused:
+                await gc.check_resume_ts(info, bad)
+            assert refused.value.code == 1001
+        for good in (100, 500, 1000):
+            await gc.check_resume_ts(info, good)
+        assert upstream.cluster.services == {}  # checking sets nothing
 
     asyncio.run(main())
