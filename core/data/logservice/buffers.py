@@ -5,7 +5,9 @@ largest span buffer is sorted and spilled to disk as a run
 (:class:`~cdcflow.core.data.logservice.runs.SpillRun`, under ``spill/``), and
 a span's runs are merged into one when there are more than ``max_runs``.
 Publishing takes a span's events up to a cut, merged from memory and its runs
-in ``(commit_ts, start_ts, key)`` order. Runs hold unresolved data only: the
+in ``(commit_ts, start_ts, key)`` order, each change once: a change the source
+sent again (same commit ts, start ts and key) is dropped where the merge puts
+it next to the first. Runs hold unresolved data only: the
 directory is emptied on opening, and the source feeds the spans again.
 """
 
@@ -80,7 +82,8 @@ class SpanBuffers:
         self._buffers: dict[Span, SpanBuffer] = {}
         #: Bytes held in memory by all buffers (read without the lock for hints).
         self.memory = 0
-        #: Events dropped by :meth:`put` (duplicates, or of spans not loaded).
+        #: Events dropped: by :meth:`put` (at or below the floor, or of spans not loaded)
+        #: and by publishing (a change sent again, see :meth:`take`).
         self.dropped = 0
         self._run_seq = itertools.count()
 
@@ -145,7 +148,22 @@ class SpanBuffers:
             self._drop_memory(buf, [r for r in buf.records if r[0] > cut_ts])
         floor = buf.floor_ts
         sources: list[Iterable[Record]] = [below, *(run.take_until(cut_ts) for run in buf.runs)]
-        return (r for r in heapq.merge(*sources, key=sort_key) if r[0] > floor)
+        merged = (r for r in heapq.merge(*sources, key=sort_key) if r[0] > floor)
+        return self._unique(merged)
+
+    def _unique(self, records: Iterable[Record]) -> Iterator[Record]:
+        """``records`` (sorted) without repeats of one change: a source may send a change
+        again (TiKV, after a region is split or its leader moves, scans it again from the
+        region's resolved ts), and a repeat has the same ``(commit_ts, start_ts, key)``, so
+        it is next to the first in sort order. Counted in :attr:`dropped`."""
+        previous: tuple[int, int, bytes] | None = None
+        for record in records:
+            key = sort_key(record)
+            if key == previous:
+                self.dropped += 1
+                continue
+            previous = key
+            yield record
 
     def drop_exhausted_runs(self, buf: SpanBuffer) -> None:
         for run in [r for r in buf.runs if r.exhausted]:
@@ -179,7 +197,7 @@ class SpanBuffers:
     def _compact_runs(self, buf: SpanBuffer) -> None:
         """Merge a span's runs into one sorted run (streaming: one batch per run in memory)."""
         path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"
-        merged = Counted(heapq.merge(*(run.take_until(_MAX_TS) for run in buf.runs), key=sort_key))
+        merged = Counted(self._unique(heapq.merge(*(run.take_until(_MAX_TS) for run in buf.runs), key=sort_key)))
         head = _Head(merged)
         size = write_records(path, head, _RUN_BATCH_ROWS, fsync=False)
         for run in buf.runs:

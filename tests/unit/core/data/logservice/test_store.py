@@ -385,3 +385,31 @@ def test_catch_up_chunks_of_a_span_that_joined_behind_are_read_in_bounded_batche
         sizes.append(sum(c.rows for c in store.chunks_in(offset["chunk"], end["chunk"])))
         offset = end
     assert sum(sizes) == 45 and max(sizes) <= 20
+
+
+def test_a_change_sent_again_is_published_once_from_memory_and_from_spill_runs(tmp_path):
+    """A source sends committed changes again (TiKV rescans a split region from its resolved
+    ts): the copies meet in the cut's merge, in memory or in spill runs, and one is kept."""
+    store = new_store(tmp_path, memory_quota=6_000, chunk_rows=5, batch_rows=2, max_runs=2)
+    store.add_span(SPAN_A, 0, replicating=True)
+    first = [raw(SPAN_A, b"k%03d" % i, 10 + i % 4, value=b"x" * 40) for i in range(60)]
+    again = [dataclasses.replace(e) for e in first[20:50]]  # the region's rescan
+    also_same_key_other_txn = raw(SPAN_A, b"k000", 10, start_ts=3)  # another txn: not a repeat
+    for e in [*first, *again, also_same_key_other_txn]:
+        store.put(SPAN_A, e)
+    assert store.stats().spilled_runs > 0  # copies are in runs and in memory
+    store.resolve(SPAN_A, 20)
+    got = published_events(store, 0, 20)
+    expected = sorted([*first, also_same_key_other_txn], key=lambda e: e.sort_key())
+    assert [e.sort_key() for e in got] == [e.sort_key() for e in expected]
+    assert got == expected
+    assert store.stats().dropped_duplicates == len(again)
+
+
+def test_only_identical_commit_start_key_are_merged(tmp_path):
+    from cdcflow.core.data.logservice.buffers import SpanBuffers
+
+    records = [(1, 0, b"a"), (1, 0, b"a"), (1, 0, b"b"), (2, 0, b"a"), (2, 1, b"a"), (2, 1, b"a"), (2, 1, b"a")]
+    buffers = SpanBuffers(tmp_path / "spill", "cf", memory_quota=1 << 20, disk_quota=0, max_runs=2)
+    assert list(buffers._unique(records)) == [(1, 0, b"a"), (1, 0, b"b"), (2, 0, b"a"), (2, 1, b"a")]
+    assert buffers.dropped == 3
