@@ -17,6 +17,7 @@ import heapq
 import itertools
 import logging
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,9 @@ DEFAULT_MAX_RUNS = 16
 _RUN_BATCH_ROWS = 1_024
 
 _MAX_TS = (1 << 63) - 1
+#: Seconds between two warnings that the memory quota is full and spilling is refused:
+#: callers retry spilling many times a second while their feeds are paused.
+_FULL_WARNING_INTERVAL = 30.0
 
 
 @dataclass
@@ -86,6 +90,7 @@ class SpanBuffers:
         #: and by publishing (a change sent again, see :meth:`take`).
         self.dropped = 0
         self._run_seq = itertools.count()
+        self._warned_full_at: float | None = None
 
     # -- spans --------------------------------------------------------------------------
 
@@ -180,10 +185,14 @@ class SpanBuffers:
             if buf is None or not buf.records:
                 return
             if self.disk_quota and self.run_bytes() + chunk_bytes() + buf.memory > self.disk_quota:
-                log.warning(
-                    "changefeed %s: event store memory quota full and disk quota reached; pausing feeds",
-                    self.changefeed_id,
-                )
+                now = time.monotonic()
+                if self._warned_full_at is None or now - self._warned_full_at >= _FULL_WARNING_INTERVAL:
+                    self._warned_full_at = now
+                    log.warning(
+                        "changefeed %s: event store memory quota (%d bytes) full and spill-disk-quota (%d bytes) "
+                        "reached; pausing feeds until publishing frees room (said again at most every %.0fs)",
+                        *(self.changefeed_id, self.memory_quota, self.disk_quota, _FULL_WARNING_INTERVAL),
+                    )
                 return
             buf.records.sort(key=sort_key)
             path = self._spill_dir / f"{buf.span_id}-{next(self._run_seq):08d}.arrow"

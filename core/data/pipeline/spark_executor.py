@@ -53,6 +53,7 @@ from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TAS
 from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.source import Source
 from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor, SpanState, SpanStatus
+from cdcflow.core.errors import BackPressureError
 from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = [
@@ -73,6 +74,8 @@ _BACKPRESSURE_POLL = 0.05
 #: Resolved timestamps are applied to the event store at most this often: every
 #: application may cut chunks (files, fsyncs), and the query polls less often anyway.
 DEFAULT_PUBLISH_INTERVAL = 0.1
+#: See :attr:`PipelineContext.stall_timeout`.
+DEFAULT_STALL_TIMEOUT = 30.0
 
 
 def changefeed_dir(data_dir: str | Path, changefeed_id: str) -> Path:
@@ -136,6 +139,9 @@ class PipelineContext:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     #: Seconds between applications of the feeds' resolved ts to the event store.
     publish_interval: float = DEFAULT_PUBLISH_INTERVAL
+    #: Seconds a replicating span's feed may stay paused on a full event store while
+    #: nothing is published or checkpointed before the executor reports a stall (2002).
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
     #: Called with each checkpoint the pipeline reaches (after every sink flushed).
     on_checkpoint: Callable[[int], None] | None = None
 
@@ -220,6 +226,7 @@ class PipelineSpanExecutor(SpanExecutor):
         self._start_error: BaseException | None = None
         self._closing = asyncio.Event()
         self.publish_interval = context.publish_interval
+        self.stall_timeout = context.stall_timeout
         self._pending_resolved: dict[Span, int] = {}
         self._publisher: asyncio.Task[None] | None = None
         # Store work that writes files (cuts, spills) runs in a thread while this
@@ -497,7 +504,7 @@ class PipelineSpanExecutor(SpanExecutor):
                         store.put_ddl(event)
                 elif isinstance(event, RawKVEvent | RowChange):
                     if store.memory_full:
-                        await self._make_room()
+                        await self._make_room(span)
                     async with self._store_io:
                         store.put(span, event)
         except asyncio.CancelledError:
@@ -523,18 +530,64 @@ class PipelineSpanExecutor(SpanExecutor):
         for span, ts in pending.items():
             self.store.resolve(span, ts)
 
-    async def _make_room(self) -> None:
+    async def _make_room(self, span: Span) -> None:
         """Spill (in a thread); when the disk quota forbids it, pause this feed
-        (backpressure) until publishing or a checkpoint frees room."""
+        (backpressure) until publishing or a checkpoint frees room.
+
+        A full store frees room only when a cut publishes or a checkpoint releases
+        chunks. When neither happens for ``stall_timeout`` seconds while the span
+        replicates, the quotas cannot hold what the feeds must buffer before the
+        next cut (paused feeds cannot deliver the resolved ts that would allow
+        it): the feed's error becomes a BackPressureError (2002), so that the
+        changefeed says so in its state instead of stalling silently. It is
+        withdrawn if progress resumes."""
+        progress: tuple[int, int] | None = None
+        since = time.monotonic()
         try:
             while True:
                 async with self._store_io:
                     if await asyncio.to_thread(self.store.spill):
                         return
                 self.paused = True
+                now = time.monotonic()
+                current = (self.store.published_ts, self.store.checkpoint_ts)
+                if current != progress:
+                    progress, since = current, now
+                    if isinstance(self.feed_errors.get(span), _StoreStalledError):
+                        del self.feed_errors[span]
+                elif now - since >= self.stall_timeout and span not in self.feed_errors and self._replicating(span):
+                    error = self._stalled(now - since)
+                    log.error("%s", error)
+                    self.feed_errors[span] = error
                 await asyncio.sleep(_BACKPRESSURE_POLL)
         finally:
             self.paused = False
+
+    def _replicating(self, span: Span) -> bool:
+        loaded = self._spans.get(span)
+        return loaded is not None and loaded.state is SpanState.REPLICATING
+
+    def _stalled(self, seconds: float) -> _StoreStalledError:
+        stats = self.store.stats()
+        memory, disk = self.store.memory_quota, self.store.disk_quota
+        return _StoreStalledError(
+            f"changefeed {self.changefeed_id}: no progress for {seconds:.0f}s: the event store's memory "
+            f"quota ({memory} bytes for the store) is full and spill-disk-quota ({disk} bytes) leaves no "
+            "room to spill, so the feeds are paused and nothing can be published. Raise memory-quota or "
+            "spill-disk-quota (0: no disk limit), then resume the changefeed",
+            detail={
+                "changefeed_id": self.changefeed_id,
+                "memory_quota": memory,
+                "spill_disk_quota": disk,
+                "memory_bytes": stats.memory_bytes,
+                "disk_bytes": stats.disk_bytes,
+                "published_ts": stats.published_ts,
+            },
+        )
+
+
+class _StoreStalledError(BackPressureError):
+    """The event store is full, cannot spill, and nothing was published for the stall timeout."""
 
 
 def create_span_executor(context: ExecutorContext) -> PipelineSpanExecutor:

@@ -18,6 +18,7 @@ def test_a_full_store_pauses_the_feed_instead_of_growing(tmp_path):
                 "bp", source, [ListSink()], data_dir=tmp_path, start_ts=50, memory_quota=40_000, disk_quota=150_000
             )
         )
+        executor.stall_timeout = 0.1  # a prepared span waits for its switch: a pause, not a stall
         [span] = [s for t in await source.list_tables() for s in await source.spans_for(t)]
         assert not await executor.add_span(span, 50, prepare=True)
         assert executor.status(span).state is SpanState.PREPARING
@@ -30,6 +31,7 @@ def test_a_full_store_pauses_the_feed_instead_of_growing(tmp_path):
         # paused and its store must not grow while nothing is read from it.
         await asyncio.sleep(0.3)
         assert executor.paused and executor.store.stats().memory_bytes == stats.memory_bytes
+        assert executor.error() is None
         assert await executor.remove_span(span) == 50
         assert executor.store.stats().memory_bytes == 0
         await executor.close()
