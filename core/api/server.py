@@ -8,14 +8,17 @@ forwards the request to the owner's API. Errors are JSON
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import time
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from cdcflow.core.api.security import ApiSecurity, ForbiddenError, UnauthenticatedError
 from cdcflow.core.api.tables import add_table_routes
 from cdcflow.core.control.capture import Capture
 from cdcflow.core.control.changefeed import (
@@ -36,10 +39,14 @@ from cdcflow.core.errors import (
 )
 from cdcflow.core.version import __version__
 
-__all__ = ["ApiServer", "changefeed_json", "error_response", "redact"]
+__all__ = ["MAX_BODY_DEPTH", "ApiServer", "changefeed_json", "error_response", "redact"]
 
 log = logging.getLogger(__name__)
 FORWARDED = "X-Cdcflow-Forwarded"
+#: How deeply a request body's arrays and objects may nest (no API field needs more than a few levels).
+MAX_BODY_DEPTH = 64
+#: A JSON string (possibly unterminated) or a bracket: what the nesting check looks at.
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
 
 
 def error_response(exc: CdcflowError) -> web.Response:
@@ -50,6 +57,10 @@ def error_response(exc: CdcflowError) -> web.Response:
         status = 409
     elif isinstance(exc, ChangefeedNotFoundError):
         status = 404
+    elif isinstance(exc, UnauthenticatedError):
+        status = 401
+    elif isinstance(exc, ForbiddenError):
+        status = 403
     elif isinstance(exc, MetaStoreIOError | NotAvailableError):
         status = 503
     body: dict[str, Any] = {"error_code": exc.code_name, "error_msg": str(exc).split("\n")[0]}
@@ -58,7 +69,28 @@ def error_response(exc: CdcflowError) -> web.Response:
     issues = exc.detail.get("issues")
     if issues:
         body["issues"] = issues
-    return web.json_response(body, status=status)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _http_error(exc: web.HTTPException) -> web.Response:
+    """aiohttp's own answers (404 no such path, 405, 413 body too large) as JSON errors too."""
+    name = "Err" + "".join(w.capitalize() for w in (exc.reason or "HTTPError").split())
+    body = {"error_code": name, "error_msg": exc.text or exc.reason}
+    return web.json_response(body, status=exc.status, headers={k: v for k, v in exc.headers.items() if k == "Allow"})
+
+
+def body_depth(raw: bytes) -> int:
+    """How deeply ``raw`` (JSON text) nests arrays and objects; brackets inside strings do not count."""
+    depth = deepest = 0
+    for match in _JSON_TOKENS.finditer(raw):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return deepest
 
 
 _SECRET_WORDS = ("password", "secret", "token", "credential")
@@ -103,20 +135,12 @@ def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str,
     }
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        response: web.StreamResponse = await handler(request)
-        return response
-    except CdcflowError as exc:
-        return error_response(exc)
-
-
 class ApiServer:
-    def __init__(self, capture: Capture, host: str, port: int) -> None:
+    def __init__(self, capture: Capture, host: str, port: int, security: ApiSecurity | None = None) -> None:
         self.capture = capture
         self.host, self.port = host, port
-        self.app = web.Application(middlewares=[_errors])
+        self.security = security or ApiSecurity.from_settings()
+        self.app = web.Application(middlewares=[self._guard])
         r = self.app.router
         r.add_get("/api/v2/health", self.health)
         r.add_get("/api/v2/status", self.status)
@@ -134,10 +158,29 @@ class ApiServer:
         add_table_routes(self)
         self._runner: web.AppRunner | None = None
 
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Authenticate every request, then answer every error as JSON (a coded one when cdcflow raised it)."""
+        try:
+            transport = request.transport
+            peercert = transport.get_extra_info("peercert") if transport is not None else None
+            self.security.authenticate(request.headers, peercert)
+            response: web.StreamResponse = await handler(request)
+            return response
+        except CdcflowError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return _http_error(exc)
+
     async def start(self) -> int:
+        """Listen; a non-loopback address without authentication is refused (1001) unless allowed."""
+        self.security.check_bind(self.host)
+        ssl_context = self.security.server_ssl_context()
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ssl_context)
         await site.start()
         server: Any = site._server
         sockets = server.sockets if server is not None else []
@@ -240,12 +283,22 @@ class ApiServer:
     # -- changes: carried out by the owner ----------------------------------------------------
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
+        """The JSON object of the request; 400 (1001) for anything else, deep nesting included
+        (checked before parsing, so no recursion limit is ever reached)."""
         if not request.can_read_body:
             return {}
+        raw = await request.read()
+        if not raw.strip():
+            return {}
+        if body_depth(raw) > MAX_BODY_DEPTH:
+            raise ConfigInvalidError(
+                f"the request body nests arrays and objects more than {MAX_BODY_DEPTH} levels deep; "
+                "send the changefeed fields as documented"
+            )
         try:
-            body = await request.json()
-        except ValueError as exc:
-            raise ConfigInvalidError(f"the request body is not JSON: {exc}") from exc
+            body = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
+            raise ConfigInvalidError(f"the request body is not UTF-8 JSON: {exc}") from None
         if not isinstance(body, dict):
             raise ConfigInvalidError("the request body must be a JSON object")
         return body
@@ -260,15 +313,23 @@ class ApiServer:
         captures = {c.id: c for c in await self.capture.store.list_captures()}
         if owner is None or owner.capture_id not in captures:
             raise NotAvailableError("the cluster has no owner right now; retry in a few seconds")
-        url = f"http://{captures[owner.capture_id].api_addr}{request.path_qs}"
+        url = f"{self.security.scheme}://{captures[owner.capture_id].api_addr}{request.path_qs}"
         data = await request.read()
+        headers, ssl_options = self.peer_options(request)
         async with (
             aiohttp.ClientSession() as session,
-            session.request(
-                request.method, url, data=data, headers={FORWARDED: "1", "Content-Type": "application/json"}
-            ) as resp,
+            session.request(request.method, url, data=data, headers={FORWARDED: "1", **headers}, **ssl_options) as resp,
         ):
             return web.Response(body=await resp.read(), status=resp.status, content_type="application/json")
+
+    def peer_options(self, request: web.Request) -> tuple[dict[str, str], dict[str, Any]]:
+        """Headers and TLS options of a request passed on to another capture: the caller's
+        token, and this capture's certificate as the client's (its CN must be allowed)."""
+        headers = {"Content-Type": "application/json"}
+        if "Authorization" in request.headers:
+            headers["Authorization"] = request.headers["Authorization"]
+        context = self.security.forward_ssl_context()
+        return headers, ({"ssl": context} if context is not None else {})
 
     def _coordinator(self) -> Any:
         coordinator = self.capture.coordinator
@@ -283,6 +344,7 @@ class ApiServer:
         body = await self._body(request)
         section = section_from_request(body)
         connector = validate_section(section, self.capture.plugins)
+        self.security.check_sinks(list(connector.sinks), section["sinks"])
         info = await self._coordinator().create(info_from_connector(connector, section))
         record = await self.capture.store.get_changefeed(info.id)
         assert record is not None
@@ -309,6 +371,7 @@ class ApiServer:
         }
         section = section_from_request(merged)
         connector = validate_section(section, self.capture.plugins)
+        self.security.check_sinks(list(connector.sinks), section["sinks"])
         new = info_from_connector(connector, section).with_changes(created_at=old.created_at, start_ts=old.start_ts)
         await self._coordinator().update(new)
         record = await self.capture.store.get_changefeed(cf)

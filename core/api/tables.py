@@ -95,10 +95,11 @@ async def _at_maintainer(
         for capture in await server.capture.store.list_captures():
             if capture.id == me:
                 continue
-            url = f"http://{capture.api_addr}{request.path_qs}"
-            headers = {LOCAL_ONLY: "1", "Content-Type": "application/json"}
+            url = f"{server.security.scheme}://{capture.api_addr}{request.path_qs}"
+            headers, ssl_options = server.peer_options(request)
+            headers[LOCAL_ONLY] = "1"
             try:
-                async with session.request(request.method, url, data=data, headers=headers) as resp:
+                async with session.request(request.method, url, data=data, headers=headers, **ssl_options) as resp:
                     if resp.status != 404:
                         return web.Response(body=await resp.read(), status=resp.status, content_type="application/json")
             except aiohttp.ClientError:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
-from cdcflow.core.cli._common import EXIT_OK, print_json
-from cdcflow.core.config.settings import DEFAULT_API_ADDR
+from cdcflow.core.cli._common import EXIT_CONFIG, EXIT_OK, print_json
+from cdcflow.core.config.settings import CHANGEFEED_ID_PATTERN, DEFAULT_API_ADDR, DEFAULT_TOKEN_ENV
+from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 
 _CHANGEFEED_VERBS = {
     "create": "create a changefeed (--sink-uri or --config, --changefeed-id, --start-ts, --target-ts)",
@@ -24,21 +28,80 @@ _CHANGEFEED_VERBS = {
 }
 
 
+def server_url(value: str) -> str:
+    """``--server``: ``[http[s]://]host:port`` (argparse type: anything else is a usage error)."""
+    url = value if "://" in value else f"http://{value}"
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number 0-65535 raises
+    except ValueError:
+        parts = None
+    ok = (
+        parts is not None
+        and parts.scheme in ("http", "https")
+        and parts.hostname is not None
+        and re.fullmatch(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+", parts.hostname) is not None
+        and parts.path in ("", "/")
+        and not parts.query
+        and not parts.fragment
+        and not parts.username
+    )
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a server address: give [http://|https://]host:port (e.g. http://127.0.0.1:8300)"
+        )
+    return url.rstrip("/")
+
+
+def changefeed_id(value: str) -> str:
+    """``-c``: a changefeed id as the server accepts it (argparse type)."""
+    if not CHANGEFEED_ID_PATTERN.match(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a changefeed id: ids contain letters and digits, words joined by single dashes "
+            "(e.g. orders-to-kafka)"
+        )
+    return value
+
+
+def _add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """--server, --json and the TLS/token options; accepted before the group (``cli --server …
+    changefeed list``) and after the verb (``cli changefeed list --server …``, as TiCDC's users type)."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS  # after the verb: only what is given overrides
+
+    parser.add_argument(
+        "--server", type=server_url, default=default(f"http://{DEFAULT_API_ADDR}"), help="address of any capture's API"
+    )
+    parser.add_argument("--json", action="store_true", default=default(False), help="print JSON for scripts")
+    parser.add_argument("--ca", metavar="PEM", default=default(None), help="CA certificate that signs the server's")
+    parser.add_argument("--cert", metavar="PEM", default=default(None), help="client certificate (PEM) for TLS")
+    parser.add_argument("--key", metavar="PEM", default=default(None), help="private key of --cert (PEM)")
+    parser.add_argument(
+        "--token-env",
+        metavar="NAME",
+        default=default(DEFAULT_TOKEN_ENV),
+        help=f"environment variable holding the API's bearer token (default {DEFAULT_TOKEN_ENV}; sent when set)",
+    )
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "cli",
         help="manage changefeeds and captures of a running cluster",
         description="Talk to a running cdcflow cluster through its REST API (--server).",
     )
-    parser.add_argument("--server", default=f"http://{DEFAULT_API_ADDR}", help="address of any capture's API")
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    _add_connection_options(parser, top=True)
     groups = parser.add_subparsers(dest="group", metavar="{changefeed,capture}", required=True)
 
     changefeed = groups.add_parser("changefeed", help="manage changefeeds", description="Manage changefeeds.")
     verbs = changefeed.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb, text in _CHANGEFEED_VERBS.items():
         sub = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
-        sub.add_argument("-c", "--changefeed-id", required=verb not in ("create", "list"), help="changefeed id")
+        sub.add_argument(
+            "-c", "--changefeed-id", type=changefeed_id, required=verb not in ("create", "list"), help="changefeed id"
+        )
+        _add_connection_options(sub, top=False)
         if verb in ("create", "update"):
             sub.add_argument("--sink-uri", help="sink URI (its scheme picks the sink plugin)")
             sub.add_argument(
@@ -58,18 +121,49 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     capture = groups.add_parser("capture", help="inspect captures", description="Inspect captures.")
     capture_verbs = capture.add_subparsers(dest="verb", metavar="VERB", required=True)
-    capture_verbs.add_parser("list", help="list captures and the owner", description="List captures.").set_defaults(
-        func=run
-    )
+    listing = capture_verbs.add_parser("list", help="list captures and the owner", description="List captures.")
+    _add_connection_options(listing, top=False)
+    listing.set_defaults(func=run)
+
+
+def _config_file(path: str) -> dict[str, Any]:
+    """The mapping of a ``--config`` file; 1001 naming the file (and line) when it is missing or not one."""
+    from cdcflow.core.config.yamlsrc import load_located
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigInvalidError(
+            f"--config {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 JSON or YAML",
+            [ConfigIssue("not UTF-8 text", file=path)],
+        ) from None
+    except OSError as exc:
+        raise ConfigInvalidError(
+            f"--config {path}: cannot read it ({exc.strerror or exc}); give a JSON or YAML file",
+            [ConfigIssue(f"cannot read it: {exc.strerror or exc}", file=path)],
+        ) from None
+    doc = load_located(text, path)
+    if doc.issues:
+        raise ConfigInvalidError(f"--config {path}: {doc.issues[0]}", list(doc.issues))
+    if not isinstance(doc.data, dict):
+        kind = type(doc.data).__name__
+        raise ConfigInvalidError(
+            f"--config {path}: the file holds a {kind}, not a mapping of changefeed fields "
+            "(source, sinks, filter, scheduler, ...)",
+            [ConfigIssue(f"expected a mapping, found a {kind}", file=path, line=1)],
+        )
+    return doc.data
+
+
+def changefeed_path(cf: str, suffix: str = "") -> str:
+    """``/api/v2/changefeeds/<id>`` with the id percent-encoded (a ``?`` or ``/`` stays part of the id)."""
+    return f"/api/v2/changefeeds/{quote(cf, safe='')}{suffix}"
 
 
 def _body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if getattr(args, "config", None):
-        import yaml
-
-        loaded = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-        body.update(loaded)
+        body.update(_config_file(args.config))
     if args.changefeed_id:
         body["changefeed_id"] = args.changefeed_id
     if getattr(args, "sink_uri", None):
@@ -82,10 +176,18 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ConfigInvalidError as exc:  # --config, --ca/--cert/--key: nothing was sent
+        sys.stderr.write(f"cdcflow: {exc}\n")
+        return EXIT_CONFIG
+
+
+def _run(args: argparse.Namespace) -> int:
     from cdcflow.core.api.client import ApiClient
 
-    client = ApiClient(args.server)
-    cf = getattr(args, "changefeed_id", None)
+    client = ApiClient(args.server, ca=args.ca, cert=args.cert, key=args.key, token=os.environ.get(args.token_env))
+    cf: str = getattr(args, "changefeed_id", None) or ""
     if args.group == "capture":
         result = client.call("GET", "/api/v2/captures")
         return _show(args, result, _capture_table(result))
@@ -97,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
             result["total"] = len(result["items"])
         return _show(args, result, _changefeed_table(result["items"]))
     if verb == "query":
-        result = client.call("GET", f"/api/v2/changefeeds/{cf}")
+        result = client.call("GET", changefeed_path(cf))
         return _show(args, result, _changefeed_detail(result))
     if verb == "create":
         result = client.call("POST", "/api/v2/changefeeds", _body(args))
@@ -106,24 +208,24 @@ def run(args: argparse.Namespace) -> int:
         )
     if verb == "move-table":
         body = {"table_id": args.table_id, "target_capture_id": args.target_capture}
-        result = client.call("POST", f"/api/v2/changefeeds/{cf}/move_table", body)
+        result = client.call("POST", changefeed_path(cf, "/move_table"), body)
         n = len(result["spans"])
         return _show(args, result, f"Moving {n} span(s) of table {args.table_id} to {args.target_capture}\n")
     if verb == "list-tables":
-        result = client.call("GET", f"/api/v2/changefeeds/{cf}/tables")
+        result = client.call("GET", changefeed_path(cf, "/tables"))
         return _show(args, result, _span_table(result["items"]))
     if verb == "update":
-        result = client.call("PUT", f"/api/v2/changefeeds/{cf}", _body(args))
+        result = client.call("PUT", changefeed_path(cf), _body(args))
         return _show(args, result, f"Update changefeed config successfully!\nID: {cf}\n")
     if verb == "pause":
-        client.call("POST", f"/api/v2/changefeeds/{cf}/pause")
+        client.call("POST", changefeed_path(cf, "/pause"))
     elif verb == "resume":
         body = {}
         if args.overwrite_checkpoint_ts is not None:
             body["overwrite_checkpoint_ts"] = args.overwrite_checkpoint_ts
-        client.call("POST", f"/api/v2/changefeeds/{cf}/resume", body)
+        client.call("POST", changefeed_path(cf, "/resume"), body)
     elif verb == "remove":
-        client.call("DELETE", f"/api/v2/changefeeds/{cf}")
+        client.call("DELETE", changefeed_path(cf))
     return _show(args, {"id": cf, "verb": verb, "ok": True}, f"{verb.capitalize()} changefeed {cf}: done\n")
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdcflow.core.cli._common import EXIT_OK
+from cdcflow.core.cli._common import EXIT_CONFIG, EXIT_OK
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ async def run_file(
 ) -> dict[str, Any]:
     """Run the file's connectors on one embedded capture with the executor named
     ``executor``; return the final changefeed states."""
+    from cdcflow.core.api.security import ApiSecurity
     from cdcflow.core.api.server import ApiServer
     from cdcflow.core.cli.progress import ProgressReporter
     from cdcflow.core.config import load_deployment
@@ -64,12 +65,13 @@ async def run_file(
     raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
     declared = [info_from_connector(c, s) for c, s in zip(deployment.connectors, raw, strict=True)]
     server = deployment.server
+    security = ApiSecurity.for_api(server.security, server.api_addr)  # refused before anything starts
     store = open_metastore(server.metastore)
     options = CaptureOptions.from_server(server)
     plugins.executors.start(executor, server, plugins)  # Spark starts beside the capture
     capture = Capture(store, plugins, factory, options)
     host, _, port = server.api_addr.rpartition(":")
-    api = ApiServer(capture, host, int(port))
+    api = ApiServer(capture, host, int(port), security)
     capture.options = dataclasses.replace(options, api_addr=f"{host}:{await api.start()}")
     serving = asyncio.create_task(capture.serve())
     stop = asyncio.Event()
@@ -139,5 +141,11 @@ async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declare
 
 
 def run(args: argparse.Namespace) -> int:
-    asyncio.run(run_file(args.file, args.duration, plugins=args.plugins, executor=args.executor))
+    from cdcflow.core.api.security import SecurityConfigError
+
+    try:
+        asyncio.run(run_file(args.file, args.duration, plugins=args.plugins, executor=args.executor))
+    except SecurityConfigError as exc:  # server.security or the API address: nothing was started
+        sys.stderr.write(f"cdcflow: {exc}\n")
+        return EXIT_CONFIG
     return EXIT_OK

@@ -9,7 +9,7 @@ import dataclasses
 import signal
 import sys
 
-from cdcflow.core.cli._common import EXIT_OK
+from cdcflow.core.cli._common import EXIT_CONFIG, EXIT_OK
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
 
 __all__ = ["add_parser", "run", "serve"]
@@ -26,8 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--config", metavar="FILE", help="connectors.yaml whose server section to use")
     parser.add_argument("--metastore", help="metastore URL (sqlite:///path or etcd://host:port[,...])")
-    parser.add_argument("--addr", help="host:port of the REST API (port 0: any free port)")
-    parser.add_argument("--message-addr", help="host:port of the inter-capture gRPC server")
+    parser.add_argument("--addr", type=host_port, help="host:port of the REST API (port 0: any free port)")
+    parser.add_argument("--message-addr", type=host_port, help="host:port of the inter-capture gRPC server")
     parser.add_argument("--data-dir", help="directory for local state")
     parser.add_argument("--session-ttl", type=float, help="seconds a capture survives without keepalive")
     parser.add_argument("--gc-tick", type=float, help="seconds between GC safepoint updates")
@@ -38,15 +38,26 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"span executor registered by a plugin: {DEFAULT_EXECUTOR} (default, the data pipeline), "
         "in-process (the test kit's, no Spark), …",
     )
-    parser.add_argument("--tls-ca", help="CA certificate (PEM) for inter-capture TLS")
-    parser.add_argument("--tls-cert", help="this capture's certificate (PEM)")
-    parser.add_argument("--tls-key", help="this capture's private key (PEM)")
+    parser.add_argument(
+        "--tls-ca", help="CA certificate (PEM) for inter-capture TLS (default: server.security.ca of --config)"
+    )
+    parser.add_argument("--tls-cert", help="this capture's certificate (PEM) for inter-capture TLS")
+    parser.add_argument("--tls-key", help="this capture's private key (PEM) for inter-capture TLS")
     parser.set_defaults(func=run)
+
+
+def host_port(value: str) -> str:
+    """``host:port`` with a port 0-65535 (argparse type: anything else is a usage error)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not host:port with a port 0-65535 (e.g. 127.0.0.1:8300)")
+    return value
 
 
 async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
     """Start the capture and its API; return after a graceful drain. ``args.plugins``
     is the plugin manager; ``args.executor`` names the span executor."""
+    from cdcflow.core.api.security import ApiSecurity
     from cdcflow.core.api.server import ApiServer
     from cdcflow.core.config import ServerSettings, load_deployment
     from cdcflow.core.control.capture import Capture, CaptureOptions
@@ -69,13 +80,14 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
         tls=tls,
     )
     host, _, port = options.api_addr.rpartition(":")
+    security = ApiSecurity.for_api(settings.security, options.api_addr)  # refused before anything starts
     store = open_metastore(metastore)
     plugins.executors.start(args.executor, options.server or settings, plugins)  # Spark starts beside the capture
     capture = Capture(store, plugins, factory, options)
-    api = ApiServer(capture, host, int(port))
+    api = ApiServer(capture, host, int(port), security)
     real_port = await api.start()
     capture.options = dataclasses.replace(options, api_addr=f"{host}:{real_port}")
-    sys.stderr.write(f"cdcflow server: API on http://{host}:{real_port}, metastore {metastore}\n")
+    sys.stderr.write(f"cdcflow server: API on {security.scheme}://{host}:{real_port}, metastore {metastore}\n")
     sys.stderr.flush()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -89,5 +101,11 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    asyncio.run(serve(args))
+    from cdcflow.core.api.security import SecurityConfigError
+
+    try:
+        asyncio.run(serve(args))
+    except SecurityConfigError as exc:
+        sys.stderr.write(f"cdcflow: {exc}\n")
+        return EXIT_CONFIG
     return EXIT_OK

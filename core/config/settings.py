@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from cdcflow.core.config.units import ByteSize, Duration
 from cdcflow.core.data.filter import DEFAULT_FILTER_RULES, TableFilter
@@ -30,6 +30,7 @@ __all__ = [
     "ConnectorSettings",
     "DeploymentFile",
     "FilterSettings",
+    "SecuritySettings",
     "ServerSettings",
     "SparkSettings",
 ]
@@ -97,6 +98,55 @@ DEFAULT_API_ADDR = "127.0.0.1:8300"
 DEFAULT_GC_TTL = 86400.0
 
 
+#: The environment variable the API's bearer token is read from, by default.
+DEFAULT_TOKEN_ENV = "CDCFLOW_API_TOKEN"
+
+
+class SecuritySettings(_Settings):
+    """Who may use the REST API, how captures talk to each other, and which sinks API clients may create."""
+
+    ca: str = Field("", description="CA certificate (PEM) that signs the server's and the clients' certificates.")
+    cert: str = Field("", description="This capture's certificate (PEM): the API serves HTTPS with it.")
+    key: str = Field("", description="The private key (PEM) of 'cert'.")
+    cert_allowed_cn: list[str] = Field(
+        default_factory=list,
+        description="Common names of the client certificates the API accepts (empty: any certificate the CA signed).",
+    )
+    token_env: str = Field(
+        "",
+        description=f"Environment variable holding the API's bearer token (e.g. {DEFAULT_TOKEN_ENV}); empty: no token.",
+    )
+    allow_insecure_bind: bool = Field(
+        False, description="Serve the API on a non-loopback address without client certificates or a token."
+    )
+    allowed_sinks: list[str] | None = Field(
+        None,
+        description="Sink URI schemes or sink types API clients may create (unset: every installed sink).",
+    )
+    file_roots: list[str] = Field(
+        default_factory=list,
+        description="Directories file sinks created through the API must write under (empty: anywhere).",
+    )
+
+    @model_validator(mode="after")
+    def _tls_triple(self) -> SecuritySettings:
+        given = [bool(self.ca), bool(self.cert), bool(self.key)]
+        if any(given) and not all(given):
+            raise ValueError("ca, cert and key go together: set all three (TLS) or none")
+        return self
+
+    @field_validator("token_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"{value!r} is not an environment variable name (letters, digits, underscores)")
+        return value
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.ca and self.cert and self.key)
+
+
 class ServerSettings(_Settings):
     """The capture process: metastore, API, data directory, Spark."""
 
@@ -110,6 +160,9 @@ class ServerSettings(_Settings):
     gc_ttl: Duration = Field(DEFAULT_GC_TTL, description="TTL of the upstream GC safepoint cdcflow keeps (e.g. 24h).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark settings.")
+    security: SecuritySettings = Field(
+        default_factory=SecuritySettings, description="TLS, API authentication and the sinks API clients may create."
+    )
 
     @field_validator("metastore")
     @classmethod

@@ -75,6 +75,9 @@ class CaptureOptions:
         both have (API address, data directory, GC TTL), then ``changes`` (command-line
         flags; those that are None were not given and change nothing)."""
         values: dict[str, Any] = {name: getattr(server, name) for name in _SERVER_FIELDS}
+        security = server.security
+        if security.tls:  # captures talk gRPC with the API's TLS material unless flags say otherwise
+            values["tls"] = TLSConfig(security.ca, security.cert, security.key)
         values.update((name, value) for name, value in changes.items() if value is not None)
         return cls(server=server, **values)
 

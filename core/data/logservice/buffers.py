@@ -66,6 +66,12 @@ class SpanBuffer:
     #: Once the span's events up to the published ts are in chunks: the chunk
     #: sequence number a checkpoint must reach to cover the span (None before).
     covered_from: int | None = None
+    #: While the span catches up behind the published ts: ``(next chunk, ts)`` marks,
+    #: oldest first — once a checkpoint reaches the chunk number, every event of the
+    #: span at or below the ts is flushed.
+    catch_up_marks: list[tuple[int, int]] = field(default_factory=list)
+    #: The highest ts of a mark a recorded checkpoint has passed (0: none yet).
+    caught_up_ts: int = 0
 
 
 class SpanBuffers:
@@ -247,6 +253,49 @@ class Counted(Iterator[Record]):
     def __next__(self) -> Record:
         record = next(self._inner)
         self.count += 1
+        return record
+
+
+class Peekable(Iterator[Record]):
+    """A record iterator that can yield a piece ending between two commit ts."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self._next: Record | None = None
+
+    def __next__(self) -> Record:
+        if self._next is not None:
+            record, self._next = self._next, None
+            return record
+        return next(self._inner)
+
+    def _peek(self) -> Record | None:
+        if self._next is None:
+            self._next = next(self._inner, None)
+        return self._next
+
+    def take_whole_ts(self, rows: int) -> Iterator[Record]:
+        """At least ``rows`` records (fewer at the end), and every further one with
+        the commit ts of the last: a piece never ends inside a commit ts."""
+        last: Record | None = None
+        for last in itertools.islice(self, rows):
+            yield last
+        if last is None:
+            return
+        while (following := self._peek()) is not None and following[0] == last[0]:
+            yield next(self)
+
+
+class Tail(Iterator[Record]):
+    """Remembers the commit ts of the last record an iterator yielded (0: none)."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self.last_ts = 0
+
+    def __next__(self) -> Record:
+        record = next(self._inner)
+        self.last_ts = record[0]
         return record
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
 from cdcflow.core.data.events import DDLEvent, Span
 from cdcflow.core.data.frontier import SpanFrontier
-from cdcflow.core.data.logservice.buffers import Counted, SpanBuffer, SpanBuffers
+from cdcflow.core.data.logservice.buffers import Counted, Peekable, SpanBuffer, SpanBuffers, Tail
 from cdcflow.core.data.logservice.ddl_log import DDLLog
 from cdcflow.core.data.logservice.manifest import ChunkInfo, Manifest, SpanEntry, read_manifest, write_manifest
 from cdcflow.core.data.logservice.records import write_records
@@ -257,7 +257,11 @@ class ChunkPublisher:
                 self._set_covered(buf)
                 self._save()
             return False
-        chunks = self._write_chunks(buf, published, published, upto)
+        # In bounded chunks, each with the ts its span is flushed up to once a
+        # checkpoint passes it, so that the span's checkpoint (and the changefeed's)
+        # moves batch by batch while a large backlog is delivered.
+        rows = min(self.chunk_rows, self.cut_rows) if self.cut_rows > 0 else self.chunk_rows
+        chunks = self._write_chunks(buf, published, published, upto, rows=rows, marks=True)
         buf.floor_ts = upto
         self._manifest.chunks.extend(chunks)
         covered = upto >= published
@@ -267,23 +271,42 @@ class ChunkPublisher:
             self._save()
         return bool(chunks)
 
-    def _write_chunks(self, buf: SpanBuffer, lo: int, hi: int, cut_ts: int) -> list[ChunkInfo]:
-        """Write ``buf``'s events with commit ts in ``(floor, cut_ts]`` as chunks labelled ``(lo, hi]``."""
-        merged = self._buffers.take(buf, cut_ts)
+    def _write_chunks(
+        self, buf: SpanBuffer, lo: int, hi: int, cut_ts: int, *, rows: int | None = None, marks: bool = False
+    ) -> list[ChunkInfo]:
+        """Write ``buf``'s events with commit ts in ``(floor, cut_ts]`` as chunks labelled
+        ``(lo, hi]``, of ``rows`` rows at most (default: ``chunk_rows``); with ``marks``, note
+        after each chunk the ts its span is flushed up to once a checkpoint passes it."""
+        rows = rows or self.chunk_rows
+        merged = Peekable(self._buffers.take(buf, cut_ts))
         chunks = []
+        last_ts: list[int] = []
         while True:
             seq = self._manifest.next_chunk
             name = f"chunks/{seq:012d}.arrow"
-            counter = Counted(itertools.islice(merged, self.chunk_rows))
+            # Marked chunks end between two commit ts (a batch may end with them, and
+            # a transaction's rows of a table stay in one batch).
+            piece = merged.take_whole_ts(rows) if marks else itertools.islice(merged, rows)
+            tail = Tail(piece)
+            counter = Counted(tail)
             size = write_records(self.directory / name, counter, self.batch_rows, fsync=self._fsync)
             if counter.count == 0:
                 (self.directory / name).unlink()
                 break
             self._manifest.next_chunk += 1
             chunks.append(ChunkInfo(name, buf.span_id, lo, hi, counter.count, size))
-            if counter.count < self.chunk_rows:
+            last_ts.append(tail.last_ts)
+            if counter.count < rows:
                 break
         self._buffers.drop_exhausted_runs(buf)
+        if marks and chunks:
+            # In commit-ts order, no ts across two chunks: up to a chunk's last ts, every
+            # event is in it or before it; after the last chunk, up to ``cut_ts``.
+            uptos = [*last_ts[:-1], cut_ts]
+            buf.catch_up_marks.extend((c.seq + 1, ts) for c, ts in zip(chunks, uptos, strict=True))
+        elif marks:
+            # Nothing new below ``cut_ts``: flushed up to it once the chunks so far are.
+            buf.catch_up_marks.append((self._manifest.next_chunk, cut_ts))
         return chunks
 
     # -- chunks and progress ------------------------------------------------------------
@@ -329,8 +352,20 @@ class ChunkPublisher:
             self._manifest.checkpoint_ts = ts
             moved = True
         if moved:
+            self._pass_catch_up_marks()
             # Durable, so that a restart reports it for the spans it covers.
             self._save()
+
+    def _pass_catch_up_marks(self) -> None:
+        for buf in self._buffers.replicating():
+            marks = buf.catch_up_marks
+            while marks and marks[0][0] <= self._checkpoint_chunk:
+                buf.caught_up_ts = max(buf.caught_up_ts, marks.pop(0)[1])
+
+    def caught_up_ts(self, span: Span) -> int:
+        """See :meth:`EventStore.caught_up_ts <cdcflow.core.data.logservice.store.EventStore.caught_up_ts>`; no lock."""
+        buf = self._buffers.get(span)
+        return buf.caught_up_ts if buf is not None and buf.replicating else 0
 
     def release(self, ts: int, before_chunk: int | None = None) -> None:
         """See :meth:`EventStore.release <cdcflow.core.data.logservice.store.EventStore.release>`."""

@@ -261,6 +261,12 @@ class EventStore:
         span's events up to the published ts when it joined has been flushed."""
         return self._publisher.covers(span)
 
+    def caught_up_ts(self, span: Span) -> int:
+        """For a span that joined behind the published ts and is not covered yet: the
+        ts up to which its events are flushed, by the catch-up chunks a recorded
+        checkpoint has passed (0: none yet)."""
+        return self._publisher.caught_up_ts(span)
+
     def ddl_between(self, start_ts: int, end_ts: int) -> list[DDLEvent]:
         """The DDL events with commit ts in ``(start_ts, end_ts]``, in commit order."""
         with self._lock:

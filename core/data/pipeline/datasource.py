@@ -151,9 +151,17 @@ class CdcflowStreamReader(DataSourceStreamReader):
         for n, chunk in enumerate(chunks):
             rows += chunk.rows
             # Chunks of one cut end a batch together (the offset's ts is the cut's);
-            # catch-up chunks at the start's ts (a span that joined behind) may end
-            # a batch one by one: the ts stays, the chunk number moves on.
-            last_of_cut = n + 1 == len(chunks) or chunks[n + 1].hi != chunk.hi or chunk.hi <= begin
+            # catch-up chunks (``lo == hi``: a span that joined behind the published ts)
+            # may end a batch one by one, the first batch's too: the ts stays, the chunk
+            # number moves on, and that span's checkpoint follows its catch-up.
+            following = chunks[n + 1] if n + 1 < len(chunks) else None
+            last_of_cut = (
+                following is None
+                or following.hi != chunk.hi
+                or following.lo == following.hi
+                or chunk.lo == chunk.hi
+                or chunk.hi <= begin
+            )
             if not last_of_cut:
                 continue
             if rows > self.max_batch_rows and end is not None:

@@ -293,6 +293,9 @@ class PipelineSpanExecutor(SpanExecutor):
             # events up to the published ts it joined behind are flushed.
             if self.store.covers(loaded.span):
                 checkpoint = max(checkpoint, self.store.checkpoint_ts)
+            else:
+                # Joined behind: its catch-up moves it batch by batch.
+                checkpoint = max(checkpoint, self.store.caught_up_ts(loaded.span))
         else:
             self._refresh_prepared(loaded)
         resolved = max(checkpoint, self.store.resolved_ts(loaded.span))

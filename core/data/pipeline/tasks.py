@@ -158,6 +158,10 @@ class RowPlan:
     def registry(self) -> SchemaRegistry:
         return SchemaRegistry(Path(self.store_dir) / "schemas.pkl")
 
+    def lazy_registry(self) -> _LazyRegistry:
+        """The registry, read from the store on the first row record (raw records need none)."""
+        return _LazyRegistry(self)
+
     def mount(self, event: RawKVEvent) -> RowChange | None:
         """``event`` as a row of a replicated table, or None."""
         if self.mounter is None:
@@ -171,7 +175,7 @@ class RowPlan:
 
     def rows(self, batches: Iterable[pa.RecordBatch]) -> Iterator[list[RowChange]]:
         """The rows of ``batches``, in their order, a list per record batch."""
-        registry = self.registry()
+        registry = self.lazy_registry()
         for batch in batches:
             rows: list[RowChange] = []
             for record in batch_to_records(batch):
@@ -195,6 +199,19 @@ class RowPlan:
             if row is not None:
                 out.append(record_from_event(row, record[4], ids))
         return out
+
+
+class _LazyRegistry:
+    """A task's view of the store's schema registry, loaded when first asked."""
+
+    def __init__(self, plan: RowPlan) -> None:
+        self._plan = plan
+        self._registry: SchemaRegistry | None = None
+
+    def get(self, schema_id: int) -> TableSchema | None:
+        if self._registry is None:
+            self._registry = self._plan.registry()
+        return self._registry.get(schema_id)
 
 
 class _NoSchemas:

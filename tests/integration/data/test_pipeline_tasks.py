@@ -291,3 +291,45 @@ def test_a_catch_up_is_delivered_in_bounded_batches_and_the_checkpoint_moves_aft
     assert sum(sizes) == 600 and max(sizes) <= 100 and len([s for s in sizes if s]) >= 6, sizes
     # The checkpoint moved after each bounded batch, never back.
     assert checkpoints == sorted(checkpoints) and len(set(checkpoints)) >= 6 and checkpoints[-1] == END_TS
+
+
+def test_a_span_that_joins_behind_with_a_backlog_moves_its_checkpoint_batch_by_batch(tmp_path, spark):
+    """How a changefeed starts: its spans leave the prepare phase one by one, the first
+    moves the published ts to its resolved ts, and the others join behind it with their
+    whole backlog. Each such span's checkpoint (and so the changefeed's) moves as its
+    backlog is delivered in bounded batches, not once at the end."""
+    rows = [insert("shop", "items", {"id": i, "v": 0}, commit_ts=1_000 + i) for i in range(600)]
+    source = ListSource.of(
+        [insert("shop", "orders", {"id": 0, "v": 0}, commit_ts=900), *rows, ListSource.resolved(END_TS)]
+    )
+    sink = ListSink()
+    behind: list[int] = []
+
+    async def run() -> None:
+        spans = {table.table: span for table in await source.list_tables() for span in await source.spans_for(table)}
+        executor = PipelineSpanExecutor(
+            PipelineContext(
+                "joins-behind",
+                source,
+                [sink],
+                data_dir=tmp_path / "data",
+                start_ts=0,
+                spark=spark,
+                spark_settings=SparkSettings(master="local[2]", max_batch_rows=100),
+                plugins=PluginManager.default(autoload=False),
+                trigger_interval=0.2,
+                on_checkpoint=lambda ts: behind.append(executor.status(spans["items"]).checkpoint_ts),
+            )
+        )
+        assert await executor.add_span(spans["orders"], 0, prepare=False)
+        await until(lambda: executor.store.published_ts >= END_TS, timeout=120, observe=executor.error)
+        assert await executor.add_span(spans["items"], 0, prepare=False)
+        await until(lambda: executor.checkpoint_ts >= END_TS and behind and behind[-1] >= END_TS, timeout=180)
+        await executor.close()
+
+    asyncio.run(run())
+    assert sorted(r.image()["id"] for b in sink.batches.values() for r in b.rows if r.table.table == "items") == list(
+        range(600)
+    )
+    moves = sorted(set(behind) - {0})
+    assert behind == sorted(behind) and len(moves) >= 5 and moves[-1] == END_TS, behind

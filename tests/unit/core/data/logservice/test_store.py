@@ -413,3 +413,63 @@ def test_only_identical_commit_start_key_are_merged(tmp_path):
     buffers = SpanBuffers(tmp_path / "spill", "cf", memory_quota=1 << 20, disk_quota=0, max_runs=2)
     assert list(buffers._unique(records)) == [(1, 0, b"a"), (1, 0, b"b"), (2, 0, b"a"), (2, 1, b"a")]
     assert buffers.dropped == 3
+
+
+def test_a_span_catching_up_behind_the_published_ts_is_flushed_chunk_by_chunk(tmp_path):
+    # A changefeed's spans leave their prepare phase one by one: the first to
+    # replicate moves the published ts to now, the others join behind it with their
+    # whole backlog. Their checkpoints must move as that backlog is delivered, not
+    # only once all of it is.
+    store = new_store(tmp_path, cut_rows=10)
+    store.add_span(SPAN_A, 0, replicating=True)
+    assert store.resolve(SPAN_A, 100)
+    store.add_span(SPAN_B, 0, replicating=True)
+    for i in range(45):  # three rows a ts (one transaction): the bound of 10 falls inside one
+        store.put(SPAN_B, raw(SPAN_B, b"b%d" % i, 5 + i // 3))
+    assert store.resolve(SPAN_B, 100)
+    late = [c for c in store.chunks_in(0, store.next_chunk) if c.span_id == 1]
+    assert [c.rows for c in late] == [12, 12, 12, 9]
+    # No transaction is split between two chunks (nor, so, between two batches).
+    assert len({e.commit_ts for c in late for e in published_events_of(store, c)}) == 15
+    assert sum(len({e.commit_ts for e in published_events_of(store, c)}) for c in late) == 15
+    assert store.caught_up_ts(SPAN_B) == 0
+    progress = []
+    for chunk in late:
+        store.checkpoint(100, chunk.seq + 1)
+        flushed = store.caught_up_ts(SPAN_B)
+        # Every event of the span at or below the reported ts is in a flushed chunk.
+        pending = [e for c in late if c.seq > chunk.seq for e in published_events_of(store, c)]
+        assert all(e.commit_ts > flushed for e in pending), (flushed, pending[:1])
+        progress.append(flushed)
+        assert not store.covers(SPAN_B) or chunk is late[-1]
+    assert progress == sorted(progress) and len(set(progress)) == 4 and progress[-1] == 100
+    assert store.covers(SPAN_B)
+
+
+def published_events_of(store, chunk):
+    events = []
+    for batch in read_record_batches(store.directory / chunk.file):
+        events.extend(event_from_record(r, store.span_of, store.schemas) for r in batch_to_records(batch))
+    return events
+
+
+def test_the_first_batch_does_not_take_a_whole_catch_up_with_the_cut_before_it(tmp_path):
+    from cdcflow.core.data.pipeline.datasource import CdcflowStreamReader
+
+    store = new_store(tmp_path, cut_rows=10)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.put(SPAN_A, raw(SPAN_A, b"a", 7))
+    assert store.resolve(SPAN_A, 50)
+    store.add_span(SPAN_B, 0, replicating=True)
+    for i in range(45):
+        store.put(SPAN_B, raw(SPAN_B, b"b%d" % i, 5 + i))
+    store.resolve(SPAN_B, 50)
+    reader = CdcflowStreamReader(store.directory, max_batch_rows=20)
+    offset = reader.initialOffset()
+    assert offset == {"resolved_ts": 0, "chunk": 0}
+    sizes = []
+    while offset["chunk"] < store.next_chunk:
+        end = reader.latestOffset(offset, None)
+        sizes.append(sum(c.rows for c in store.chunks_in(offset["chunk"], end["chunk"])))
+        offset = end
+    assert sum(sizes) == 46 and max(sizes) <= 20 and len(sizes) >= 3, sizes
