@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cdcflow.core.data.events import RawKVEvent, RowChange, Span
 from cdcflow.core.data.logservice.records import (
@@ -165,15 +166,17 @@ class SpanBuffers:
     def _unique(self, records: Iterable[Record]) -> Iterator[Record]:
         """``records`` (sorted) without repeats of one change: a source may send a change
         again (TiKV, after a region is split or its leader moves, scans it again from the
-        region's resolved ts), and a repeat has the same ``(commit_ts, start_ts, key)``, so
-        it is next to the first in sort order. Counted in :attr:`dropped`."""
-        previous: tuple[int, int, bytes] | None = None
+        region's resolved ts), and a repeat is the same record with the same
+        ``(commit_ts, start_ts, key)``, so it is next to the first in sort order. Records
+        without a key (row sources that do not know one) are never repeats: the rows of one
+        transaction share their timestamps. Counted in :attr:`dropped`."""
+        previous: tuple[Any, ...] = ()
         for record in records:
-            key = sort_key(record)
-            if key == previous:
+            current = tuple(record)
+            if current[2] and current == previous:
                 self.dropped += 1
                 continue
-            previous = key
+            previous = current
             yield record
 
     def drop_exhausted_runs(self, buf: SpanBuffer) -> None:

@@ -473,3 +473,16 @@ def test_the_first_batch_does_not_take_a_whole_catch_up_with_the_cut_before_it(t
         sizes.append(sum(c.rows for c in store.chunks_in(offset["chunk"], end["chunk"])))
         offset = end
     assert sum(sizes) == 46 and max(sizes) <= 20 and len(sizes) >= 3, sizes
+
+
+def test_rows_without_a_key_of_one_transaction_are_all_kept(tmp_path):
+    # A row source that knows no key: the rows of a transaction share their timestamps
+    # and are not repeats of each other (a keyless table may even hold equal rows).
+    store = new_store(tmp_path)
+    store.add_span(SPAN_A, 0, replicating=True)
+    rows = [insert("shop", "orders", {"id": i % 3}, commit_ts=10) for i in range(6)]
+    for row in rows:
+        store.put(SPAN_A, row)
+    store.resolve(SPAN_A, 20)
+    assert len(published_events(store, 0, 20)) == 6
+    assert store.stats().dropped_duplicates == 0
