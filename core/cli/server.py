@@ -9,8 +9,9 @@ import dataclasses
 import signal
 import sys
 
-from cdcflow.core.cli._common import EXIT_OK
+from cdcflow.core.cli._common import EXIT_CONFIG, EXIT_OK
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
+from cdcflow.core.errors import ConfigInvalidError
 
 __all__ = ["add_parser", "run", "serve"]
 
@@ -89,5 +90,13 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cdcflow.core.config import load_deployment
+
+    try:
+        if args.config:
+            load_deployment(args.config, args.plugins)
+    except ConfigInvalidError as exc:  # the file's problems, as `cdcflow validate` reports them
+        sys.stderr.write(f"cdcflow: {exc}\n")
+        return EXIT_CONFIG
     asyncio.run(serve(args))
     return EXIT_OK

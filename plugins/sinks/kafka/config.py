@@ -105,4 +105,18 @@ def bootstrap_of(config: KafkaSinkConfig) -> str:
     hosts = parts.netloc.rpartition("@")[2]
     if not hosts:
         raise ConfigInvalidError(f"kafka sink URI {config.uri!r} names no broker; write kafka://host:port/topic")
+    for broker in hosts.split(","):
+        host, port = broker, ""
+        if broker.startswith("["):  # [::1]:9092
+            host, _, rest = broker.partition("]")
+            port = rest.removeprefix(":")
+            if not rest.startswith(":") and rest:
+                host = ""
+        elif ":" in broker:
+            host, _, port = broker.rpartition(":")
+        if not host or (port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535)):
+            raise ConfigInvalidError(
+                f"kafka sink URI names broker {broker!r}, which is not host:port with a port in 1..65535; "
+                "write kafka://host:port[,host:port]/topic"
+            )
     return hosts
