@@ -27,6 +27,7 @@ from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.plugin.base import Plugin, PluginConfig
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry
+from cdcflow.core.secrets import is_secret_key, redact
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -338,8 +339,8 @@ def _issue_for(
         message = err["msg"]
         if kind == "value_error":
             message = message.removeprefix("Value error, ")
-        elif "input" in err and not isinstance(err["input"], dict | list):
-            message += f" (got {err['input']!r})"
+        elif "input" in err and not isinstance(err["input"], dict | list) and not (loc and is_secret_key(loc[-1])):
+            message += f" (got {redact(err['input'])!r})"
     if loc and loc[0] in from_uri:
         full = (*path, "uri")
         message = f"in the uri, '{loc[0]}': {message}"

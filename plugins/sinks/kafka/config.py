@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import PluginConfig
@@ -86,7 +86,9 @@ class KafkaSinkConfig(PluginConfig):
         "", description="SASL mechanism; empty: no SASL."
     )
     sasl_user: str = Field("", description="SASL user name.")
-    sasl_password: str = Field("", description="SASL password (use ${VAR} in connectors.yaml).")
+    sasl_password: SecretStr = Field(
+        SecretStr(""), description="SASL password (use ${VAR} in connectors.yaml); masked wherever shown."
+    )
     dispatchers: list[DispatchRule] = Field(
         default_factory=list, description="Per-table topic and partition rules; the first matching rule wins."
     )
