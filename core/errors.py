@@ -25,6 +25,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from cdcflow.core.secrets import mask_text
+
 __all__ = [
     "BackPressureError",
     "CdcflowError",
@@ -102,6 +104,7 @@ class CdcflowError(Exception):
         severity: Severity | None = None,
         retryable: Retryable | None = None,
     ) -> None:
+        message = mask_text(message)  # a URI's password or a secret option never reaches a log or an API answer
         super().__init__(message)
         self.message = message
         self.detail: dict[str, Any] = dict(detail or {})
@@ -155,7 +158,7 @@ class ConfigIssue:
         column: int | None = None,
         path: str = "",
     ) -> None:
-        self.message = message
+        self.message = mask_text(message)
         self.file = file
         self.line = line
         self.column = column

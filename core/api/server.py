@@ -37,6 +37,7 @@ from cdcflow.core.errors import (
     MetaStoreIOError,
     NotAvailableError,
 )
+from cdcflow.core.secrets import redact
 from cdcflow.core.version import __version__
 
 __all__ = ["MAX_BODY_DEPTH", "ApiServer", "changefeed_json", "error_response", "redact"]
@@ -93,26 +94,8 @@ def body_depth(raw: bytes) -> int:
     return deepest
 
 
-_SECRET_WORDS = ("password", "secret", "token", "credential")
 #: ``cdcflow_owner_status`` values, as TiCDC's ``ticdc_owner_status`` encodes them.
 _STATE_CODES = {"normal": 0, "failed": 2, "paused": 3, "finished": 4, "removed": 5, "warning": 6}
-
-
-def redact(value: Any) -> Any:
-    """``value`` with the values of secret-looking keys replaced (the API never shows them)."""
-    if isinstance(value, dict):
-        return {
-            k: "******" if any(w in str(k).lower() for w in _SECRET_WORDS) and v else redact(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    if isinstance(value, str) and "://" in value and "@" in value.split("://", 1)[1].split("/", 1)[0]:
-        scheme, rest = value.split("://", 1)
-        userinfo, _, host = rest.partition("@")
-        if ":" in userinfo:
-            return f"{scheme}://{userinfo.split(':', 1)[0]}:******@{host}"
-    return value
 
 
 def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.cli._common import EXIT_CONFIG, EXIT_OK
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
+from cdcflow.core.errors import ConfigInvalidError
 
 if TYPE_CHECKING:
     from cdcflow.core.control.changefeed import ChangeFeedInfo
@@ -142,7 +143,13 @@ async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declare
 
 def run(args: argparse.Namespace) -> int:
     from cdcflow.core.api.security import SecurityConfigError
+    from cdcflow.core.config import load_deployment
 
+    try:
+        load_deployment(args.file, args.plugins)
+    except ConfigInvalidError as exc:  # the file's problems, as `cdcflow validate` reports them
+        sys.stderr.write(f"cdcflow: {exc}\n")
+        return EXIT_CONFIG
     try:
         asyncio.run(run_file(args.file, args.duration, plugins=args.plugins, executor=args.executor))
     except SecurityConfigError as exc:  # server.security or the API address: nothing was started

@@ -11,6 +11,7 @@ import sys
 
 from cdcflow.core.cli._common import EXIT_CONFIG, EXIT_OK
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
+from cdcflow.core.errors import ConfigInvalidError
 
 __all__ = ["add_parser", "run", "serve"]
 
@@ -102,7 +103,14 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cdcflow.core.api.security import SecurityConfigError
+    from cdcflow.core.config import load_deployment
 
+    try:
+        if args.config:
+            load_deployment(args.config, args.plugins)
+    except ConfigInvalidError as exc:  # the file's problems, as `cdcflow validate` reports them
+        sys.stderr.write(f"cdcflow: {exc}\n")
+        return EXIT_CONFIG
     try:
         asyncio.run(serve(args))
     except SecurityConfigError as exc:

@@ -27,12 +27,14 @@ from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.plugin.base import Plugin, PluginConfig
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
 from cdcflow.core.plugin.registry import PluginOrigin, PluginRegistry
+from cdcflow.core.secrets import is_secret_key, redact
 
 __all__ = [
     "DEFAULT_SCHEDULER",
     "Connector",
     "Deployment",
     "PluginChoice",
+    "decode_config",
     "load_deployment",
     "validate_plugin_options",
     "validate_text",
@@ -94,17 +96,35 @@ def load_deployment(
     """Read and validate a connectors.yaml; raise ConfigInvalidError listing every issue."""
     file = str(path)
     try:
-        text = FsPath(path).read_text(encoding="utf-8")
+        raw = FsPath(path).read_bytes()
     except OSError as exc:
         raise ConfigInvalidError(
             f"cannot read {file}: {exc.strerror or exc}",
             [ConfigIssue(f"cannot read the file: {exc.strerror or exc}", file=file)],
         ) from exc
+    text = decode_config(raw, file)
     deployment, issues = validate_text(text, file, plugins, env)
     if issues or deployment is None:
         count = len(issues)
         raise ConfigInvalidError(f"{file}: {count} problem{'s' if count != 1 else ''} found", issues)
     return deployment
+
+
+def decode_config(raw: bytes, file: str) -> str:
+    """The text of a configuration file, which must be UTF-8; ConfigInvalidError
+    naming the line and column of the first byte that is not."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        issue = ConfigIssue(
+            f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; save the file as UTF-8",
+            file=file,
+            line=line,
+            column=column,
+        )
+        raise ConfigInvalidError(f"{file}: 1 problem found", [issue]) from None
 
 
 def validate_text(
@@ -212,12 +232,22 @@ def _select(
             )
         )
         return None
-    options, from_uri = _options(entry.cls, raw, uri, path, doc, issues)
+    try:
+        options, from_uri = _options(entry.cls, raw, uri, path, doc, issues)
+    except ValueError as exc:  # urlsplit: an unclosed '[', a port that is not a number
+        issues.append(doc.issue((*path, "uri"), f"not a valid URI: {exc}"))
+        return None
     config = validate_plugin_options(entry.cls, options, path, doc, issues, from_uri=from_uri)
     if config is None:
         return None
-    for field, message in entry.cls.check_config(config, plugins):
-        issues.append(doc.issue((*path, field), message))
+    try:
+        checked = entry.cls.check_config(config, plugins)
+    except ConfigInvalidError as exc:
+        checked = [("uri" if uri is not None else "", exc.message)]
+    except ValueError as exc:
+        checked = [("uri" if uri is not None else "", f"not a valid URI or option: {exc}")]
+    for field, message in checked:
+        issues.append(doc.issue((*path, field) if field else path, message))
     return PluginChoice(registry.kind, entry.type_name, entry.cls, config, entry.origin, plugins)
 
 
@@ -245,7 +275,11 @@ def _options(
 def _type_for_scheme(
     registry: PluginRegistry[Any], uri: str, path: Path, doc: Located, issues: list[ConfigIssue]
 ) -> str | None:
-    scheme = urlsplit(uri).scheme.lower()
+    try:
+        scheme = urlsplit(uri).scheme.lower()
+    except ValueError as exc:
+        issues.append(doc.issue((*path, "uri"), f"not a valid URI: {exc}"))
+        return None
     schemes: dict[str, str] = {}
     for entry in registry:
         for s in getattr(entry.cls, "uri_schemes", ()):
@@ -305,8 +339,8 @@ def _issue_for(
         message = err["msg"]
         if kind == "value_error":
             message = message.removeprefix("Value error, ")
-        elif "input" in err and not isinstance(err["input"], dict | list):
-            message += f" (got {err['input']!r})"
+        elif "input" in err and not isinstance(err["input"], dict | list) and not (loc and is_secret_key(loc[-1])):
+            message += f" (got {redact(err['input'])!r})"
     if loc and loc[0] in from_uri:
         full = (*path, "uri")
         message = f"in the uri, '{loc[0]}': {message}"

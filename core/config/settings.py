@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from cdcflow.core.config.units import ByteSize, Duration
 from cdcflow.core.data.filter import DEFAULT_FILTER_RULES, TableFilter
@@ -26,6 +26,9 @@ __all__ = [
     "DEFAULT_MEMORY_QUOTA",
     "DEFAULT_SPILL_DISK_QUOTA",
     "DEFAULT_TRIGGER_INTERVAL",
+    "MAX_CHANGEFEED_ID_LENGTH",
+    "MAX_TSO",
+    "MIN_MEMORY_QUOTA",
     "ColumnSelectorSettings",
     "ConnectorSettings",
     "DeploymentFile",
@@ -37,16 +40,27 @@ __all__ = [
 
 #: Changefeed ids, as TiCDC accepts them: words of letters and digits joined by dashes.
 CHANGEFEED_ID_PATTERN = re.compile(r"^[a-zA-Z0-9]+(-[a-zA-Z0-9]+)*$")
+#: The longest changefeed id (TiCDC's limit); ids name files and directories.
+MAX_CHANGEFEED_ID_LENGTH = 128
+#: The largest TSO a setting may name: a TSO is stored as a signed 64-bit integer.
+MAX_TSO = 2**63 - 1
+#: The smallest memory-quota a changefeed can run with.
+MIN_MEMORY_QUOTA = 1024**2
 
 
 def _start_ts(value: object) -> object:
     if value == "now":
         return value
+    ts: int | None = None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    raise ValueError("start-ts must be a TSO (a non-negative integer) or 'now'")
+        ts = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
+        ts = int(value)
+    if ts is None:
+        raise ValueError("start-ts must be a TSO (a non-negative integer) or 'now'")
+    if ts > MAX_TSO:
+        raise ValueError(f"start-ts must be a TSO of at most {MAX_TSO} (2^63 - 1)")
+    return ts
 
 
 class _Settings(BaseModel):
@@ -248,16 +262,17 @@ class ConnectorSettings(_Settings):
     start_ts: Annotated[int | Literal["now"], BeforeValidator(_start_ts)] = Field(
         "now", description="Replicate changes committed after this TSO, or 'now'."
     )
-    target_ts: int = Field(0, ge=0, description="Stop (state finished) at this TSO; 0 means never.")
+    target_ts: int = Field(0, ge=0, le=MAX_TSO, description="Stop (state finished) at this TSO; 0 means never.")
     filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
     memory_quota: ByteSize = Field(
         DEFAULT_MEMORY_QUOTA,
         description="Memory per changefeed for buffered changes before they spill: the source's feeds take their "
-        "share (tikv: a quarter), the event store the rest.",
+        "share (tikv: a quarter), the event store the rest. At least 1MiB.",
     )
     spill_disk_quota: ByteSize = Field(
         DEFAULT_SPILL_DISK_QUOTA,
-        description="Event-store disk (spill runs, resolved chunks) per changefeed; feeds pause at it; 0: no limit.",
+        description="Event-store disk (spill runs, resolved chunks) per changefeed; feeds pause at it; 0: no limit. "
+        "Otherwise at least memory-quota: a full memory buffer must fit on disk when it spills.",
     )
     error_stuck_duration: Duration = Field(
         DEFAULT_ERROR_STUCK_DURATION,
@@ -268,9 +283,31 @@ class ConnectorSettings(_Settings):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
+        if len(value) > MAX_CHANGEFEED_ID_LENGTH:
+            raise ValueError(
+                f"the connector name has {len(value)} characters; at most {MAX_CHANGEFEED_ID_LENGTH} are allowed"
+            )
         if not CHANGEFEED_ID_PATTERN.match(value):
             raise ValueError(
                 f"{value!r} is not a valid connector name: use letters and digits, words joined by single dashes"
+            )
+        return value
+
+    @field_validator("memory_quota")
+    @classmethod
+    def _memory_minimum(cls, value: int) -> int:
+        if value < MIN_MEMORY_QUOTA:
+            raise ValueError(f"memory-quota is {value} bytes; a changefeed needs at least 1MiB")
+        return value
+
+    @field_validator("spill_disk_quota")
+    @classmethod
+    def _disk_holds_memory(cls, value: int, info: ValidationInfo) -> int:
+        memory = info.data.get("memory_quota")
+        if value and memory is not None and value < memory:
+            raise ValueError(
+                f"spill-disk-quota ({value} bytes) is below memory-quota ({memory} bytes): the changefeed could "
+                "never spill a full memory buffer and would stall; give at least memory-quota, or 0 for no limit"
             )
         return value
 

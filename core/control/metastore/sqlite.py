@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -80,6 +81,23 @@ class SQLiteSession(Session):
         self.lost.set()
 
 
+def _owner_only(path: str) -> None:
+    """Create the database file readable and writable by its owner only (0600) — it holds
+    the changefeeds' sink URIs and options, passwords included — and take group and
+    other access away from one an older version created. SQLite creates the ``-wal``
+    and ``-shm`` files with the database file's permissions."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path + suffix).st_mode & 0o077:
+                os.chmod(path + suffix, 0o600)
+
+
 class SQLiteMetaStore(MetaStore):
     """See the module docstring."""
 
@@ -87,14 +105,15 @@ class SQLiteMetaStore(MetaStore):
         self.url = f"sqlite:///{path}"
         self.path = path
         self._retries = retries
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
+            if path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                _owner_only(path)
             self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise MetaStoreIOError(f"cannot open the SQLite metastore {path}: {exc}", detail={"path": path}) from exc
 
     # -- plumbing ---------------------------------------------------------------------------

@@ -9,6 +9,24 @@ Layout under the target directory::
     {schema}/ddl-{commit_ts}.{ext}                    a schema-level DDL
     metadata                                           {"checkpoint-ts": …, "batch-id": …}
 
+Schema and table names come from the upstream and may hold anything, so each
+is written as one safe path segment, never joined raw (``segment_of``,
+reversed by ``name_of``):
+
+- ``%``, ``/``, ``\\``, NUL and every other control character are
+  percent-encoded as ``%XX`` (UTF-8 bytes), as is a leading ``.`` (so ``..``,
+  ``.`` and hidden names cannot occur) and the first character of a name the
+  layout itself uses (``metadata``, ``_``, names starting with ``ddl-``);
+- the empty name is written ``%``;
+- an encoded name longer than 200 bytes keeps its first 150 bytes, then
+  ``%~`` and 32 hex digits of the SHA-256 of the full name: unique, but not
+  reversible (the full name is in every message of the file).
+
+A table ``../../../x`` of schema ``shop`` is thus written in the directory
+``shop/%2E.%2F..%2F..%2Fx``.
+Every path is also checked, once resolved (symbolic links followed), to be
+below the target directory; one that is not fails the batch with error 2001.
+
 The codec (``protocol=json|canal-json|open-protocol``) decides the layout of
 a file (``Codec.file_bytes``): text protocols write one message per line;
 ``open-protocol`` writes records of ``LEN(8 bytes BE) + key`` then
@@ -30,8 +48,10 @@ idempotent. ``metadata`` is written last and records the batch's resolved ts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
@@ -44,11 +64,80 @@ from pydantic import Field
 from cdcflow.core.data.codec import Codec, EncodedMessage
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.data.sink import PartitionWriter, Sink, SinkContext, TaskWriter
-from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError
+from cdcflow.core.errors import ConfigInvalidError, DownstreamUnavailableError, Retryable
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["FileSink", "FileSinkConfig", "cdcflow_register_sinks"]
+__all__ = ["FileSink", "FileSinkConfig", "cdcflow_register_sinks", "name_of", "segment_of"]
+
+#: Encoded names longer than this (bytes) are truncated and hashed; file systems allow 255.
+MAX_SEGMENT_BYTES = 200
+_KEEP_BYTES = 150
+_HASHED = "%~"
+#: Names the layout itself uses (their first character is encoded).
+_RESERVED = ("metadata", "_")
+_ENCODE = re.compile(r"[%/\\\x00-\x1f\x7f]")
+
+
+def _percent(char: str) -> str:
+    return "".join(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
+
+
+def segment_of(name: str) -> str:
+    """``name`` (a schema or table name) as one safe path segment (module docs)."""
+    if name == "":
+        return "%"
+    encoded = _ENCODE.sub(lambda m: _percent(m.group(0)), name)
+    if encoded.startswith(".") or encoded in _RESERVED or encoded.startswith("ddl-"):
+        encoded = _percent(encoded[0]) + encoded[1:]
+    raw = encoded.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_SEGMENT_BYTES:
+        return encoded
+    head = raw[:_KEEP_BYTES].decode("utf-8", "ignore")
+    head = re.sub(r"%[0-9A-F]?$", "", head)  # never end inside a %XX
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{head}{_HASHED}{digest}"
+
+
+def name_of(segment: str) -> str | None:
+    """The name ``segment_of`` encoded as ``segment``; None for a hashed (truncated) one."""
+    if segment == "%":
+        return ""
+    if _HASHED in segment:
+        return None
+    data = bytearray()
+    i = 0
+    while i < len(segment):
+        if segment[i] == "%":
+            data.append(int(segment[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            data += segment[i].encode("utf-8", "surrogatepass")
+            i += 1
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _below(root: Path, path: Path) -> Path:
+    """``path``, after checking that it resolves below ``root`` (2001, not retried, if not)."""
+    base = root.resolve()
+    resolved = path.resolve()
+    if resolved != base and base not in resolved.parents:
+        raise DownstreamUnavailableError(
+            f"file sink refuses to write {path}: it resolves to {resolved}, outside the target directory {base}",
+            detail={"path": str(path), "dir": str(base)},
+            retryable=Retryable.NONE,
+        )
+    return path
+
+
+def table_dir(root: Path, table: TableName) -> Path:
+    """The directory of ``table``'s files below ``root``."""
+    return _below(root, root / segment_of(table.schema) / segment_of(table.table))
+
+
+def schema_dir(root: Path, schema: str | None) -> Path:
+    """The directory of a schema's DDL files below ``root`` (``_`` without a schema)."""
+    return _below(root, root / (segment_of(schema) if schema is not None else "_"))
 
 
 class FileSinkConfig(PluginConfig):
@@ -127,7 +216,7 @@ class FileSink(Sink[FileSinkConfig]):
                 folder = (
                     self._table_dir(ddl.table)
                     if ddl.table and ddl.table.table
-                    else self._dir / (ddl.table.schema if ddl.table else "_")
+                    else schema_dir(self._dir, ddl.table.schema if ddl.table else None)
                 )
                 message = codec.encode_ddl(ddl)
                 if message is not None:
@@ -146,7 +235,7 @@ class FileSink(Sink[FileSinkConfig]):
         return self._codec
 
     def _table_dir(self, table: TableName) -> Path:
-        return self._dir / table.schema / table.table
+        return table_dir(self._dir, table)
 
     def _write_file(self, path: Path, messages: list[EncodedMessage]) -> None:
         self._write_bytes(path, self._require_codec().file_bytes(messages))
@@ -207,7 +296,7 @@ class _FilePartitionWriter(PartitionWriter):
     def _file(self, table: TableName) -> BinaryIO:
         entry = self._open.get(table)
         if entry is None:
-            path = self._target.directory / table.schema / table.table / self._name
+            path = table_dir(self._target.directory, table) / self._name
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             entry = self._open[table] = (path, os.fdopen(fd, "wb"))

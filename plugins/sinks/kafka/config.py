@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import PluginConfig
@@ -86,7 +86,9 @@ class KafkaSinkConfig(PluginConfig):
         "", description="SASL mechanism; empty: no SASL."
     )
     sasl_user: str = Field("", description="SASL user name.")
-    sasl_password: str = Field("", description="SASL password (use ${VAR} in connectors.yaml).")
+    sasl_password: SecretStr = Field(
+        SecretStr(""), description="SASL password (use ${VAR} in connectors.yaml); masked wherever shown."
+    )
     dispatchers: list[DispatchRule] = Field(
         default_factory=list, description="Per-table topic and partition rules; the first matching rule wins."
     )
@@ -105,4 +107,18 @@ def bootstrap_of(config: KafkaSinkConfig) -> str:
     hosts = parts.netloc.rpartition("@")[2]
     if not hosts:
         raise ConfigInvalidError(f"kafka sink URI {config.uri!r} names no broker; write kafka://host:port/topic")
+    for broker in hosts.split(","):
+        host, port = broker, ""
+        if broker.startswith("["):  # [::1]:9092
+            host, _, rest = broker.partition("]")
+            port = rest.removeprefix(":")
+            if not rest.startswith(":") and rest:
+                host = ""
+        elif ":" in broker:
+            host, _, port = broker.rpartition(":")
+        if not host or (port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535)):
+            raise ConfigInvalidError(
+                f"kafka sink URI names broker {broker!r}, which is not host:port with a port in 1..65535; "
+                "write kafka://host:port[,host:port]/topic"
+            )
     return hosts

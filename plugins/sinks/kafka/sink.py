@@ -265,7 +265,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if cfg.sasl_mechanism:
             conf["security.protocol"] = "sasl_ssl" if ssl else "sasl_plaintext"
             conf.update({"sasl.mechanism": cfg.sasl_mechanism, "sasl.username": cfg.sasl_user})
-            conf["sasl.password"] = cfg.sasl_password
+            conf["sasl.password"] = cfg.sasl_password.get_secret_value()
         elif ssl:
             conf["security.protocol"] = "ssl"
         if ssl:

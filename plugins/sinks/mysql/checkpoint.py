@@ -48,7 +48,7 @@ from typing import Any
 import pymysql
 
 from cdcflow.core.data.events import TableName
-from cdcflow.plugins.sinks.mysql.dml import quote
+from cdcflow.plugins.sinks.mysql.dml import quote, quote_param
 
 __all__ = ["CheckpointState", "CheckpointTable", "PartitionRecord"]
 
@@ -78,9 +78,11 @@ class CheckpointTable:
     def __init__(self, schema: str, changefeed_id: str) -> None:
         self.schema = schema
         self.changefeed_id = changefeed_id
-        self.table = f"{quote(schema)}.{quote('checkpoint')}"
-        self.progress_table = f"{quote(schema)}.{quote('table_progress')}"
-        self.partition_table = f"{quote(schema)}.{quote('batch_partition')}"
+        # Every statement naming these tables runs with parameters (``()`` at least),
+        # so the driver's %-formatting sees a doubled '%' of the schema name.
+        self.table = f"{quote_param(schema)}.{quote('checkpoint')}"
+        self.progress_table = f"{quote_param(schema)}.{quote('table_progress')}"
+        self.partition_table = f"{quote_param(schema)}.{quote('batch_partition')}"
 
     def ensure(self, conn: pymysql.connections.Connection[Any]) -> None:
         with conn.cursor() as cur:
@@ -93,20 +95,23 @@ class CheckpointTable:
                 " applying_batch_id BIGINT NULL,"
                 " applying_ts BIGINT UNSIGNED NULL,"
                 " updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)"
-                ")"
+                ")",
+                (),
             )
             cur.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.progress_table} ("
                 "changefeed_id VARCHAR(255) NOT NULL, table_name VARCHAR(600) NOT NULL,"
                 " commit_ts BIGINT UNSIGNED NOT NULL, start_ts BIGINT UNSIGNED NOT NULL,"
-                " PRIMARY KEY (changefeed_id, table_name))"
+                " PRIMARY KEY (changefeed_id, table_name))",
+                (),
             )
             cur.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.partition_table} ("
                 "changefeed_id VARCHAR(255) NOT NULL, batch_id BIGINT NOT NULL, partition_id INT NOT NULL,"
                 " end_ts BIGINT UNSIGNED NOT NULL, flushed TINYINT(1) NOT NULL DEFAULT 0, tables MEDIUMTEXT NULL,"
                 " updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),"
-                " PRIMARY KEY (changefeed_id, batch_id, partition_id))"
+                " PRIMARY KEY (changefeed_id, batch_id, partition_id))",
+                (),
             )
         conn.commit()
 

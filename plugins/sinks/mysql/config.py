@@ -14,7 +14,7 @@ import zoneinfo
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import PluginConfig
@@ -40,7 +40,10 @@ class MySQLSinkConfig(PluginConfig):
     host: str = Field("127.0.0.1", description="Server host (used when 'uri' is empty).")
     port: int = Field(3306, ge=1, le=65535, description="Server port (used when 'uri' is empty).")
     user: str = Field("root", description="User name (used when 'uri' is empty).")
-    password: str = Field("", description="Password (used when 'uri' is empty); prefer ${VAR} in connectors.yaml.")
+    password: SecretStr = Field(
+        SecretStr(""),
+        description="Password (used when 'uri' is empty); prefer ${VAR} in connectors.yaml; masked wherever shown.",
+    )
     worker_count: int = Field(16, ge=1, le=1024, description="Concurrent downstream connections (workers).")
     max_txn_row: int = Field(
         256, ge=1, le=2048, description="Rows per downstream transaction; one upstream transaction is never split."
@@ -77,7 +80,9 @@ class ConnectionTarget:
 def target_of(config: MySQLSinkConfig) -> ConnectionTarget:
     """The server named by ``uri`` (when set) or by host/port/user/password."""
     if not config.uri:
-        return ConnectionTarget(config.host, config.port, config.user, config.password, bool(config.ssl_ca))
+        return ConnectionTarget(
+            config.host, config.port, config.user, config.password.get_secret_value(), bool(config.ssl_ca)
+        )
     parts = urlsplit(config.uri)
     if parts.scheme not in SCHEMES:
         raise ConfigInvalidError(f"MySQL sink URI must start with one of {', '.join(s + '://' for s in SCHEMES)}")

@@ -2,7 +2,9 @@
 
 Every value is bound as a parameter (``%s`` placeholders handed to the
 driver with the values); only identifiers are spliced into SQL, and they are
-always back-quoted with embedded back-quotes doubled. Consecutive changes of
+always back-quoted with embedded back-quotes doubled, and, since the driver
+formats the text with ``%``, with every ``%`` doubled too (a table ``50%off``,
+a column ``a%b``). Consecutive changes of
 the same kind become one multi-row statement: one ``INSERT``/``REPLACE`` with
 many ``VALUES`` rows, one ``DELETE … WHERE k IN (…)``.
 """
@@ -16,7 +18,7 @@ from typing import Any
 
 from cdcflow.core.data.events import OpType, RowChange
 
-__all__ = ["Statement", "TableMeta", "plan_statements", "quote"]
+__all__ = ["Statement", "TableMeta", "plan_statements", "quote", "quote_param"]
 
 
 #: Rows in one multi-row statement: keeps a huge upstream transaction's DELETE … IN (…)
@@ -27,6 +29,13 @@ MAX_ROWS_PER_STATEMENT = 512
 def quote(identifier: str) -> str:
     """A back-quoted MySQL identifier: ``a`b`` → ```a``b```."""
     return "`" + identifier.replace("`", "``") + "`"
+
+
+def quote_param(identifier: str) -> str:
+    """:func:`quote` for SQL text run with parameters (``%s`` placeholders): PyMySQL
+    formats such text with ``sql % args``, so a ``%`` of the identifier is doubled
+    (``50%off`` → ```50%%off```), or the driver would read it as a placeholder."""
+    return quote(identifier).replace("%", "%%")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +90,9 @@ def _where(meta: TableMeta, image: Mapping[str, Any], zone: dt.tzinfo) -> tuple[
     """WHERE text, its args and a LIMIT clause matching the row ``image``."""
     if meta.handle:
         cols = meta.handle
-        return " AND ".join(f"{quote(c)} = %s" for c in cols), _values(image, cols, zone), ""
+        return " AND ".join(f"{quote_param(c)} = %s" for c in cols), _values(image, cols, zone), ""
     cols = _writable_columns(meta, image)
-    return " AND ".join(f"{quote(c)} <=> %s" for c in cols), _values(image, cols, zone), " LIMIT 1"
+    return " AND ".join(f"{quote_param(c)} <=> %s" for c in cols), _values(image, cols, zone), " LIMIT 1"
 
 
 def key_changed(meta: TableMeta, row: RowChange) -> bool:
@@ -149,10 +158,10 @@ def plan_statements(
 
 
 def _statement(meta: TableMeta, run: _Run, zone: dt.tzinfo) -> Statement:
-    table = meta.qualified
+    table = f"{quote_param(meta.schema)}.{quote_param(meta.table)}"
     if run.kind in ("insert", "replace"):
         verb = "INSERT" if run.kind == "insert" else "REPLACE"
-        cols = ", ".join(quote(c) for c in run.columns)
+        cols = ", ".join(quote_param(c) for c in run.columns)
         marks = ", ".join(["%s"] * len(run.columns))
         images = [r.after or {} for r in run.rows]
         return Statement(
@@ -166,15 +175,16 @@ def _statement(meta: TableMeta, run: _Run, zone: dt.tzinfo) -> Statement:
         # is not turned into index lookups by every server (MariaDB scans the table).
         if len(meta.handle) == 1:
             marks = ", ".join(["%s"] * len(run.rows))
-            return Statement(f"DELETE FROM {table} WHERE {quote(meta.handle[0])} IN ({marks})", args, rows=run.rows)
-        one = "(" + " AND ".join(f"{quote(c)} = %s" for c in meta.handle) + ")"
+            key = quote_param(meta.handle[0])
+            return Statement(f"DELETE FROM {table} WHERE {key} IN ({marks})", args, rows=run.rows)
+        one = "(" + " AND ".join(f"{quote_param(c)} = %s" for c in meta.handle) + ")"
         return Statement(f"DELETE FROM {table} WHERE " + " OR ".join([one] * len(run.rows)), args, rows=run.rows)
     row = run.rows[0]
     if run.kind == "delete":
         where, where_args, limit = _where(meta, row.before or {}, zone)
         return Statement(f"DELETE FROM {table} WHERE {where}{limit}", where_args, rows=run.rows)
     after = row.after or {}
-    sets = ", ".join(f"{quote(c)} = %s" for c in run.columns)
+    sets = ", ".join(f"{quote_param(c)} = %s" for c in run.columns)
     where, where_args, limit = _where(meta, row.before or after, zone)
     return Statement(
         f"UPDATE {table} SET {sets} WHERE {where}{limit}",

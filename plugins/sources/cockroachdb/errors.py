@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from cdcflow.core.errors import CdcflowError, CheckpointStaleError, ConfigInvalidError
+from cdcflow.core.secrets import mask_text
 
 __all__ = ["ErrorKind", "classify", "redact_dsn", "schema_change_ts", "to_cdcflow_error"]
 
@@ -34,7 +35,6 @@ _AUTH_SQLSTATES = {"28000", "28P01"}
 _AUTH_TEXT = re.compile(r"password authentication failed|SSL|TLS|certificate|authentication", re.IGNORECASE)
 _GC_TEXT = re.compile(r"GC threshold|must be after replica GC|before the GC|garbage collect", re.IGNORECASE)
 _SCHEMA_CHANGE = re.compile(r"schema change occurred at", re.IGNORECASE)
-_PASSWORD_IN_DSN = re.compile(r"(://[^:/@\s]+:)([^@\s]*)(@)|(password=)([^&\s]*)", re.IGNORECASE)
 
 
 class ErrorKind(enum.Enum):
@@ -48,8 +48,8 @@ class ErrorKind(enum.Enum):
 
 
 def redact_dsn(text: str) -> str:
-    """``text`` with every DSN password replaced by ``***``."""
-    return _PASSWORD_IN_DSN.sub(lambda m: f"{m[1]}***{m[3]}" if m[1] else f"{m[4]}***", text)
+    """``text`` with every DSN password masked (:func:`cdcflow.core.secrets.mask_text`)."""
+    return mask_text(text)
 
 
 def _sqlstate(exc: BaseException) -> str:

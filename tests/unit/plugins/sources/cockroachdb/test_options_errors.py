@@ -78,5 +78,6 @@ def test_auth_error_is_config_invalid_without_the_password() -> None:
 
 
 def test_redact_dsn() -> None:
-    assert redact_dsn("postgresql://u:pw@h:1/db") == "postgresql://u:***@h:1/db"
-    assert redact_dsn("host=h password=pw user=u") == "host=h password=*** user=u"
+    assert redact_dsn("postgresql://u:pw@h:1/db") == "postgresql://u:******@h:1/db"
+    assert redact_dsn("host=h password=pw user=u") == "host=h password=****** user=u"
+    assert redact_dsn("postgresql://u:p@w@h:1/db?sslpassword=k") == "postgresql://u:******@h:1/db?sslpassword=******"
