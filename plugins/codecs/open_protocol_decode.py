@@ -64,7 +64,13 @@ def split_frames(data: bytes, *, where: str) -> list[bytes]:
 
 
 def decode_message(key: bytes, value: bytes | None) -> Iterator[DecodedEvent]:
-    """Events of one message, in order."""
+    """Events of one message, in order.
+
+    Anything that is not a message the encoder writes raises
+    :class:`UnsupportedProtocolError` naming the key or value item (and the
+    column) that is wrong: bad framing, bytes that are not JSON, JSON of the
+    wrong shape, a value its column type cannot hold.
+    """
     if len(key) < 8:
         raise UnsupportedProtocolError("open-protocol key shorter than its 8-byte version")
     (version,) = struct.unpack_from(">Q", key, 0)
@@ -73,21 +79,47 @@ def decode_message(key: bytes, value: bytes | None) -> Iterator[DecodedEvent]:
     keys = split_frames(key[8:], where="open-protocol key")
     values = split_frames(value or b"", where="open-protocol value")
     for i, key_json in enumerate(keys):
-        head = json.loads(key_json)
+        where = f"open-protocol key item {i}"
+        head = _json_object(key_json, where)
         kind = head.get("t")
+        ts = _int_field(head, "ts", where)
         if kind == MessageType.RESOLVED:
-            yield DecodedResolved(int(head["ts"]))
+            yield DecodedResolved(ts)
             continue
+        if kind not in (MessageType.DDL, MessageType.ROW):
+            raise UnsupportedProtocolError(f"{where}: unknown type {kind!r}")
         if i >= len(values):
             raise UnsupportedProtocolError(f"open-protocol message has {len(keys)} keys but {len(values)} values")
-        body = json.loads(values[i], parse_float=decimal.Decimal)
-        table = TableName(head.get("scm", ""), head.get("tbl", ""), partition_id=head.get("ptn"))
+        where = f"open-protocol value item {i}"
+        body = _json_object(values[i], where)
+        schema, name, partition = head.get("scm", ""), head.get("tbl", ""), head.get("ptn")
+        if not isinstance(schema, str) or not isinstance(name, str) or not isinstance(partition, int | None):
+            raise UnsupportedProtocolError(f"open-protocol key item {i}: scm and tbl must be strings, ptn an integer")
+        table = TableName(schema, name, partition_id=partition)
         if kind == MessageType.DDL:
-            yield DDLEvent(int(head["ts"]), body.get("q", ""), table, int(body.get("t", 0)))
-        elif kind == MessageType.ROW:
-            yield _row(table, int(head["ts"]), body)
+            query = body.get("q", "")
+            if not isinstance(query, str):
+                raise UnsupportedProtocolError(f"{where}: the DDL query q is not a string")
+            yield DDLEvent(ts, query, table, _int_field(body, "t", where, default=0))
         else:
-            raise UnsupportedProtocolError(f"open-protocol key of unknown type {kind!r}")
+            yield _row(table, ts, body, where)
+
+
+def _json_object(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data, parse_float=decimal.Decimal)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
+        raise UnsupportedProtocolError(f"{where} is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise UnsupportedProtocolError(f"{where} is a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def _int_field(doc: Mapping[str, Any], field: str, where: str, *, default: int | None = None) -> int:
+    raw = doc.get(field, default)
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise UnsupportedProtocolError(f"{where}: {field!r} must be an integer, found {raw!r:.40}")
+    return raw
 
 
 def decode_file(data: bytes) -> Iterator[DecodedEvent]:
@@ -99,20 +131,35 @@ def decode_file(data: bytes) -> Iterator[DecodedEvent]:
         yield from decode_message(items[i], items[i + 1])
 
 
-def _row(table: TableName, ts: int, body: Mapping[str, Any]) -> RowChange:
+#: What a column value that its type cannot hold raises while being converted.
+_VALUE_ERRORS = (ValueError, TypeError, ArithmeticError)
+
+
+def _row(table: TableName, ts: int, body: Mapping[str, Any], where: str) -> RowChange:
     columns: dict[str, ColumnInfo] = {}
 
-    def image(part: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    def image(part_name: str) -> dict[str, Any] | None:
+        part = body.get(part_name)
         if part is None:
             return None
+        if not isinstance(part, dict):
+            raise UnsupportedProtocolError(f"{where}: {part_name!r} is not an object of columns")
         out = {}
         for name, col in part.items():
-            info = ColumnInfo(name, int(col["t"]), int(col.get("f", 0)))
+            at = f"{where}: column {name!r} of {part_name!r}"
+            if not isinstance(col, dict):
+                raise UnsupportedProtocolError(f"{at} is not an object")
+            info = ColumnInfo(name, _int_field(col, "t", at), _int_field(col, "f", at, default=0))
             columns.setdefault(name, info)
-            out[name] = decode_column_value(info, col.get("v"))
+            try:
+                out[name] = decode_column_value(info, col.get("v"))
+            except _VALUE_ERRORS as e:
+                raise UnsupportedProtocolError(
+                    f"{at}: value {col.get('v')!r:.60} is not a type {info.type_code}: {e}"
+                ) from None
         return out
 
-    after, before, deleted = image(body.get("u")), image(body.get("p")), image(body.get("d"))
+    after, before, deleted = image("u"), image("p"), image("d")
     if deleted is not None:
         op, after, before = OpType.DELETE, None, deleted
     else:
@@ -142,7 +189,7 @@ def decode_column_value(column: ColumnInfo, raw: Any) -> Any:
     if code == TypeCode.DURATION:
         return _parse(raw, _duration)
     if code in BLOB_TYPES:
-        data = base64.b64decode(raw)
+        data = base64.b64decode(raw, validate=True)
         return data if binary else data.decode("utf-8")
     if code in CHAR_TYPES:
         return go_unquote(raw) if binary else raw
@@ -150,9 +197,11 @@ def decode_column_value(column: ColumnInfo, raw: Any) -> Any:
 
 
 def _parse(text: str, parse: Any) -> Any:
+    if not isinstance(text, str):
+        raise TypeError(f"a {type(text).__name__} where a date or time text belongs")
     try:
         return parse(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         return text  # zero dates and other values Python cannot hold stay strings
 
 

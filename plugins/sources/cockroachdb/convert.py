@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdcflow.core.data.events import OpType, RowChange, TableSchema
-from cdcflow.core.errors import CdcflowError
+from cdcflow.core.errors import CdcflowError, UnsupportedProtocolError
 from cdcflow.plugins.sources.cockroachdb.hlc import HLC
 from cdcflow.plugins.sources.cockroachdb.types import decode_value, kind_of
 
@@ -41,29 +41,86 @@ class Resolved:
     hlc: HLC
 
 
+class _Malformed(Exception):
+    """What is wrong with a feed row (becomes an UnsupportedProtocolError naming table and key)."""
+
+
 def _json(data: bytes | str) -> Any:
-    return json.loads(data, parse_float=Decimal)
+    try:
+        return json.loads(data, parse_float=Decimal)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
+        raise _Malformed(f"the value is not JSON: {e}") from None
 
 
-def _image(raw: Mapping[str, Any] | None, schema: TableSchema) -> dict[str, Any] | None:
+def _hlc(envelope: Mapping[str, Any], *fields: str) -> HLC:
+    for name in fields:
+        raw = envelope.get(name)
+        if raw:
+            if not isinstance(raw, str | Decimal):
+                raise _Malformed(f"{name!r} is a {type(raw).__name__}, not an HLC timestamp")
+            try:
+                return HLC.parse(raw)
+            except ValueError as e:
+                raise _Malformed(f"{name!r}: {e}") from None
+    raise _Malformed(f"the envelope has no {' or '.join(repr(f) for f in fields)} timestamp")
+
+
+#: What a JSON value its column's kind cannot hold raises while being converted.
+_VALUE_ERRORS = (ValueError, TypeError, ArithmeticError, RecursionError)
+
+
+def _image(raw: Any, schema: TableSchema, part: str) -> dict[str, Any] | None:
     if raw is None:
         return None
+    if not isinstance(raw, dict):
+        raise _Malformed(f"{part!r} is a JSON {type(raw).__name__}, not an object of columns")
     # A column the row lacks (written before an ADD COLUMN the catalog already shows) reads NULL;
     # a field the catalog lacks (a column dropped since) is left out.
-    return {col.name: decode_value(raw.get(col.name), kind_of(col)) for col in schema.columns}
+    image = {}
+    for col in schema.columns:
+        value = raw.get(col.name)
+        kind = kind_of(col)
+        try:
+            image[col.name] = decode_value(value, kind)
+        except _VALUE_ERRORS as e:
+            raise _Malformed(f"column {col.name!r} of {part!r}: {value!r:.60} is not a {kind} value ({e})") from None
+    return image
 
 
 def convert_row(row: FeedRow, schemas: Mapping[str, TableSchema]) -> RowChange | Resolved:
-    """One feed row as a :class:`RowChange` (typed by ``schemas[row.table]``) or :class:`Resolved`."""
+    """One feed row as a :class:`RowChange` (typed by ``schemas[row.table]``) or :class:`Resolved`.
+
+    A row that is not what a changefeed writes (not JSON, not an object, no
+    timestamp, a value its column's type cannot hold) raises
+    :class:`UnsupportedProtocolError` (6001) naming the table, the key (hex)
+    and what is wrong.
+    """
+    try:
+        return _convert(row, schemas)
+    except _Malformed as e:
+        table = row.table if row.table is not None else "(resolved)"
+        schema = schemas.get(row.table) if row.table is not None else None
+        name = f"{schema.table.schema}.{schema.table.table}" if schema is not None else table
+        key = (row.key or b"").hex()
+        raise UnsupportedProtocolError(
+            f"cockroachdb source: cannot decode a feed row of {name} at key {key}: {e}; "
+            "the changefeed stops here (check the CockroachDB version and the changefeed's options)",
+            detail={"table": name, "key": key, "cause": str(e)},
+        ) from None
+
+
+def _convert(row: FeedRow, schemas: Mapping[str, TableSchema]) -> RowChange | Resolved:
     envelope = _json(row.value)
+    if not isinstance(envelope, dict):
+        raise _Malformed(f"the value is a JSON {type(envelope).__name__}, not an object")
     if row.table is None:
-        return Resolved(HLC.parse(envelope["resolved"]))
+        return Resolved(_hlc(envelope, "resolved"))
     schema = schemas.get(row.table)
     if schema is None:
         raise CdcflowError(f"cockroachdb source: a feed row of table {row.table!r}, which has no schema")
-    ts = HLC.parse(envelope.get("mvcc_timestamp") or envelope["updated"])
-    after = _image(envelope.get("after"), schema)
-    before = _image(envelope.get("before"), schema)
+    ts = _hlc(envelope, "mvcc_timestamp", "updated")
+    after = _image(envelope.get("after"), schema, "after")
+    before = _image(envelope.get("before"), schema, "before")
     if after is None:
         op = OpType.DELETE
     elif before is None:

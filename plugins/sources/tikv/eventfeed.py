@@ -43,10 +43,10 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
-from cdcflow.core.errors import CdcflowError, Retryable, Severity, UnsupportedProtocolError
+from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity, UnsupportedProtocolError
 from cdcflow.plugins.sources.tikv.channels import TLSFiles, open_channel
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2
-from cdcflow.plugins.sources.tikv.matcher import Committed, Matcher, UnmatchedCommitError
+from cdcflow.plugins.sources.tikv.matcher import Committed, Matcher, UnmatchedCommitError, check_commit_ts
 from cdcflow.plugins.sources.tikv.pd import PDClient, PDRejectedError
 from cdcflow.plugins.sources.tikv.rangets import RangeTs
 from cdcflow.plugins.sources.tikv.regions import RegionInfo, clip, region_key
@@ -82,14 +82,16 @@ _VERSION = "cdcflow"
 
 
 class ClusterIDMismatchError(CdcflowError):
-    """A TiKV store belongs to another cluster than the PD it was found through."""
+    """A TiKV store belongs to another cluster than the PD it was found through (1001: check the pd endpoints)."""
 
+    code = ErrorCode.ErrConfigInvalid
     default_severity = Severity.FATAL
 
 
 class DuplicateRequestError(CdcflowError):
-    """A store reports a region subscribed twice on one stream (a client bug)."""
+    """A store reports a region subscribed twice on one stream (6001: the ChangeData protocol was broken)."""
 
+    code = ErrorCode.ErrUnsupportedProtocol
     default_retryable = Retryable.RETRY
 
 
@@ -430,11 +432,13 @@ class EventFeedClient:
                     if _retired(state):
                         return
             elif kind == cdcpb_pb2.Event.COMMITTED:
+                check_commit_ts(row)
                 await self._deliver(state, matcher.committed(row))
             elif kind == cdcpb_pb2.Event.PREWRITE:
                 for change in matcher.prewrite(row, state.initialized):
                     await self._deliver(state, change)
             elif kind == cdcpb_pb2.Event.COMMIT:
+                check_commit_ts(row)
                 await self._deliver(state, matcher.commit(row, state.initialized))
             elif kind == cdcpb_pb2.Event.ROLLBACK:
                 matcher.rollback(row)
@@ -532,7 +536,8 @@ class EventFeedClient:
         elif error.HasField("server_is_busy") or error.HasField("congested"):
             backoff_ms = error.server_is_busy.backoff_ms if error.HasField("server_is_busy") else 0
             log.info("region %d: %s; backing off", region_id, error_name(error))
-            await self._retry_later([state], at_least=backoff_ms / 1000)
+            # The store's hint, but never longer than the retry timeout: a bogus hint must not stall the feed.
+            await self._retry_later([state], at_least=min(backoff_ms / 1000, self._retry_timeout))
         elif error.HasField("duplicate_request"):
             await self._fail(
                 sub,

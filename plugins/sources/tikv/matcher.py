@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2
 from cdcflow.plugins.sources.tikv.spill import Early, FeedMemory, Held, Prewrite, RegionSpill
 
-__all__ = ["Committed", "Matcher", "UnmatchedCommitError"]
+__all__ = ["Committed", "InvalidEntryError", "Matcher", "UnmatchedCommitError", "check_commit_ts"]
 
 Row = cdcpb_pb2.Event.Row
 _DELETE = cdcpb_pb2.Event.Row.DELETE
@@ -62,6 +62,18 @@ HELD_OVERHEAD = 280
 
 class UnmatchedCommitError(Exception):
     """A COMMIT arrived after INITIALIZED without its PREWRITE: resubscribe the region."""
+
+
+class InvalidEntryError(UnmatchedCommitError):
+    """An entry no TiKV store sends (commit ts below start ts): resubscribe the region, as for an unmatched commit."""
+
+
+def check_commit_ts(row: Row) -> None:
+    """Refuse a COMMIT or COMMITTED entry whose commit ts is below its start ts (the client resubscribes)."""
+    if row.commit_ts < row.start_ts:
+        raise InvalidEntryError(
+            f"entry of key {row.key.hex()} has commit_ts={row.commit_ts} below start_ts={row.start_ts}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

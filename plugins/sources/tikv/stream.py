@@ -103,6 +103,9 @@ class StoreStream:
                 resp = await self._call.read()
                 if resp is grpc.aio.EOF:
                     raise ConnectionError(f"store {self.address} closed the ChangeData stream")
+                if resp is None:  # grpc gives None for a frame that does not parse as a ChangeDataEvent
+                    log.warning("store %s sent a frame that is not a ChangeDataEvent; reconnecting", self.address)
+                    raise ConnectionError(f"store {self.address} sent a malformed ChangeData frame")
                 await self._dispatch(resp)
         except asyncio.CancelledError:
             raise

@@ -34,6 +34,8 @@ __all__ = ["JSONFormatError", "decode_json", "encode_json", "json_size"]
 OBJECT, ARRAY, LITERAL, INT64, UINT64, FLOAT64, STRING, OPAQUE = 0x01, 0x03, 0x04, 0x09, 0x0A, 0x0B, 0x0C, 0x0D
 DATE, DATETIME, TIMESTAMP, DURATION = 0x0E, 0x0F, 0x10, 0x11
 _NULL, _TRUE, _FALSE = 0x00, 0x01, 0x02
+#: How deep containers may nest (TiDB's ``maxJSONDepth``).
+MAX_DEPTH = 100
 _HEADER = struct.Struct("<II")
 _KEY_ENTRY = struct.Struct("<IH")
 _VALUE_ENTRY = struct.Struct("<BI")
@@ -54,13 +56,22 @@ class _Raw:
 
 
 def decode_json(data: bytes) -> str:
-    """JSON text of a JSON column value (type byte + binary)."""
+    """JSON text of a JSON column value (type byte + binary).
+
+    Containers nest at most :data:`MAX_DEPTH` levels (TiDB's own limit), and
+    the values a document decodes to must not overlap: their bytes add up to
+    at most the document's length. Both are refused with
+    :class:`JSONFormatError`, so hostile offsets (a container pointing at
+    itself, entries sharing one value) cannot recurse without end or blow a
+    small value up into an exponentially large text.
+    """
     if not data:
         raise JSONFormatError("empty JSON value")
     size = json_size(data)
     if size != len(data):
         raise JSONFormatError(f"JSON value says it is {size} bytes long but the column holds {len(data)}")
-    value = _decode(data[0], memoryview(data)[1:], 0)
+    buf = memoryview(data)[1:]
+    value = _Decoder(buf).decode(data[0], 0, 1)
     return _to_text(value)
 
 
@@ -82,40 +93,6 @@ def _need(buf: memoryview, pos: int, n: int) -> None:
         raise JSONFormatError(f"JSON value truncated: need {n} bytes at {pos}, have {len(buf) - pos}")
 
 
-def _decode(tp: int, buf: memoryview, pos: int) -> Any:
-    if tp in (OBJECT, ARRAY):
-        return _decode_container(tp, buf, pos)
-    if tp == LITERAL:
-        _need(buf, pos, 1)
-        return _literal(buf[pos])
-    if tp in (INT64, UINT64, FLOAT64):
-        _need(buf, pos, 8)
-        fmt = {INT64: "<q", UINT64: "<Q", FLOAT64: "<d"}[tp]
-        return struct.unpack_from(fmt, buf, pos)[0]
-    if tp == STRING:
-        n, pos = _uvarint(buf, pos)
-        _need(buf, pos, n)
-        try:
-            return bytes(buf[pos : pos + n]).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise JSONFormatError(f"JSON string is not UTF-8: {e}") from None
-    if tp == OPAQUE:
-        _need(buf, pos, 1)
-        mysql_type = buf[pos]
-        n, pos = _uvarint(buf, pos + 1)
-        _need(buf, pos, n)
-        return _Raw(json.dumps(f"base64:type{mysql_type}:" + base64.b64encode(buf[pos : pos + n]).decode()))
-    if tp in (DATE, DATETIME, TIMESTAMP):
-        _need(buf, pos, 8)
-        packed = struct.unpack_from("<Q", buf, pos)[0]
-        return _Raw(json.dumps(timecodec.packed_text(packed, date_only=tp == DATE)))
-    if tp == DURATION:
-        _need(buf, pos, 12)
-        ns, fsp = struct.unpack_from("<qI", buf, pos)
-        return _Raw(json.dumps(timecodec.duration_text(ns, fsp)))
-    raise JSONFormatError(f"unknown JSON type code 0x{tp:02x}")
-
-
 def _literal(b: int) -> Any:
     if b == _NULL:
         return None
@@ -126,34 +103,98 @@ def _literal(b: int) -> Any:
     raise JSONFormatError(f"unknown JSON literal 0x{b:02x}")
 
 
-def _decode_container(tp: int, buf: memoryview, base: int) -> Any:
-    _need(buf, base, 8)
-    count, size = _HEADER.unpack_from(buf, base)
-    _need(buf, base, size)
-    key_entries = base + 8
-    value_entries = key_entries + (count * _KEY_ENTRY.size if tp == OBJECT else 0)
-    _need(buf, value_entries, count * _VALUE_ENTRY.size)
-    values = []
-    for i in range(count):
-        vtp, off = _VALUE_ENTRY.unpack_from(buf, value_entries + i * _VALUE_ENTRY.size)
-        if vtp == LITERAL:
-            values.append(_literal(off & 0xFF))
-        else:
-            if off >= size:
-                raise JSONFormatError(f"JSON value offset {off} outside its container of {size} bytes")
-            values.append(_decode(vtp, buf, base + off))
-    if tp == ARRAY:
-        return values
-    out: dict[str, Any] = {}
-    for i in range(count):
-        koff, klen = _KEY_ENTRY.unpack_from(buf, key_entries + i * _KEY_ENTRY.size)
-        _need(buf, base + koff, klen)
-        try:
-            key = bytes(buf[base + koff : base + koff + klen]).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise JSONFormatError(f"JSON key is not UTF-8: {e}") from None
-        out[key] = values[i]
-    return out
+_FIXED_FORMATS = {INT64: "<q", UINT64: "<Q", FLOAT64: "<d"}
+
+
+class _Decoder:
+    """One document's decoding: its bytes, and how many of them values have not claimed yet."""
+
+    __slots__ = ("buf", "left")
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+        self.left = len(buf)
+
+    def _claim(self, n: int) -> None:
+        """Account ``n`` bytes to the value being decoded; more than the document holds means overlap."""
+        self.left -= n
+        if self.left < 0:
+            raise JSONFormatError(
+                f"JSON values overlap: the document of {len(self.buf)} bytes decodes to more values than it holds"
+            )
+
+    def decode(self, tp: int, pos: int, depth: int) -> Any:
+        buf = self.buf
+        if tp in (OBJECT, ARRAY):
+            if depth > MAX_DEPTH:
+                raise JSONFormatError(f"JSON value nested deeper than {MAX_DEPTH} levels")
+            return self._container(tp, pos, depth)
+        if tp == LITERAL:
+            _need(buf, pos, 1)
+            self._claim(1)
+            return _literal(buf[pos])
+        if tp in _FIXED_FORMATS:
+            _need(buf, pos, 8)
+            self._claim(8)
+            return struct.unpack_from(_FIXED_FORMATS[tp], buf, pos)[0]
+        if tp == STRING:
+            n, end = _uvarint(buf, pos)
+            _need(buf, end, n)
+            self._claim(end - pos + n)
+            try:
+                return bytes(buf[end : end + n]).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise JSONFormatError(f"JSON string is not UTF-8: {e}") from None
+        if tp == OPAQUE:
+            _need(buf, pos, 1)
+            mysql_type = buf[pos]
+            n, end = _uvarint(buf, pos + 1)
+            _need(buf, end, n)
+            self._claim(end - pos + n)
+            return _Raw(json.dumps(f"base64:type{mysql_type}:" + base64.b64encode(buf[end : end + n]).decode()))
+        if tp in (DATE, DATETIME, TIMESTAMP):
+            _need(buf, pos, 8)
+            self._claim(8)
+            packed = struct.unpack_from("<Q", buf, pos)[0]
+            return _Raw(json.dumps(timecodec.packed_text(packed, date_only=tp == DATE)))
+        if tp == DURATION:
+            _need(buf, pos, 12)
+            self._claim(12)
+            ns, fsp = struct.unpack_from("<qI", buf, pos)
+            return _Raw(json.dumps(timecodec.duration_text(ns, fsp)))
+        raise JSONFormatError(f"unknown JSON type code 0x{tp:02x}")
+
+    def _container(self, tp: int, base: int, depth: int) -> Any:
+        buf = self.buf
+        _need(buf, base, 8)
+        count, size = _HEADER.unpack_from(buf, base)
+        _need(buf, base, size)
+        key_entries = base + 8
+        value_entries = key_entries + (count * _KEY_ENTRY.size if tp == OBJECT else 0)
+        _need(buf, value_entries, count * _VALUE_ENTRY.size)
+        self._claim(value_entries + count * _VALUE_ENTRY.size - base)
+        values = []
+        for i in range(count):
+            vtp, off = _VALUE_ENTRY.unpack_from(buf, value_entries + i * _VALUE_ENTRY.size)
+            if vtp == LITERAL:
+                values.append(_literal(off & 0xFF))
+            else:
+                if off >= size:
+                    raise JSONFormatError(f"JSON value offset {off} outside its container of {size} bytes")
+                values.append(self.decode(vtp, base + off, depth + 1))
+        if tp == ARRAY:
+            return values
+        out: dict[str, Any] = {}
+        for i in range(count):
+            koff, klen = _KEY_ENTRY.unpack_from(buf, key_entries + i * _KEY_ENTRY.size)
+            _need(buf, base + koff, klen)
+            self._claim(klen)
+            try:
+                key = bytes(buf[base + koff : base + koff + klen]).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise JSONFormatError(f"JSON key is not UTF-8: {e}") from None
+            out[key] = values[i]
+        return out
 
 
 #: JSON string literal of a str, exactly as ``json.dumps(s, ensure_ascii=False)`` spells it.

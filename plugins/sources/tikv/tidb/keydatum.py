@@ -57,12 +57,16 @@ class Datum:
 
 
 def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    """A Go ``binary.Uvarint`` at ``data[pos:]``: at most 10 bytes and 64 bits, else an error."""
     result = shift = 0
+    start = pos
     while True:
-        if pos >= len(data) or shift > 63:
-            raise keys.KeyFormatError(f"truncated varint at offset {pos}")
+        if pos >= len(data):
+            raise keys.KeyFormatError(f"truncated varint at offset {start}")
         b = data[pos]
         pos += 1
+        if shift == 63 and b > 1:
+            raise keys.KeyFormatError(f"varint at offset {start} overflows 64 bits")
         result |= (b & 0x7F) << shift
         if not b & 0x80:
             return result, pos
