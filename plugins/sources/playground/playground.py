@@ -7,6 +7,7 @@ event-loop thread; every method is safe to call from any thread.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cdcflow.plugins.sources.playground.catalog import Catalog
@@ -14,6 +15,9 @@ from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.ddl import DDLExecutor
 from cdcflow.plugins.sources.playground.errors import PlaygroundError
 from cdcflow.plugins.sources.playground.feed import FeedHub
+from cdcflow.plugins.sources.playground.kv_service import KvFaults
+from cdcflow.plugins.sources.playground.loader import BulkLoader
+from cdcflow.plugins.sources.playground.mvcc import Lock
 from cdcflow.plugins.sources.playground.regions import Region
 from cdcflow.plugins.sources.playground.servers import LoopThread, StoreServers
 from cdcflow.plugins.sources.playground.snapshot import read_snapshot
@@ -65,6 +69,8 @@ class Playground:
         self.catalog = Catalog(self.cluster.lock)
         self.ddl = DDLExecutor(self.cluster, self.catalog)
         self.workload = Workload(self.cluster, self.catalog, self.ddl, seed=seed, ddl_every=ddl_every)
+        self.kv_faults = KvFaults()
+        self.loader = BulkLoader(self.cluster, self.catalog, self.workload)
         self._rate, self._create_tables = rate, create_tables
         self._status: Any = None
         self.seed = seed
@@ -88,6 +94,7 @@ class Playground:
             pd_port=self._pd_port,
             eventfeed_v2=self._eventfeed_v2,
             resolved_ts_interval=self._resolved_ts_interval,
+            kv_faults=self.kv_faults,
         )
         servers = self._servers
         try:
@@ -187,9 +194,35 @@ class Playground:
         """A fresh TSO."""
         return self.cluster.oracle.next()
 
-    def begin(self) -> Transaction:
-        """A new transaction on raw keys (start ts taken now)."""
-        return Transaction(self.cluster)
+    def begin(self, *, ttl_ms: int | None = None) -> Transaction:
+        """A new transaction on raw keys (start ts taken now); ``ttl_ms``: how long its
+        locks live before a reader may roll it back (TiDB's default: 3 s)."""
+        if ttl_ms is None:
+            return Transaction(self.cluster)
+        return Transaction(self.cluster, ttl_ms=ttl_ms)
+
+    def bulk_load(
+        self,
+        table: str,
+        count: int,
+        *,
+        db: str = "shop",
+        rows: Iterable[Mapping[str, Any]] | None = None,
+        batch: int = 50_000,
+        adopt: bool = True,
+    ) -> int:
+        """Fill ``db.table`` with ``count`` new rows fast (a physical import: no locks, no
+        change feed sees them; load before a changefeed starts); return the commit ts.
+
+        Rows get handles above every handle the table's workload has used, and random
+        values (or ``rows``' values, in order); with ``adopt`` the workload may update
+        and delete them later. Regions split so that none holds more than ``split_keys``
+        keys. See :class:`~cdcflow.plugins.sources.playground.loader.BulkLoader`."""
+        return self.loader.load(db, table, count, rows=rows, batch=batch, adopt=adopt)
+
+    def locks(self) -> list[tuple[bytes, Lock]]:
+        """Every lock held now: (raw key, lock), in key order."""
+        return self.cluster.mvcc.locks()
 
     def regions(self) -> list[Region]:
         return self.cluster.regions.all()
@@ -270,6 +303,13 @@ class Playground:
         """Answer the next ``count`` region registrations on a store with ServerIsBusy (or Congested)."""
         self._require_store(store_id)
         self.hub.inject_busy(store_id, count, congested=congested)
+
+    def kv_region_error(self, store_id: int, kind: str, count: int = 1) -> None:
+        """Answer the next ``count`` KV requests (KvScan, KvCheckTxnStatus, KvResolveLock) on a
+        store with a region error: ``not_leader`` (naming no leader), ``epoch_not_match``,
+        ``region_not_found`` or ``server_is_busy``."""
+        self._require_store(store_id)
+        self.kv_faults.inject(store_id, kind, count)
 
     def reset_streams(self, store_id: int) -> int:
         """Break the EventFeed streams of a store (UNAVAILABLE); return how many were open."""

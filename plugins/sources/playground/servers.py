@@ -21,9 +21,10 @@ import grpc
 from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.errors import PlaygroundError
 from cdcflow.plugins.sources.playground.feed import FeedHub
+from cdcflow.plugins.sources.playground.kv_service import KvFaults, KvService
 from cdcflow.plugins.sources.playground.pd_service import PDService
 from cdcflow.plugins.sources.playground.tikv_service import ChangeDataService
-from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2_grpc, pdpb_pb2_grpc
+from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2_grpc, pdpb_pb2_grpc, tikvpb_pb2_grpc
 
 __all__ = ["LoopThread", "StoreServers"]
 
@@ -70,7 +71,7 @@ async def _start_server(servicer_adder: Callable[[grpc.aio.Server], None], host:
 
 
 class StoreServers:
-    """PD + one ChangeData server per store, resolved-ts ticker; restartable stores."""
+    """PD + one server per store (ChangeData and the Tikv KV reads), resolved-ts ticker; restartable stores."""
 
     def __init__(
         self,
@@ -82,8 +83,10 @@ class StoreServers:
         pd_port: int = 0,
         eventfeed_v2: bool = True,
         resolved_ts_interval: float = 0.2,
+        kv_faults: KvFaults | None = None,
     ) -> None:
         self.cluster, self.hub, self.loop, self.host = cluster, hub, loop, host
+        self.kv_faults = kv_faults if kv_faults is not None else KvFaults()
         self.pd_port, self.eventfeed_v2 = pd_port, eventfeed_v2
         self.resolved_ts_interval = resolved_ts_interval
         self.pd: PDService | None = None
@@ -122,8 +125,14 @@ class StoreServers:
 
     async def start_store(self, store_id: int) -> None:
         service = ChangeDataService(self.hub, store_id, v2_enabled=self.eventfeed_v2)
+        kv = KvService(self.cluster, store_id, self.kv_faults)
+
+        def add(server: grpc.aio.Server) -> None:
+            cdcpb_pb2_grpc.add_ChangeDataServicer_to_server(service, server)
+            tikvpb_pb2_grpc.add_TikvServicer_to_server(kv, server)
+
         server, port = await _start_server(
-            lambda s: cdcpb_pb2_grpc.add_ChangeDataServicer_to_server(service, s),
+            add,
             self.host,
             self._ports.get(store_id, 0),
         )

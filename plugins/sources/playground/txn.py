@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.errors import PlaygroundError
-from cdcflow.plugins.sources.playground.mvcc import Mutation, Op
+from cdcflow.plugins.sources.playground.mvcc import DEFAULT_LOCK_TTL_MS, Mutation, Op
 
 __all__ = ["Transaction"]
 
@@ -18,8 +18,10 @@ __all__ = ["Transaction"]
 class Transaction:
     """One optimistic transaction. Not thread-safe; use one per thread."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, ttl_ms: int = DEFAULT_LOCK_TTL_MS) -> None:
         self.cluster = cluster
+        #: How long its locks live: a reader that meets one older than that rolls the transaction back.
+        self.ttl_ms = ttl_ms
         self.start_ts = cluster.oracle.next()
         self.commit_ts = 0
         self._mutations: dict[bytes, Mutation] = {}
@@ -49,7 +51,7 @@ class Transaction:
         if not self._mutations:
             raise PlaygroundError("nothing to prewrite: the transaction has no mutations")
         primary = next(iter(self._mutations))
-        self.cluster.mvcc.prewrite(list(self._mutations.values()), primary, self.start_ts)
+        self.cluster.mvcc.prewrite(list(self._mutations.values()), primary, self.start_ts, ttl_ms=self.ttl_ms)
         self._prewritten = True
 
     def commit_prewritten(self) -> int:

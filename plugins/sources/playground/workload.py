@@ -97,6 +97,21 @@ class WorkloadPlanner:
         table = self._table()
         return TxnPlan(tuple(self._insert(table) for _ in range(self._rng.randrange(*self.large_rows))))
 
+    def reserve(self, table: str, count: int, at_least: int = 1) -> int:
+        """Take ``count`` consecutive handles of ``table`` (from ``at_least`` or above) for rows
+        written outside the workload; return the first. Tables the workload does not know
+        start at ``at_least``."""
+        first = max(self._next_handle.get(table, 1), at_least)
+        if table in self._next_handle:
+            self._next_handle[table] = first + count
+        return first
+
+    def adopt(self, table: str, handle: int, row: dict[str, Any]) -> None:
+        """Let the workload update and delete a row written outside it."""
+        if table in self._rows:
+            self._rows[table][handle] = dict(row)
+            self._live[table].append(handle)
+
     def _table(self) -> str:
         return self._rng.choice(sorted(SHOP_TABLES))
 
@@ -173,7 +188,8 @@ class Workload:
         self.stats = WorkloadStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._run_lock = threading.Lock()
+        #: Held while plans run; whoever changes the planner from outside holds it too.
+        self.run_lock = self._run_lock = threading.Lock()
 
     def create_tables(self) -> None:
         """CREATE TABLE for every shop table that does not exist yet."""

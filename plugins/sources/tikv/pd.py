@@ -66,6 +66,7 @@ def region_info(region: metapb_pb2.Region, leader: metapb_pb2.Peer | None) -> Re
         version=region.region_epoch.version,
         leader_store_id=leader_store,
         peer_store_ids=stores,
+        peer_ids=tuple(p.id for p in region.peers),
     )
 
 

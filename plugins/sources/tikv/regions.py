@@ -43,12 +43,21 @@ class RegionInfo:
     leader_store_id: int
     #: Store ids of all peers (a NotLeader hint names one of them).
     peer_store_ids: tuple[int, ...] = ()
+    #: Peer ids, in the order of ``peer_store_ids`` (KV requests name the peer they are for).
+    peer_ids: tuple[int, ...] = ()
 
     def contains(self, key: bytes) -> bool:
         return key >= self.start and (not self.end or key < self.end)
 
     def with_leader(self, store_id: int) -> RegionInfo:
         return replace(self, leader_store_id=store_id)
+
+    def peer_on(self, store_id: int) -> int:
+        """The id of the region's peer on ``store_id`` (0 when unknown)."""
+        for store, peer in zip(self.peer_store_ids, self.peer_ids, strict=False):
+            if store == store_id:
+                return peer
+        return 0
 
 
 def clip(start: bytes, end: bytes, region: RegionInfo) -> tuple[bytes, bytes]:

@@ -22,15 +22,41 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from . import errorpb_pb2 as errorpb__pb2
+from . import metapb_pb2 as metapb__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rkvrpcpb.proto\x12\x07kvrpcpb*%\n\x07\x45xtraOp\x12\x08\n\x04Noop\x10\x00\x12\x10\n\x0cReadOldValue\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rkvrpcpb.proto\x12\x07kvrpcpb\x1a\rerrorpb.proto\x1a\x0cmetapb.proto\"q\n\x07\x43ontext\x12\x11\n\tregion_id\x18\x01 \x01(\x04\x12)\n\x0cregion_epoch\x18\x02 \x01(\x0b\x32\x13.metapb.RegionEpoch\x12\x1a\n\x04peer\x18\x03 \x01(\x0b\x32\x0c.metapb.Peer\x12\x0c\n\x04term\x18\x05 \x01(\x04\"\x87\x01\n\x08LockInfo\x12\x14\n\x0cprimary_lock\x18\x01 \x01(\x0c\x12\x14\n\x0clock_version\x18\x02 \x01(\x04\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\x10\n\x08lock_ttl\x18\x04 \x01(\x04\x12\x10\n\x08txn_size\x18\x05 \x01(\x04\x12\x1e\n\tlock_type\x18\x06 \x01(\x0e\x32\x0b.kvrpcpb.Op\"O\n\x08KeyError\x12!\n\x06locked\x18\x01 \x01(\x0b\x32\x11.kvrpcpb.LockInfo\x12\x11\n\tretryable\x18\x02 \x01(\t\x12\r\n\x05\x61\x62ort\x18\x03 \x01(\t\"F\n\x06KvPair\x12 \n\x05\x65rror\x18\x01 \x01(\x0b\x32\x11.kvrpcpb.KeyError\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"\xac\x01\n\x0bScanRequest\x12!\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x10.kvrpcpb.Context\x12\x11\n\tstart_key\x18\x02 \x01(\x0c\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x0f\n\x07version\x18\x04 \x01(\x04\x12\x10\n\x08key_only\x18\x05 \x01(\x08\x12\x0f\n\x07reverse\x18\x06 \x01(\x08\x12\x0f\n\x07\x65nd_key\x18\x07 \x01(\x0c\x12\x13\n\x0bsample_step\x18\x08 \x01(\r\"v\n\x0cScanResponse\x12$\n\x0cregion_error\x18\x01 \x01(\x0b\x32\x0e.errorpb.Error\x12\x1e\n\x05pairs\x18\x02 \x03(\x0b\x32\x0f.kvrpcpb.KvPair\x12 \n\x05\x65rror\x18\x03 \x01(\x0b\x32\x11.kvrpcpb.KeyError\"\xac\x01\n\x15\x43heckTxnStatusRequest\x12!\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x10.kvrpcpb.Context\x12\x13\n\x0bprimary_key\x18\x02 \x01(\x0c\x12\x0f\n\x07lock_ts\x18\x03 \x01(\x04\x12\x17\n\x0f\x63\x61ller_start_ts\x18\x04 \x01(\x04\x12\x12\n\ncurrent_ts\x18\x05 \x01(\x04\x12\x1d\n\x15rollback_if_not_exist\x18\x06 \x01(\x08\"\xd1\x01\n\x16\x43heckTxnStatusResponse\x12$\n\x0cregion_error\x18\x01 \x01(\x0b\x32\x0e.errorpb.Error\x12 \n\x05\x65rror\x18\x02 \x01(\x0b\x32\x11.kvrpcpb.KeyError\x12\x10\n\x08lock_ttl\x18\x03 \x01(\x04\x12\x16\n\x0e\x63ommit_version\x18\x04 \x01(\x04\x12\x1f\n\x06\x61\x63tion\x18\x05 \x01(\x0e\x32\x0f.kvrpcpb.Action\x12$\n\tlock_info\x18\x06 \x01(\x0b\x32\x11.kvrpcpb.LockInfo\"t\n\x12ResolveLockRequest\x12!\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x10.kvrpcpb.Context\x12\x15\n\rstart_version\x18\x02 \x01(\x04\x12\x16\n\x0e\x63ommit_version\x18\x03 \x01(\x04\x12\x0c\n\x04keys\x18\x05 \x03(\x0c\"]\n\x13ResolveLockResponse\x12$\n\x0cregion_error\x18\x01 \x01(\x0b\x32\x0e.errorpb.Error\x12 \n\x05\x65rror\x18\x02 \x01(\x0b\x32\x11.kvrpcpb.KeyError*%\n\x07\x45xtraOp\x12\x08\n\x04Noop\x10\x00\x12\x10\n\x0cReadOldValue\x10\x01*:\n\x02Op\x12\x07\n\x03Put\x10\x00\x12\x07\n\x03\x44\x65l\x10\x01\x12\x08\n\x04Lock\x10\x02\x12\x0c\n\x08Rollback\x10\x03\x12\n\n\x06Insert\x10\x04*^\n\x06\x41\x63tion\x12\x0c\n\x08NoAction\x10\x00\x12\x15\n\x11TTLExpireRollback\x10\x01\x12\x18\n\x14LockNotExistRollback\x10\x02\x12\x15\n\x11MinCommitTSPushed\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kvrpcpb_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXTRAOP']._serialized_start=26
-  _globals['_EXTRAOP']._serialized_end=63
+  _globals['_EXTRAOP']._serialized_start=1356
+  _globals['_EXTRAOP']._serialized_end=1393
+  _globals['_OP']._serialized_start=1395
+  _globals['_OP']._serialized_end=1453
+  _globals['_ACTION']._serialized_start=1455
+  _globals['_ACTION']._serialized_end=1549
+  _globals['_CONTEXT']._serialized_start=55
+  _globals['_CONTEXT']._serialized_end=168
+  _globals['_LOCKINFO']._serialized_start=171
+  _globals['_LOCKINFO']._serialized_end=306
+  _globals['_KEYERROR']._serialized_start=308
+  _globals['_KEYERROR']._serialized_end=387
+  _globals['_KVPAIR']._serialized_start=389
+  _globals['_KVPAIR']._serialized_end=459
+  _globals['_SCANREQUEST']._serialized_start=462
+  _globals['_SCANREQUEST']._serialized_end=634
+  _globals['_SCANRESPONSE']._serialized_start=636
+  _globals['_SCANRESPONSE']._serialized_end=754
+  _globals['_CHECKTXNSTATUSREQUEST']._serialized_start=757
+  _globals['_CHECKTXNSTATUSREQUEST']._serialized_end=929
+  _globals['_CHECKTXNSTATUSRESPONSE']._serialized_start=932
+  _globals['_CHECKTXNSTATUSRESPONSE']._serialized_end=1141
+  _globals['_RESOLVELOCKREQUEST']._serialized_start=1143
+  _globals['_RESOLVELOCKREQUEST']._serialized_end=1259
+  _globals['_RESOLVELOCKRESPONSE']._serialized_start=1261
+  _globals['_RESOLVELOCKRESPONSE']._serialized_end=1354
 # @@protoc_insertion_point(module_scope)

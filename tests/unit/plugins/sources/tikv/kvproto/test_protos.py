@@ -42,3 +42,27 @@ def test_wire_numbers():
     assert number(metapb_pb2.Store, "node_state") == 13
     assert cdcpb_pb2.DESCRIPTOR.services_by_name["ChangeData"].full_name == "cdcpb.ChangeData"
     assert pdpb_pb2.DESCRIPTOR.services_by_name["PD"].methods_by_name["Tso"].full_name == "pdpb.PD.Tso"
+
+
+def test_kv_read_wire_numbers():
+    from cdcflow.plugins.sources.tikv.kvproto import errorpb_pb2, kvrpcpb_pb2, tikvpb_pb2
+
+    assert [number(kvrpcpb_pb2.ScanRequest, f) for f in ("context", "start_key", "limit", "version")] == [1, 2, 3, 4]
+    assert [number(kvrpcpb_pb2.ScanRequest, f) for f in ("key_only", "reverse", "end_key")] == [5, 6, 7]
+    assert [number(kvrpcpb_pb2.ScanResponse, f) for f in ("region_error", "pairs", "error")] == [1, 2, 3]
+    assert [number(kvrpcpb_pb2.KvPair, f) for f in ("error", "key", "value")] == [1, 2, 3]
+    assert number(kvrpcpb_pb2.KeyError, "locked") == 1
+    assert [number(kvrpcpb_pb2.LockInfo, f) for f in ("primary_lock", "lock_version", "key", "lock_ttl")] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert [number(kvrpcpb_pb2.Context, f) for f in ("region_id", "region_epoch", "peer")] == [1, 2, 3]
+    assert number(kvrpcpb_pb2.CheckTxnStatusRequest, "rollback_if_not_exist") == 6
+    assert number(kvrpcpb_pb2.CheckTxnStatusResponse, "lock_info") == 6
+    assert number(kvrpcpb_pb2.ResolveLockRequest, "keys") == 5
+    assert number(errorpb_pb2.Error, "epoch_not_match") == 5
+    assert number(errorpb_pb2.Error, "store_not_match") == 8
+    methods = tikvpb_pb2.DESCRIPTOR.services_by_name["Tikv"].methods_by_name
+    assert {"KvScan", "KvCheckTxnStatus", "KvResolveLock"} <= set(methods)
