@@ -320,6 +320,9 @@ class ChangefeedMetrics:
         self._batch_rows = owner.batch_rows.labels(cf)
         self._task_seconds = owner.task_seconds.labels(cf)
         self._sinks: dict[str, tuple[Any, Any, Any, Any]] = {}
+        #: Rows and bytes each sink flushed, and the micro-batches done (for the statistics API).
+        self.written: dict[str, list[int]] = {}
+        self.batches = 0
 
     def _sink(self, sink: str) -> tuple[Any, Any, Any, Any]:
         bound = self._sinks.get(sink)
@@ -337,6 +340,9 @@ class ChangefeedMetrics:
     def sink_flushed(self, sink: str, rows: int, nbytes: int | None, seconds: float) -> None:
         """``sink`` flushed a micro-batch of ``rows`` rows (``nbytes`` bytes; None: not known) in ``seconds``."""
         written, size, flush, batch = self._sink(sink)
+        totals = self.written.setdefault(sink, [0, 0])
+        totals[0] += rows
+        totals[1] += nbytes or 0
         written.inc(rows)
         if nbytes:
             size.inc(nbytes)
@@ -344,6 +350,7 @@ class ChangefeedMetrics:
         batch.observe(rows)
 
     def batch_done(self, rows: int, seconds: float) -> None:
+        self.batches += 1
         self._batch_rows.observe(rows)
         self._batch_seconds.observe(seconds)
 
@@ -396,6 +403,10 @@ class CaptureMetrics:
         if recorder is None:
             recorder = self._changefeeds[changefeed_id] = ChangefeedMetrics(self, changefeed_id)
         return recorder
+
+    def recorder(self, changefeed_id: str) -> ChangefeedMetrics | None:
+        """The recorder of ``changefeed_id`` if it recorded anything on this capture."""
+        return self._changefeeds.get(changefeed_id)
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the recorded series of changefeeds not in ``keep`` (removed ones), so that
