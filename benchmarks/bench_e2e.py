@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_e2e [--txns 3000]
     .venv/bin/python -m benchmarks.bench_e2e --memory [--rows 1000000] [--quota 64MiB] [--trace FILE]
+    .venv/bin/python -m benchmarks.bench_e2e --metrics-overhead [--txns 3000] [--rounds 2]
 
 The playground upstream and the Kafka mock cluster run in this process; the capture is
 a separate ``cdcflow run`` process (tikv source over gRPC, Spark pipeline local[2],
@@ -19,6 +20,12 @@ Throughput mode, all in one run on the same machine:
 * **produce** — the mounted rows encoded as Open Protocol messages (not timed), then
   produced pre-encoded by a plain librdkafka producer (idempotent, acks=all) to
   another topic of the same mock cluster: the raw produce rate.
+
+Metrics-overhead mode measures the e2e rate (as above, without the ceilings) with
+``server.metrics`` on — /metrics scraped every second meanwhile, fifteen times
+Prometheus's usual rate — and off, alternating on/off for ``--rounds`` rounds in the
+same run, each run on a fresh capture and topic; it reports every run's rows/s, the
+mean of each side and the overhead of metrics in percent of the rate without.
 
 Memory mode commits ONE transaction of ``--rows`` rows into ``shop.orders`` and
 replicates it with the changefeed's memory quota set to ``--quota``; it reports the
@@ -42,6 +49,7 @@ import statistics
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -196,6 +204,73 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+class Scraper(threading.Thread):
+    """GET /metrics of the capture every ``interval`` s (what Prometheus does, more often)."""
+
+    def __init__(self, capture: CaptureProcess, interval: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.address, self.interval = capture.api_address(), interval
+        self.scrapes = 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval):
+            with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=30) as resp:
+                resp.read()
+            self.scrapes += 1
+
+    def stop(self) -> int:
+        self._done.set()
+        self.join()
+        return self.scrapes
+
+
+def e2e_rate(pg: Playground, tmp: Path, cluster: Any, txns: int, *, metrics: bool) -> tuple[float, int]:
+    """(rows/s end to end, scrapes) of ``txns`` workload transactions through a new capture."""
+    topic = f"bench-metrics-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, PARTITIONS, 3)
+    capture = CaptureProcess(tmp, pg, cluster.bootstrap_servers, topic, pg.now(), metrics=metrics)
+    recorder = Recorder(pg)
+    capture.start()
+    scraper = None
+    try:
+        pg.run_workload(50)  # warm-up
+        capture.wait_checkpoint(pg.now(), timeout=600)
+        if metrics:
+            scraper = Scraper(capture)
+            scraper.start()
+        recorder.on = True
+        started = time.perf_counter()
+        pg.run_workload(txns)
+        recorder.on = False
+        capture.wait_checkpoint(pg.now(), timeout=1800)
+        elapsed = time.perf_counter() - started
+    finally:
+        scrapes = scraper.stop() if scraper is not None else 0
+        capture.stop()
+    return len(recorder.events) / elapsed, scrapes
+
+
+def metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
+    cluster = mock_cluster(3)
+    runs: list[dict[str, Any]] = []
+    with Playground(stores=3, seed=5, ddl_every=0, split_keys=0) as pg:
+        for round_ in range(args.rounds):
+            for metrics in (True, False):
+                with tempfile.TemporaryDirectory() as tmp:
+                    rate, scrapes = e2e_rate(pg, Path(tmp), cluster, args.txns, metrics=metrics)
+                runs.append({"round": round_, "metrics": metrics, "e2e_rows_per_s": round(rate), "scrapes": scrapes})
+    on = statistics.mean(r["e2e_rows_per_s"] for r in runs if r["metrics"])
+    off = statistics.mean(r["e2e_rows_per_s"] for r in runs if not r["metrics"])
+    return {
+        "transactions": args.txns,
+        "runs": runs,
+        "e2e_rows_per_s_metrics_on": round(on),
+        "e2e_rows_per_s_metrics_off": round(off),
+        "metrics_overhead_percent": round((off - on) / off * 100, 2),
+    }
+
+
 def order_row(n: int) -> dict[str, Any]:
     return {
         "customer_id": n % 977,
@@ -271,8 +346,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="memory mode: rows of the transaction")
     parser.add_argument("--quota", type=parse_bytes, default=parse_bytes("64MiB"), help="memory mode: memory quota")
     parser.add_argument("--trace", help="memory mode: trace the capture's allocations into this file")
+    parser.add_argument(
+        "--metrics-overhead", action="store_true", help="e2e rate with server.metrics on (scraped) and off"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="metrics-overhead mode: on/off pairs of runs")
     args = parser.parse_args()
-    report = memory(args) if args.memory else throughput(args)
+    mode = metrics_overhead if args.metrics_overhead else memory if args.memory else throughput
+    report = mode(args)
     print(json.dumps(report, indent=2))
 
 

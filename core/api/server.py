@@ -8,6 +8,7 @@ forwards the request to the owner's API. Errors are JSON
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from cdcflow.core.api.security import ApiSecurity, ForbiddenError, UnauthenticatedError
+from cdcflow.core.api.statistics import add_statistics_routes
 from cdcflow.core.api.tables import add_table_routes
 from cdcflow.core.control.capture import Capture
 from cdcflow.core.control.changefeed import (
@@ -37,6 +39,8 @@ from cdcflow.core.errors import (
     MetaStoreIOError,
     NotAvailableError,
 )
+from cdcflow.core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from cdcflow.core.metrics import CaptureMetrics
 from cdcflow.core.secrets import redact
 from cdcflow.core.version import __version__
 
@@ -94,10 +98,6 @@ def body_depth(raw: bytes) -> int:
     return deepest
 
 
-#: ``cdcflow_owner_status`` values, as TiCDC's ``ticdc_owner_status`` encodes them.
-_STATE_CODES = {"normal": 0, "failed": 2, "paused": 3, "finished": 4, "removed": 5, "warning": 6}
-
-
 def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str, Any]:
     return {
         "id": info.id,
@@ -139,6 +139,7 @@ class ApiServer:
         r.add_post("/api/v2/verify_config", self.verify_config)
         r.add_get("/metrics", self.metrics)
         add_table_routes(self)
+        add_statistics_routes(self)
         self._runner: web.AppRunner | None = None
 
     @web.middleware
@@ -226,36 +227,12 @@ class ApiServer:
         return web.json_response(changefeed_json(*record))
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """Prometheus text exposition of the gauges TiCDC users alert on (names prefixed ``cdcflow_``)."""
-        now = time.time()
-        lines = [
-            "# HELP cdcflow_owner_checkpoint_ts_lag Checkpoint lag of each changefeed, in seconds.",
-            "# TYPE cdcflow_owner_checkpoint_ts_lag gauge",
-        ]
-        records = await self.capture.store.list_changefeeds()
-        for info, status in records:
-            lag = max(0.0, now - tso_physical_ms(status.checkpoint_ts) / 1000)
-            lines.append(f'cdcflow_owner_checkpoint_ts_lag{{changefeed="{info.id}"}} {lag:.3f}')
-        lines += [
-            "# HELP cdcflow_owner_resolved_ts_lag Resolved ts lag of each changefeed, in seconds.",
-            "# TYPE cdcflow_owner_resolved_ts_lag gauge",
-        ]
-        for info, status in records:
-            lag = max(0.0, now - tso_physical_ms(status.resolved_ts) / 1000)
-            lines.append(f'cdcflow_owner_resolved_ts_lag{{changefeed="{info.id}"}} {lag:.3f}')
-        lines += [
-            "# HELP cdcflow_owner_status State of each changefeed: normal 0, failed 2, paused 3, finished 4, "
-            "removed 5, warning 6 (TiCDC's codes).",
-            "# TYPE cdcflow_owner_status gauge",
-        ]
-        for info, _ in records:
-            lines.append(f'cdcflow_owner_status{{changefeed="{info.id}"}} {_STATE_CODES[info.state.value]}')
-        lines += [
-            "# HELP cdcflow_capture_is_owner 1 when this capture is the owner.",
-            "# TYPE cdcflow_capture_is_owner gauge",
-            f"cdcflow_capture_is_owner {1 if self.capture.is_owner else 0}",
-        ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        """Prometheus exposition of this capture's metrics (docs/reference/metrics.md):
+        read on the event loop, rendered in a thread."""
+        snapshot = await self.capture.metrics_snapshot()
+        metrics = self.capture.metrics or CaptureMetrics.disabled()
+        body = await asyncio.to_thread(metrics.exposition, snapshot)
+        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def verify_config(self, request: web.Request) -> web.Response:
         body = await self._body(request)

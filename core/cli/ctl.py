@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -25,6 +26,7 @@ _CHANGEFEED_VERBS = {
     "query": "show one changefeed's state, checkpoint and error (-c ID)",
     "move-table": "move a table's spans to another capture, without a gap (-c ID --table-id T --target-capture C)",
     "list-tables": "show where each span of a changefeed runs and its scheduling state (-c ID)",
+    "statistics": "show a changefeed's rows/s, checkpoint and resolved lag, once or every --interval seconds (-c ID)",
 }
 
 
@@ -114,6 +116,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             sub.add_argument("--overwrite-checkpoint-ts", type=int, help="resume from this TSO instead")
         if verb == "list":
             sub.add_argument("-a", "--all", action="store_true", help="include finished and failed changefeeds")
+        if verb == "statistics":
+            sub.add_argument(
+                "--interval",
+                type=positive_seconds,
+                help="report every this many seconds until interrupted (default: once, rates over 1 s)",
+            )
+            sub.add_argument("--count", type=int, default=0, help="with --interval: stop after this many reports")
         if verb == "move-table":
             sub.add_argument("--table-id", type=int, required=True, help="id of the table to move")
             sub.add_argument("--target-capture", required=True, help="id of the capture to move it to")
@@ -198,9 +207,8 @@ def _run(args: argparse.Namespace) -> int:
             result["items"] = [i for i in result["items"] if i["state"] not in ("finished", "failed", "removed")]
             result["total"] = len(result["items"])
         return _show(args, result, _changefeed_table(result["items"]))
-    if verb == "query":
-        result = client.call("GET", changefeed_path(cf))
-        return _show(args, result, _changefeed_detail(result))
+    if verb in ("query", "statistics", "list-tables"):
+        return _read_one(args, client, cf)
     if verb == "create":
         result = client.call("POST", "/api/v2/changefeeds", _body(args))
         return _show(
@@ -211,9 +219,6 @@ def _run(args: argparse.Namespace) -> int:
         result = client.call("POST", changefeed_path(cf, "/move_table"), body)
         n = len(result["spans"])
         return _show(args, result, f"Moving {n} span(s) of table {args.table_id} to {args.target_capture}\n")
-    if verb == "list-tables":
-        result = client.call("GET", changefeed_path(cf, "/tables"))
-        return _show(args, result, _span_table(result["items"]))
     if verb == "update":
         result = client.call("PUT", changefeed_path(cf), _body(args))
         return _show(args, result, f"Update changefeed config successfully!\nID: {cf}\n")
@@ -227,6 +232,93 @@ def _run(args: argparse.Namespace) -> int:
     elif verb == "remove":
         client.call("DELETE", changefeed_path(cf))
     return _show(args, {"id": cf, "verb": verb, "ok": True}, f"{verb.capitalize()} changefeed {cf}: done\n")
+
+
+def _read_one(args: argparse.Namespace, client: Any, cf: str) -> int:
+    """The verbs that read one changefeed: query, statistics, list-tables."""
+    if args.verb == "query":
+        result = client.call("GET", changefeed_path(cf))
+        return _show(args, result, _changefeed_detail(result))
+    if args.verb == "statistics":
+        return _statistics(args, client, cf)
+    result = client.call("GET", changefeed_path(cf, "/tables"))
+    return _show(args, result, _span_table(result["items"]))
+
+
+def positive_seconds(value: str) -> float:
+    """``--interval``: seconds > 0 (argparse type)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds above 0 (e.g. 5)")
+    return seconds
+
+
+def _statistics(args: argparse.Namespace, client: Any, cf: str) -> int:
+    """TiCDC's ``changefeed statistics``: rates from two answers of the statistics API."""
+    path = changefeed_path(cf, "/statistics")
+    interval = args.interval or 1.0
+    reports = 0
+    before = client.call("GET", path)
+    try:
+        while True:
+            time.sleep(interval)
+            after = client.call("GET", path)
+            report = statistics_report(before, after)
+            if args.json:
+                print_json(report)
+            else:
+                sys.stdout.write(_statistics_text(report, header=reports == 0))
+            sys.stdout.flush()
+            reports += 1
+            if args.interval is None or (args.count and reports >= args.count):
+                return EXIT_OK
+            before = after
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def statistics_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """One report: ``after``'s progress and the rates since ``before`` (a counter that went
+    down — an executor restarted — counts from zero)."""
+    seconds = max(float(after["time"]) - float(before["time"]), 1e-9)
+
+    def rate(key: str) -> float:
+        delta = int(after[key]) - int(before[key])
+        return round((delta if delta >= 0 else int(after[key])) / seconds, 1)
+
+    return {
+        "id": after["id"],
+        "state": after["state"],
+        "checkpoint_tso": after["checkpoint_tso"],
+        "checkpoint_lag_seconds": after["checkpoint_lag_seconds"],
+        "resolved_lag_seconds": after["resolved_lag_seconds"],
+        "rows_read_per_second": rate("rows_read"),
+        "rows_written_per_second": rate("rows_written"),
+        "bytes_written_per_second": rate("bytes_written"),
+        "batches_per_second": rate("batches"),
+        "rows_read": after["rows_read"],
+        "rows_written": after["rows_written"],
+        "captures": len(after["captures"]),
+        "interval_seconds": round(seconds, 3),
+    }
+
+
+def _statistics_text(r: dict[str, Any], *, header: bool) -> str:
+    line = (
+        f"{r['id']:<20} {r['state']:<8} {r['checkpoint_lag_seconds']:>10.1f} {r['resolved_lag_seconds']:>10.1f} "
+        f"{r['rows_read_per_second']:>10.1f} {r['rows_written_per_second']:>10.1f} "
+        f"{r['batches_per_second']:>8.2f} {r['rows_written']:>12}\n"
+    )
+    if not header:
+        return line
+    head = (
+        f"{'CHANGEFEED':<20} {'STATE':<8} {'CKPT LAG s':>10} {'RSLV LAG s':>10} "
+        f"{'READ r/s':>10} {'WRITE r/s':>10} {'BATCH/s':>8} {'ROWS WRITTEN':>12}\n"
+    )
+    return head + line
 
 
 def _show(args: argparse.Namespace, result: Any, text: str) -> int:

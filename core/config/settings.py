@@ -174,6 +174,11 @@ class ServerSettings(_Settings):
     gc_ttl: Duration = Field(DEFAULT_GC_TTL, description="TTL of the upstream GC safepoint cdcflow keeps (e.g. 24h).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark settings.")
+    metrics: bool = Field(
+        True,
+        description="Record data-plane metrics (rows, bytes, flush and batch durations, errors) and metastore "
+        "latency for /metrics; false: /metrics serves only what it reads when scraped.",
+    )
     security: SecuritySettings = Field(
         default_factory=SecuritySettings, description="TLS, API authentication and the sinks API clients may create."
     )

@@ -33,9 +33,11 @@ from cdcflow.core.control.maintainer.manager import MaintainerManager
 from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.grpc import GrpcTransport, MessageServer, TLSConfig
 from cdcflow.core.control.metastore.base import MetaStore, NotOwnerError, Session
+from cdcflow.core.control.metastore.timed import TimedMetaStore
 from cdcflow.core.control.span_host import SpanHost
 from cdcflow.core.data.span_executor import ExecutorFactory
 from cdcflow.core.errors import CdcflowError
+from cdcflow.core.metrics import CaptureMetrics, Snapshot
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.version import __version__
 
@@ -66,6 +68,8 @@ class CaptureOptions:
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     checkpoint_window: float = DEFAULT_CHECKPOINT_WINDOW
     tls: TLSConfig | None = None
+    #: Record metrics (server.metrics); off: /metrics serves only what it reads when scraped.
+    metrics: bool = True
     #: The server section the capture runs with (handed to span executors: Spark, data dir).
     server: ServerSettings | None = None
 
@@ -90,7 +94,9 @@ class Capture:
     def __init__(
         self, store: MetaStore, plugins: PluginManager, executor_factory: ExecutorFactory, options: CaptureOptions
     ) -> None:
-        self.store = store
+        #: This capture's metrics, in a registry of its own (None: metrics off).
+        self.metrics: CaptureMetrics | None = CaptureMetrics() if options.metrics else None
+        self.store: MetaStore = store if self.metrics is None else TimedMetaStore(store, self.metrics)
         self.plugins = plugins
         self.executor_factory = executor_factory
         self.options = options
@@ -146,6 +152,7 @@ class Capture:
             self.options.data_dir,
             self.live_captures,
             self.options.server,
+            self.metrics,
         )
         self.manager = MaintainerManager(capture_id, self.center, host, self.plugins, self.live_captures)
         tasks = [
@@ -225,6 +232,29 @@ class Capture:
         if keeper is None:
             return None
         return json.dumps(info.source, sort_keys=True), keeper
+
+    async def metrics_snapshot(self) -> Snapshot:
+        """What a scrape of ``/metrics`` reads: the metastore's changefeeds and captures,
+        and the state of every changefeed running here (on the event loop, briefly)."""
+        records = await self.store.list_changefeeds()
+        captures = await self.store.list_captures()
+        executors = {}
+        host = self.manager.host if self.manager is not None else None
+        for changefeed_id, run in list(host.runs.items()) if host is not None else []:
+            stats = run.executor.stats()
+            if stats is not None:
+                executors[changefeed_id] = stats
+        coordinator = self.coordinator
+        if self.metrics is not None:
+            self.metrics.forget(info.id for info, _ in records)
+        return Snapshot(
+            changefeeds=records,
+            captures=len(captures),
+            is_owner=self.is_owner,
+            term=coordinator.term.term if coordinator is not None and self.is_owner else 0,
+            rejoins=self.rejoins,
+            executors=executors,
+        )
 
     async def resign(self) -> None:
         """Give up ownership (the API's owner/resign); another capture campaigns and wins."""

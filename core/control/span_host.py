@@ -38,6 +38,7 @@ from cdcflow.core.control.messaging.messages import SchedulingMessage, Topic
 from cdcflow.core.control.scheduling import Agent, AgentMessage, DispatchTableRequest, HeartbeatRequest, RemoveSpan
 from cdcflow.core.data.span_executor import ExecutorContext, ExecutorFactory, SpanExecutor
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError
+from cdcflow.core.metrics import CaptureMetrics
 from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = ["SpanHost"]
@@ -67,8 +68,10 @@ class SpanHost:
         data_dir: str,
         live_captures: Callable[[], list[str]],
         server: ServerSettings | None = None,
+        metrics: CaptureMetrics | None = None,
     ) -> None:
         self.capture_id = capture_id
+        self.metrics = metrics
         self.center = center
         self.factory = factory
         self.plugins = plugins
@@ -130,7 +133,7 @@ class SpanHost:
         try:
             connector = connector_for(info, self.plugins)
             context = ExecutorContext(
-                info, connector, self.capture_id, self.plugins, self.data_dir, start_ts, self.server
+                info, connector, self.capture_id, self.plugins, self.data_dir, start_ts, self.server, self.metrics
             )
             executor = self.factory(context)
         except CdcflowError as exc:

@@ -51,6 +51,7 @@ from cdcflow.core.data.events import (
     TableSchema,
     TableSetChange,
 )
+from cdcflow.core.metrics import FeedStats
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
 __all__ = ["BatchMounter", "Mounter", "Source"]
@@ -199,6 +200,12 @@ class Source(Plugin[ConfigT], abc.ABC):
         hold no per-row state, takes nothing.
         """
         return 0
+
+    def feed_stats(self) -> FeedStats | None:
+        """What the open feeds hold and how their upstream subscriptions do, for the
+        capture's metrics (memory, spill, EventFeed regions); None (the default): nothing
+        to report. Called on the event loop at every scrape: must be cheap and not block."""
+        return None
 
     def gc_safepoint_keeper(self) -> GCSafepointKeeper | None:
         """The keeper of this upstream's service GC safepoint (see :mod:`cdcflow.core.control.gc.keeper`),

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from cdcflow.core.config.loader import Connector
     from cdcflow.core.config.settings import ServerSettings
     from cdcflow.core.control.changefeed import ChangeFeedInfo
+    from cdcflow.core.metrics import CaptureMetrics, ExecutorStats
     from cdcflow.core.plugin.manager import PluginManager
     from cdcflow.core.plugin.registry import PluginOrigin
 
@@ -130,6 +131,11 @@ class SpanExecutor(abc.ABC):
         a maintainer moved is ignored: it only moves forward). Must not block:
         writing happens in the background."""
 
+    def stats(self) -> ExecutorStats | None:
+        """This changefeed's progress and buffers on this capture, for ``/metrics``
+        (called on the event loop at every scrape); None (the default): nothing to report."""
+        return None
+
     def error(self) -> BaseException | None:
         """The error that stopped this executor's spans, if any (a
         :class:`~cdcflow.core.errors.CdcflowError` for known failures). The span
@@ -158,6 +164,8 @@ class ExecutorContext:
     start_ts: int = 0
     #: The capture's server settings (Spark); None: the defaults.
     server: ServerSettings | None = None
+    #: The capture's metrics, which the executor records into; None: metrics are off.
+    metrics: CaptureMetrics | None = None
 
     @property
     def changefeed_id(self) -> str:

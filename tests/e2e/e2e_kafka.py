@@ -48,6 +48,7 @@ class CaptureProcess:
         partitions: int = 3,
         adds_per_tick: int = 1,
         master: str = "local[2]",
+        metrics: bool = True,
     ) -> None:
         self.tmp = tmp
         self.metastore = f"sqlite:///{tmp}/meta.db"
@@ -78,6 +79,7 @@ class CaptureProcess:
                 "trigger-interval": 0.3,
                 "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
             },
+            "metrics": metrics,
         }
         self.file.write_text(yaml.safe_dump({"server": server, "connectors": [connector]}))
 
@@ -129,6 +131,16 @@ class CaptureProcess:
                 )
             time.sleep(0.25)
 
+    def api_address(self, timeout: float = 120.0) -> str:
+        """host:port of the capture's REST API (it listens on a port the OS picked)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            captures = asyncio.run(_read_captures(self.metastore))
+            if captures:
+                return captures[0]
+            time.sleep(0.25)
+        raise AssertionError(f"the capture did not register; capture log:\n{self.log_tail()}")
+
     def log_tail(self, chars: int = 6000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
@@ -142,6 +154,16 @@ async def _read_checkpoint(url: str) -> tuple[str, int]:
             if info.id == CHANGEFEED:
                 return info.state.value, status.checkpoint_ts
         return "", 0
+    finally:
+        await store.close()
+
+
+async def _read_captures(url: str) -> list[str]:
+    if not Path(url.removeprefix("sqlite:///")).exists():
+        return []
+    store = open_metastore(url)
+    try:
+        return [c.api_addr for c in await store.list_captures()]
     finally:
         await store.close()
 

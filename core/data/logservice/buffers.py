@@ -96,6 +96,9 @@ class SpanBuffers:
         #: Events dropped: by :meth:`put` (at or below the floor, or of spans not loaded)
         #: and by publishing (a change sent again, see :meth:`take`).
         self.dropped = 0
+        #: Events and bytes (record size) put so far (for metrics: rows and bytes read).
+        self.events_in = 0
+        self.bytes_in = 0
         self._run_seq = itertools.count()
         self._warned_full_at: float | None = None
 
@@ -139,6 +142,8 @@ class SpanBuffers:
         buf.records.append(record)
         buf.memory += size
         self.memory += size
+        self.events_in += 1
+        self.bytes_in += size
         return True
 
     @property

@@ -67,6 +67,12 @@ class StoreStats:
     chunks: int
     published_ts: int
     dropped_duplicates: int
+    #: Of ``disk_bytes``: the spill runs (unresolved events) and the published chunks.
+    spill_bytes: int = 0
+    chunk_bytes: int = 0
+    #: Events (and their record bytes) put so far.
+    events_in: int = 0
+    bytes_in: int = 0
 
 
 class EventStore:
@@ -294,13 +300,18 @@ class EventStore:
 
     def stats(self) -> StoreStats:
         with self._lock:
+            spill, chunks = self._buffers.run_bytes(), self._publisher.chunk_bytes()
             return StoreStats(
                 memory_bytes=self._buffers.memory,
-                disk_bytes=self._buffers.run_bytes() + self._publisher.chunk_bytes(),
+                disk_bytes=spill + chunks,
                 spilled_runs=self._buffers.run_count(),
                 chunks=self._publisher.chunk_count(),
                 published_ts=self._publisher.published_ts,
                 dropped_duplicates=self._buffers.dropped,
+                spill_bytes=spill,
+                chunk_bytes=chunks,
+                events_in=self._buffers.events_in,
+                bytes_in=self._buffers.bytes_in,
             )
 
     def close(self) -> None:

@@ -81,6 +81,7 @@ from cdcflow.core.data.pipeline.tasks import (
 from cdcflow.core.data.sink import BatchFrame, Sink, TaskWriter
 from cdcflow.core.data.source import Mounter
 from cdcflow.core.errors import CdcflowError
+from cdcflow.core.metrics import ChangefeedMetrics
 from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = ["DEFAULT_COLLECT_ROWS", "DEFAULT_TASK_ROWS", "BatchInterruptedError", "ChangefeedPipeline"]
@@ -140,6 +141,7 @@ class ChangefeedPipeline:
         task_rows: int = DEFAULT_TASK_ROWS,
         task_partitions: int | None = None,
         max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
+        metrics: ChangefeedMetrics | None = None,
     ) -> None:
         self.changefeed_id = changefeed_id
         self.store = store
@@ -167,6 +169,10 @@ class ChangefeedPipeline:
         self.batch_error: CdcflowError | None = None
         self.batches_flushed = 0
         self.rows_flushed = 0
+        #: Where micro-batches are recorded (None: metrics off).
+        self.metrics = metrics
+        #: What each sink flushed in the current attempt of a batch: (sink, rows, bytes or None, seconds).
+        self._flushes: list[tuple[str, int, int | None, float]] = []
         self._query: Any = None
         self._initial = (0, 0)
         self._stopping = threading.Event()
@@ -247,6 +253,7 @@ class ChangefeedPipeline:
         (start_ts, start_chunk), (end_ts, end_chunk) = self._batch_offsets(batch_id)
         # Spark started batch N, so every batch before it is committed: their chunks can go.
         self.store.release(start_ts, before_chunk=start_chunk)
+        began = time.perf_counter()
         try:
             rows = self._deliver_with_retry(frame, batch_id, (start_ts, start_chunk), (end_ts, end_chunk))
         except Exception:
@@ -263,6 +270,11 @@ class ChangefeedPipeline:
         self.store.checkpoint(end_ts, end_chunk)
         if self.on_checkpoint is not None:
             self.on_checkpoint(end_ts)
+        metrics = self.metrics
+        if metrics is not None:  # once per batch, after its checkpoint
+            for sink, count, nbytes, seconds in self._flushes:
+                metrics.sink_flushed(sink, count, nbytes, seconds)
+            metrics.batch_done(rows, time.perf_counter() - began)
 
     def _deliver_with_retry(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
         attempt = 0
@@ -272,7 +284,11 @@ class ChangefeedPipeline:
                     rows = self._deliver(frame, batch_id, start, end)
             except CdcflowError as exc:
                 if not is_retryable(exc) or self._stopping.is_set():
+                    if self.metrics is not None and not self._stopping.is_set():
+                        self.metrics.error(exc, retried=False)
                     raise
+                if self.metrics is not None:
+                    self.metrics.error(exc, retried=True)
                 self.batch_error = exc
                 delay = retry_delay(attempt)
                 attempt += 1
@@ -299,13 +315,20 @@ class ChangefeedPipeline:
         driver_sinks = [s for s in self.sinks if writers[id(s)] is None]
         head = MicroBatch(self.changefeed_id, batch_id, start_ts, end_ts)
         rows = 0
+        self._flushes = []
         if task_sinks:
+            began = time.perf_counter()
+            task_bytes = 0
             if plan is not None:
                 task_writers = tuple(w for w in writers.values() if w is not None)
                 by_table = any(sink.task_partitioning() == "table" for sink in task_sinks)
-                rows = self._write_in_tasks(frame, plan, head, task_writers, expected, by_table=by_table)
+                rows, task_bytes = self._write_in_tasks(frame, plan, head, task_writers, expected, by_table=by_table)
+            tasks_seconds = time.perf_counter() - began
             for sink in task_sinks:
+                committed = time.perf_counter()
                 sink.commit_batch(MicroBatch(self.changefeed_id, batch_id, start_ts, end_ts, ddl=ddl))
+                seconds = tasks_seconds + time.perf_counter() - committed
+                self._flushes.append((_sink_name(sink), rows, task_bytes, seconds))
         if driver_sinks and plan is not None and not on_driver:
             driver_sinks, written = self._write_frames(frame, plan, head, ddl, driver_sinks, expected)
             if written is not None:
@@ -340,6 +363,7 @@ class ChangefeedPipeline:
                 declined.append(sink)
                 continue
             written = count
+            self._flushes.append((_sink_name(sink), count, None, time.perf_counter() - began))
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "changefeed %s: batch %d: %d rows written as a frame by %s in %.3fs",
@@ -385,7 +409,8 @@ class ChangefeedPipeline:
         expected: int,
         *,
         by_table: bool,
-    ) -> int:
+    ) -> tuple[int, int]:
+        """Write the batch in Spark tasks: (rows, bytes) the tasks' summaries report."""
         task = WriteTask(plan, head, writers, self.column_selection)
         began = time.perf_counter()
         keys = ("table_id",) if by_table else ("table_id", "key")
@@ -398,12 +423,14 @@ class ChangefeedPipeline:
         self.last_tasks = summaries
         raise_task_error(summaries)
         rows = sum(s.rows for s in summaries)
+        if self.metrics is not None:
+            self.metrics.tasks_done(s.finished - s.started for s in summaries)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "changefeed %s: batch %d: %d rows written by %d tasks in %.3fs",
                 *(self.changefeed_id, head.batch_id, rows, len(summaries), time.perf_counter() - began),
             )
-        return rows
+        return rows, sum(s.bytes for s in summaries)
 
     def _deliver_on_driver(
         self,
@@ -419,6 +446,7 @@ class ChangefeedPipeline:
         )
         began = time.perf_counter()
         read = 0.0
+        nbytes = 0
         if plan is not None and plan.mounter is not None:
             frame = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL)
         if expected == 0:
@@ -432,6 +460,7 @@ class ChangefeedPipeline:
             if table.num_rows:
                 table = table.sort_by([(column, "ascending") for column in ORDER_COLUMNS])
             read = time.perf_counter() - began
+            nbytes = table.nbytes
             for batch in table.to_batches(max_chunksize=_CONVERT_ROWS):
                 check_mounted(batch)
                 delivery.add(self._rows(list(batch_to_records(batch))))
@@ -445,12 +474,16 @@ class ChangefeedPipeline:
             read = time.perf_counter() - began
             try:
                 for batch in _read_sorted_parquet(staging):
+                    nbytes += batch.nbytes
                     check_mounted(batch)
                     delivery.add(self._rows(list(batch_to_records(batch))))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         convert = time.perf_counter() - began - read - sum(delivery.sink_seconds.values())
         delivery.finish()
+        for sink in sinks:
+            seconds = delivery.sink_seconds.get(sink.type_name, 0.0)
+            self._flushes.append((_sink_name(sink), delivery.row_count, nbytes, seconds))
         if log.isEnabledFor(logging.DEBUG):
             sinks_seconds = ", ".join(f"{name} {seconds:.3f}s" for name, seconds in delivery.sink_seconds.items())
             log.debug(
@@ -514,6 +547,11 @@ class ChangefeedPipeline:
         if manifest is None:
             raise CdcflowError(f"changefeed {self.changefeed_id}: the event store's manifest is gone")
         return offset_ts(offset), offset_chunk(offset, manifest)
+
+
+def _sink_name(sink: Sink[Any]) -> str:
+    """The ``sink`` label of a sink's metrics: its type (bounded, unlike URIs)."""
+    return str(getattr(sink, "type_name", type(sink).__name__))
 
 
 def _read_sorted_parquet(directory: Path) -> Iterator[pa.RecordBatch]:

@@ -54,6 +54,7 @@ from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.source import Source
 from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.errors import BackPressureError
+from cdcflow.core.metrics import CaptureMetrics, ChangefeedMetrics, ExecutorStats
 from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = [
@@ -144,6 +145,8 @@ class PipelineContext:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     #: Called with each checkpoint the pipeline reaches (after every sink flushed).
     on_checkpoint: Callable[[int], None] | None = None
+    #: What the pipeline records its micro-batches into (the capture's metrics); None: nothing.
+    metrics: ChangefeedMetrics | None = None
 
     @classmethod
     def for_connector(
@@ -155,6 +158,7 @@ class PipelineContext:
         plugins: PluginManager | None = None,
         spark: Any = None,
         on_checkpoint: Callable[[int], None] | None = None,
+        metrics: CaptureMetrics | None = None,
     ) -> PipelineContext:
         """The context of ``connector`` on this capture, resuming from ``start_ts``.
         Instantiates the connector's source and sinks."""
@@ -173,6 +177,7 @@ class PipelineContext:
             table_filter=settings.filter.table_filter(),
             column_selectors=settings.filter.column_selectors,
             on_checkpoint=on_checkpoint,
+            metrics=metrics.changefeed(connector.name) if metrics is not None else None,
         )
 
 
@@ -188,6 +193,7 @@ class PipelineSpanExecutor(SpanExecutor):
         self.spark_settings = context.spark_settings
         self._spark = context.spark
         self._on_checkpoint = context.on_checkpoint
+        self.metrics = context.metrics
         self.directory = changefeed_dir(context.data_dir, changefeed_id)
         store_dir = self.directory / "store"
         if read_manifest(store_dir) is None:
@@ -303,6 +309,27 @@ class PipelineSpanExecutor(SpanExecutor):
 
     def spans(self) -> list[Span]:
         return list(self._spans)
+
+    def stats(self) -> ExecutorStats:
+        store = self.store.stats()
+        states: dict[str, int] = {}
+        for loaded in self._spans.values():
+            states[loaded.state.value] = states.get(loaded.state.value, 0) + 1
+        return ExecutorStats(
+            source=str(getattr(self.source, "type_name", type(self.source).__name__)),
+            checkpoint_ts=self.store.checkpoint_ts,
+            resolved_ts=store.published_ts,
+            spans_by_state=states,
+            rows_read=store.events_in,
+            bytes_read=store.bytes_in,
+            memory_bytes=store.memory_bytes,
+            memory_quota_bytes=self.store.memory_quota,
+            spilled_bytes=store.spill_bytes,
+            chunk_bytes=store.chunk_bytes,
+            chunks_pending=store.chunks,
+            dropped_duplicates=store.dropped_duplicates,
+            feed=self.source.feed_stats() if self._source_open else None,
+        )
 
     async def set_barrier(self, ts: int) -> None:
         async with self._store_io:
@@ -426,6 +453,8 @@ class PipelineSpanExecutor(SpanExecutor):
     def _start_failed(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         self._start_error = exc
+        if self.metrics is not None and exc is not None:
+            self.metrics.error(exc, retried=True)
         delay = state.next_action.sleep if state.next_action is not None else 0.0
         log.warning(
             "changefeed %s: the pipeline did not start (%s); retry %d in %.1fs",
@@ -474,6 +503,7 @@ class PipelineSpanExecutor(SpanExecutor):
             task_rows=self.task_rows,
             max_batch_rows=self.spark_settings.max_batch_rows,
             on_checkpoint=self._on_checkpoint,
+            metrics=self.metrics,
         )
         pipeline.start()
         return pipeline
@@ -515,6 +545,8 @@ class PipelineSpanExecutor(SpanExecutor):
         except Exception as exc:
             log.exception("changefeed %s: the feed of %s failed", self.changefeed_id, span)
             self.feed_errors[span] = exc
+            if self.metrics is not None:
+                self.metrics.error(exc, retried=False)
 
     async def _publish_resolved(self) -> None:
         """Apply the feeds' latest resolved ts to the event store, every ``publish_interval``.
@@ -604,5 +636,7 @@ def create_span_executor(context: ExecutorContext) -> PipelineSpanExecutor:
     """
     server = (context.server or ServerSettings()).model_copy(update={"data_dir": str(context.data_dir)})
     return PipelineSpanExecutor(
-        PipelineContext.for_connector(context.connector, server, start_ts=context.start_ts, plugins=context.plugins)
+        PipelineContext.for_connector(
+            context.connector, server, start_ts=context.start_ts, plugins=context.plugins, metrics=context.metrics
+        )
     )

@@ -80,9 +80,10 @@ SUMMARY_SCHEMA = pa.schema(
         ("started", pa.float64()),
         ("finished", pa.float64()),
         ("error", pa.binary()),
+        ("bytes", pa.int64()),
     ]
 )
-SUMMARY_SCHEMA_DDL = "partition INT, rows BIGINT, pid INT, started DOUBLE, finished DOUBLE, error BINARY"
+SUMMARY_SCHEMA_DDL = "partition INT, rows BIGINT, pid INT, started DOUBLE, finished DOUBLE, error BINARY, bytes BIGINT"
 
 #: Rows handed to the partition writers at a time.
 _WRITE_ROWS = 4_096
@@ -90,7 +91,8 @@ _WRITE_ROWS = 4_096
 
 @dataclass(frozen=True, slots=True)
 class TaskSummary:
-    """What one partition's task did (``error``: the CdcflowError it stopped on)."""
+    """What one partition's task did (``error``: the CdcflowError it stopped on; ``bytes``:
+    the Arrow size of the records it read, which the driver counts as the bytes its sinks got)."""
 
     partition: int
     rows: int
@@ -98,10 +100,11 @@ class TaskSummary:
     started: float
     finished: float
     error: CdcflowError | None
+    bytes: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, object] | Sequence[object]) -> TaskSummary:
-        partition, rows, pid, started, finished, error = (
+        partition, rows, pid, started, finished, error, nbytes = (
             [row[k] for k in SUMMARY_SCHEMA.names] if isinstance(row, Mapping) else list(row)
         )
         return cls(
@@ -111,6 +114,7 @@ class TaskSummary:
             float(started),  # type: ignore[arg-type]
             float(finished),  # type: ignore[arg-type]
             pickle.loads(error) if error else None,  # type: ignore[arg-type]
+            int(nbytes or 0),  # type: ignore[call-overload]
         )
 
 
@@ -290,9 +294,16 @@ class WriteTask:
         partition = context.partitionId() if context is not None else 0
         started = time.time()
         count, error = 0, b""
+        size = [0]
+
+        def measured(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                size[0] += batch.nbytes  # per Arrow batch, not per row
+                yield batch
+
         opened: list[PartitionWriter] = []
         try:
-            for mounted in self.plan.rows(batches):
+            for mounted in self.plan.rows(measured(batches)):
                 rows = [self.column_selection.apply(r) for r in mounted] if self.column_selection else mounted
                 if not rows:
                     continue
@@ -320,6 +331,7 @@ class WriteTask:
                     "started": started,
                     "finished": time.time(),
                     "error": error,
+                    "bytes": size[0],
                 }
             ],
             schema=SUMMARY_SCHEMA,

@@ -133,6 +133,8 @@ class EventFeedClient:
         #: Store addresses that answered EventFeedV2 with UNIMPLEMENTED.
         self.v1_stores: set[str] = set()
         self._subs: set[Subscription] = set()
+        #: Changes received while regions were still scanning (before INITIALIZED), for metrics.
+        self.incremental_scan_rows = 0
 
     async def close(self) -> None:
         """Close every stream; open feeds end (their iterators stop)."""
@@ -152,6 +154,19 @@ class EventFeedClient:
             for state in list(sub.regions.values()):
                 self._retire(state)
         self.memory.close()
+
+    def region_counts(self, lagging_before_ms: int) -> tuple[int, int, int]:
+        """(subscribed, initializing, lagging) regions over every open feed; lagging: initialized
+        with a resolved ts whose physical time is before ``lagging_before_ms`` (Unix ms)."""
+        subscribed = initializing = lagging = 0
+        for sub in list(self._subs):
+            for state in list(sub.regions.values()):
+                subscribed += 1
+                if not state.initialized:
+                    initializing += 1
+                elif (state.resolved_ts >> 18) < lagging_before_ms:
+                    lagging += 1
+        return subscribed, initializing, lagging
 
     # -- the feed -------------------------------------------------------------
 
@@ -457,6 +472,7 @@ class EventFeedClient:
         if state.initialized:
             await self._emit(state, change)
         else:
+            self.incremental_scan_rows += 1
             state.matcher.hold(change)
 
     async def _emit(self, state: RegionState, change: Committed | None) -> None:

@@ -21,6 +21,7 @@ See docs/reference/tikv-source.md and docs/explanation/eventfeed.md.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from cdcflow.core.data.events import (
 )
 from cdcflow.core.data.source import BatchMounter, Mounter, Source
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
+from cdcflow.core.metrics import LAGGING_REGION_SECONDS, FeedStats
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.plugins.sources.tikv import hookspec as tikv_hookspec
 from cdcflow.plugins.sources.tikv.catalog import TiDBCatalog
@@ -135,6 +137,21 @@ class TiKVSource(Source[TiKVSourceConfig]):
         await self._pd.connect()
         memory = FeedMemory(self.memory_budget, self._spill_dir)
         self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls, memory=memory)
+
+    def feed_stats(self) -> FeedStats | None:
+        feeds = self._feeds
+        if feeds is None:
+            return None
+        lagging_before_ms = int((time.time() - LAGGING_REGION_SECONDS) * 1000)
+        regions, initializing, lagging = feeds.region_counts(lagging_before_ms)
+        return FeedStats(
+            memory_bytes=feeds.memory.used,
+            spilled_entries=feeds.memory.spilled_entries,
+            regions=regions,
+            regions_initializing=initializing,
+            regions_lagging=lagging,
+            incremental_scan_rows=feeds.incremental_scan_rows,
+        )
 
     def limit_memory(self, quota: int, spill_dir: Path) -> int:
         """The feeds keep at most :data:`FEED_MEMORY_SHARE` of ``quota`` in memory and

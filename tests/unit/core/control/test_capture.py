@@ -7,6 +7,7 @@ import asyncio
 import sys
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cdcflow.core.api.client import ApiClient, ApiError
 from cdcflow.core.api.server import ApiServer
@@ -88,10 +89,12 @@ def test_lifecycle_on_sqlite(tmp_path):
             await call("POST", "/api/v2/changefeeds/cf-fail/resume")
         assert refused.value.status == 400 and "failed" in refused.value.message
 
-        metrics = await asyncio.to_thread(_text, f"http://127.0.0.1:{port}/metrics")
-        assert 'cdcflow_owner_status{changefeed="cf-fail"} 2' in metrics
-        assert 'cdcflow_owner_checkpoint_ts_lag{changefeed="cf-1"}' in metrics
-        assert "cdcflow_capture_is_owner 1" in metrics
+        metrics = samples(await asyncio.to_thread(_text, f"http://127.0.0.1:{port}/metrics"))
+        assert metrics[("cdcflow_changefeed_state", (("changefeed", "cf-fail"),))] == 2
+        assert metrics[("cdcflow_changefeed_checkpoint_lag_seconds", (("changefeed", "cf-1"),))] >= 0
+        assert metrics[("cdcflow_capture_is_owner", ())] == 1
+        assert metrics[("cdcflow_changefeeds", (("state", "failed"),))] == 1
+        assert metrics[("cdcflow_metastore_operation_duration_seconds_count", (("operation", "list_changefeeds"),))] > 0
 
         captures = await call("GET", "/api/v2/captures")
         assert captures["total"] == 1 and captures["items"][0]["is_owner"]
@@ -117,3 +120,12 @@ def _text(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=5) as resp:
         return resp.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus exposition, by (name, sorted labels)."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
