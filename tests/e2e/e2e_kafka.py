@@ -23,10 +23,10 @@ from typing import Any
 import yaml
 
 from cdcflow.core.control.metastore import open_metastore
+from cdcflow.core.testing.open_protocol import Replica, column_value, decode, read_topic, rebuild
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.tikv.tidb import keys
-from tests.e2e.open_protocol_consumer import Replica, column_value, decode, read_topic, rebuild
 
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
 TABLES = ("customers", "products", "orders")
