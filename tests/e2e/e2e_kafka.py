@@ -48,6 +48,7 @@ class CaptureProcess:
         partitions: int = 3,
         adds_per_tick: int = 1,
         master: str = "local[2]",
+        spark_conf: dict[str, str] | None = None,
     ) -> None:
         self.tmp = tmp
         self.metastore = f"sqlite:///{tmp}/meta.db"
@@ -76,7 +77,7 @@ class CaptureProcess:
                 "master": master,
                 "warehouse-dir": str(tmp / "lake"),
                 "trigger-interval": 0.3,
-                "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+                "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", **(spark_conf or {})},
             },
         }
         self.file.write_text(yaml.safe_dump({"server": server, "connectors": [connector]}))
