@@ -39,8 +39,8 @@ run: setup
 	$(BIN)/cdcflow run connectors.yaml $(RUN_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check core plugins tests benchmarks
-	$(BIN)/ruff format --check core plugins tests benchmarks
+	$(BIN)/ruff check core plugins tests benchmarks examples
+	$(BIN)/ruff format --check core plugins tests benchmarks examples
 
 # mypy sees core/ and plugins/ under their import names through a symlink tree.
 typecheck: $(STAMP)

@@ -1,6 +1,6 @@
 """Catch-up: rows/s of a changefeed started below a backlog already committed upstream.
 
-    .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2]]
+    .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2] standalone]
 
 The backlog is committed to the playground (the shop workload, no DDL) before any
 capture starts, so committing does not compete with the run; then, per Spark master,
@@ -24,6 +24,11 @@ and, in the same run on the same rows, the two raw stages next to it:
 * **mount** — the committed row events decoded by ``TiDBMounter`` in one process;
 * **produce** — the mounted rows encoded as Open Protocol (not timed), then produced
   pre-encoded by a plain idempotent librdkafka producer to the same mock cluster.
+
+A master is a Spark master URL (``local[N]``, ``spark://host:port`` of a running cluster)
+or ``standalone``: a Spark standalone master and worker (2 cores) started on this machine
+for that run from the pyspark distribution (:mod:`cdcflow.core.testing.servers.spark`),
+the capture's driver in its own process and the executors in the worker's JVMs.
 
 Targets (docs/explanation/log-service-and-pipeline.md): catch-up on local[2] at least
 50 % of the slowest raw stage, and local[2] at least 1.6 × local[1].
@@ -55,6 +60,25 @@ _TIMEOUT_S = 1800.0
 def catch_up(
     pg: Playground, cluster: MockCluster, master: str, start_ts: int, last_ts: int, commit_ts: list[int]
 ) -> dict[str, Any]:
+    if master == "standalone":
+        from cdcflow.core.testing.servers import start_spark_cluster
+
+        with start_spark_cluster(cores=2) as spark:
+            run = _catch_up(pg, cluster, spark.master_url, start_ts, last_ts, commit_ts, spark.driver_conf())
+        run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
+        return run
+    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts)
+
+
+def _catch_up(
+    pg: Playground,
+    cluster: MockCluster,
+    master: str,
+    start_ts: int,
+    last_ts: int,
+    commit_ts: list[int],
+    spark_conf: dict[str, str] | None = None,
+) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,6 +92,7 @@ def catch_up(
             partitions=PARTITIONS,
             master=master,
             adds_per_tick=0,
+            spark_conf=spark_conf,
         )
         started = time.perf_counter()
         capture.start()
@@ -151,7 +176,12 @@ def backlog(rows: int) -> tuple[Playground, Recorder, int, int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (approximately)")
-    parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"], help="Spark masters to run")
+    parser.add_argument(
+        "--masters",
+        nargs="+",
+        default=["local[1]", "local[2]"],
+        help="Spark masters to run (standalone: a local master + worker)",
+    )
     args = parser.parse_args()
     cluster = mock_cluster(3)
     report: dict[str, Any] = {}

@@ -82,3 +82,18 @@ def test_the_architecture_page_names_where_each_concept_lives(name, module):
     path = REPO / module
     sources = [path] if path.is_file() else sorted(path.rglob("*.py"))
     assert any(re.search(rf"^class {name}\b", src.read_text(), re.M) for src in sources), f"{name} is not in {module}"
+
+
+def test_testing_fixtures_reference_is_current():
+    from cdcflow.core.testing.fixture_docs import fixtures_page
+
+    page = DOCS / "reference" / "testing-fixtures.md"
+    assert page.exists(), f"{page} is missing: run scripts/gen-testing-docs"
+    assert page.read_text() == fixtures_page(), f"{page} is stale: run scripts/gen-testing-docs"
+
+
+def test_every_testing_fixture_is_documented():
+    from cdcflow.core.testing import pytest_plugin
+
+    for fixture in pytest_plugin.FIXTURES:
+        assert len((fixture.__doc__ or "").strip()) > 80, f"{fixture.__name__}: its docstring is its reference"

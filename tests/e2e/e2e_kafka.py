@@ -23,10 +23,10 @@ from typing import Any
 import yaml
 
 from cdcflow.core.control.metastore import open_metastore
+from cdcflow.core.testing.open_protocol import Replica, column_value, decode, read_topic, rebuild
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.tikv.tidb import keys
-from tests.e2e.open_protocol_consumer import Replica, column_value, decode, read_topic, rebuild
 
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
 TABLES = ("customers", "products", "orders")
@@ -49,6 +49,7 @@ class CaptureProcess:
         adds_per_tick: int = 1,
         master: str = "local[2]",
         metrics: bool = True,
+        spark_conf: dict[str, str] | None = None,
     ) -> None:
         self.tmp = tmp
         self.metastore = f"sqlite:///{tmp}/meta.db"
@@ -77,7 +78,7 @@ class CaptureProcess:
                 "master": master,
                 "warehouse-dir": str(tmp / "lake"),
                 "trigger-interval": 0.3,
-                "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+                "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", **(spark_conf or {})},
             },
             "metrics": metrics,
         }

@@ -1,24 +1,14 @@
 """Helpers of the end-to-end tests: a ``cdcflow run`` capture process, the REST API, and
 typed comparison of downstream tables with the playground's snapshot.
 
-Normalisation (what "equal" means across MariaDB, Parquet and the playground):
-
-- DECIMAL: compared as numbers at the column's scale (Spark stores ``decimal(38,10)``).
-- DATETIME / TIMESTAMP: naive UTC datetimes (the playground decodes TIMESTAMP as aware UTC;
-  MariaDB and Spark sessions run in UTC and return naive values).
-- TIME: a ``timedelta`` (the Spark sink stores TIME as its ``str(timedelta)`` text).
-- ENUM: the member name (TiDB rows and the Spark sink carry the 1-based index).
-- JSON: the parsed document (MariaDB returns the text; key order and spacing are free).
-- Everything else (ints, unsigned ints, DOUBLE, VARCHAR, NULL) must be identical.
+The typed comparison (what "equal" means across MariaDB, Parquet and the playground) is
+:mod:`cdcflow.core.testing.compare`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -132,62 +122,3 @@ class RunProcess:
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
-
-
-# -- typed comparison ---------------------------------------------------------------------------
-
-
-def _time(value: Any) -> dt.timedelta:
-    if isinstance(value, dt.timedelta):
-        return value
-    match = re.fullmatch(r"(-)?(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)(?:\.(\d+))?", str(value))
-    assert match, f"not a TIME value: {value!r}"
-    sign, days, h, m, s, frac = match.groups()
-    delta = dt.timedelta(
-        days=int(days or 0), hours=int(h), minutes=int(m), seconds=int(s), microseconds=int((frac or "0").ljust(6, "0"))
-    )
-    return -delta if sign else delta
-
-
-def normalise(value: Any, ft: Any) -> Any:
-    """``value`` of a column of TiDB type ``ft`` in the comparable form documented above."""
-    from cdcflow.core.data.types import TypeCode
-
-    if value is None:
-        return None
-    tp = TypeCode(ft.tp)
-    if tp == TypeCode.NEWDECIMAL:
-        return decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-max(ft.decimal, 0)))
-    if tp in (TypeCode.DATETIME, TypeCode.TIMESTAMP):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value
-    if tp == TypeCode.DURATION:
-        return _time(value)
-    if tp == TypeCode.ENUM:
-        if isinstance(value, int) or str(value).isdigit():
-            return ft.elems[int(value) - 1]
-        return value
-    if tp == TypeCode.JSON:
-        return json.loads(value) if isinstance(value, str | bytes) else value
-    return value
-
-
-def typed_rows(rows: list[dict[str, Any]], types: dict[str, Any]) -> dict[Any, dict[str, Any]]:
-    """Rows keyed by ``id``, every column normalised by its type."""
-    return {row["id"]: {c: normalise(row.get(c), ft) for c, ft in types.items()} for row in rows}
-
-
-def diff(want: dict[Any, dict[str, Any]], got: dict[Any, dict[str, Any]], limit: int = 5) -> str:
-    """A short description of how ``got`` differs from ``want`` (empty when equal)."""
-    missing = sorted(set(want) - set(got))
-    extra = sorted(set(got) - set(want))
-    changed = [k for k in sorted(set(want) & set(got)) if want[k] != got[k]]
-    if not (missing or extra or changed):
-        return ""
-    counts = f"{len(missing)} missing, {len(extra)} extra, {len(changed)} differ"
-    lines = [f"{len(want)} rows wanted, {len(got)} got: {counts}"]
-    lines += [f"missing {k}: {want[k]}" for k in missing[:limit]]
-    lines += [f"extra {k}: {got[k]}" for k in extra[:limit]]
-    lines += [f"differs {k}: want {want[k]} got {got[k]}" for k in changed[:limit]]
-    return "\n".join(lines)

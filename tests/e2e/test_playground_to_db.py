@@ -28,10 +28,11 @@ from typing import Any
 import pymysql
 import pytest
 
+from cdcflow.core.testing.compare import diff, typed_rows
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
-from tests.e2e.e2e_shop import TABLES, RunProcess, diff, free_port, typed_rows, write_connectors
+from tests.e2e.e2e_shop import TABLES, RunProcess, free_port, write_connectors
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 
 pytestmark = pytest.mark.integration

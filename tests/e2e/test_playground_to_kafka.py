@@ -17,6 +17,7 @@ import pytest
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span
 from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.testing.open_protocol import read_topic, rebuild
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
 from cdcflow.plugins.sources.playground import Playground
@@ -24,7 +25,6 @@ from cdcflow.plugins.sources.playground.mvcc import ChangeKind, Op
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
 from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
 from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient
-from tests.e2e.open_protocol_consumer import read_topic, rebuild
 
 #: The plugin manager sinks are opened with (their codecs are plugins).
 PLUGINS = PluginManager.default(autoload=False)

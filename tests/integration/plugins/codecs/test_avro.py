@@ -20,6 +20,7 @@ from cdcflow.core.data.types import TypeCode as T
 from cdcflow.core.errors import DownstreamUnavailableError, ErrorCode, Retryable
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import delete, insert, update
+from cdcflow.core.testing.open_protocol import read_topic
 from cdcflow.plugins.codecs.avro import (
     AvroCodec,
     AvroConfig,
@@ -32,7 +33,6 @@ from cdcflow.plugins.codecs.avro import (
 from cdcflow.plugins.codecs.open_protocol import MessageTooLargeError
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
-from tests.e2e.open_protocol_consumer import read_topic
 from tests.integration.plugins.codecs.schema_registry import SchemaRegistryServer
 
 #: The plugin manager sinks are opened with (their codecs are plugins).

@@ -17,11 +17,11 @@ from cdcflow.core.data.sink import SinkContext
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import ListSource, delete, drive, insert, update
+from cdcflow.core.testing.open_protocol import decode, read_topic, rebuild
 from cdcflow.plugins.codecs.open_protocol import MessageTooLargeError
 from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
 from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
 from cdcflow.plugins.sinks.kafka.mock import mock_cluster
-from tests.e2e.open_protocol_consumer import decode, read_topic, rebuild
 
 #: The plugin manager sinks are opened with (their codecs are plugins).
 PLUGINS = PluginManager.default(autoload=False)

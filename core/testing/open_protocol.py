@@ -1,4 +1,4 @@
-"""An Open Protocol consumer written for the tests, independently of cdcflow's codec.
+"""An Open Protocol consumer for tests, written independently of cdcflow's codec.
 
 It reads every partition of a topic from the start and rebuilds tables with
 the recipe TiCDC documents for Open Protocol consumers:
@@ -47,7 +47,9 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, l
             msg = consumer.poll(timeout)
             assert msg is not None, f"timed out reading {topic}: {remaining} messages left"
             assert msg.error() is None, msg.error()
-            out[msg.partition()].append((msg.key(), msg.value()))
+            partition, key, value = msg.partition(), msg.key(), msg.value()
+            assert partition is not None and key is not None and value is not None, "a message without key or value"
+            out[partition].append((key, value))
             remaining -= 1
         return out
     finally:
@@ -70,7 +72,7 @@ def decode(key: bytes, value: bytes) -> list[tuple[dict[str, Any], dict[str, Any
     assert version == 1, f"unexpected Open Protocol version {version}"
     keys = [json.loads(k) for k in frames(key[8:])]
     values = frames(value or b"")
-    out = []
+    out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
     for i, k in enumerate(keys):
         if k["t"] == 3:
             out.append((k, None))
