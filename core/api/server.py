@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from cdcflow.core.api.security import ApiSecurity, ForbiddenError, UnauthenticatedError
+from cdcflow.core.api.status_page import add_status_routes
 from cdcflow.core.api.tables import add_table_routes
 from cdcflow.core.control.capture import Capture
 from cdcflow.core.control.changefeed import (
@@ -139,6 +140,7 @@ class ApiServer:
         r.add_post("/api/v2/verify_config", self.verify_config)
         r.add_get("/metrics", self.metrics)
         add_table_routes(self)
+        self.status_history = add_status_routes(self)
         self._runner: web.AppRunner | None = None
 
     @web.middleware
