@@ -49,13 +49,13 @@ def test_a_catch_up_moves_from_where_the_checkpoint_was_to_the_clock_at_start():
 def test_the_plain_line_comes_every_interval_and_has_no_terminal_codes():
     out = io.StringIO()
     reporter = ProgressReporter(out=out)
-    error = {"code": 4001, "code_name": "ErrSinkWrite", "message": "disk full"}
+    error = {"code": 2001, "code_name": "ErrDownstreamUnavailable", "message": "disk full"}
     reporter.render([feed("ticks", 1.0), feed("broken", 2.0, ChangefeedState.WARNING, error)])
     reporter.render([feed("ticks", 1.0)])  # within PLAIN_INTERVAL: nothing more
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 and "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
     assert lines[0].startswith("ticks normal 0 rows/s, checkpoint lag ")
-    assert "broken warning (ErrSinkWrite: disk full)" in lines[0]
+    assert "broken warning (ErrDownstreamUnavailable: disk full)" in lines[0]
 
 
 def test_the_live_view_renders_a_table_per_changefeed_and_a_catch_up_bar():
@@ -63,7 +63,7 @@ def test_the_live_view_renders_a_table_per_changefeed_and_a_catch_up_bar():
     reporter = ProgressReporter(out=io.StringIO())
     for i in range(5):
         reporter.cdcflow_batch_flushed("ticks", i, 0, 40)
-    error = {"code": 4001, "code_name": "ErrSinkWrite", "message": "disk full"}
+    error = {"code": 2001, "code_name": "ErrDownstreamUnavailable", "message": "disk full"}
     feeds = [feed("ticks", 1.5), feed("late", 600), feed("broken", 2.0, ChangefeedState.WARNING, error)]
     reporter.observe(feeds, NOW, 0.0)
     feeds[1] = feed("late", 300)
@@ -76,7 +76,7 @@ def test_the_live_view_renders_a_table_per_changefeed_and_a_catch_up_bar():
         assert column in text
     assert "200" in text  # the rows flushed for ticks
     assert "catching up 50% of 10:00, ETA 1:00" in text and "━" in text  # the bar
-    assert "last error ErrSinkWrite: disk full" in text
+    assert "last error ErrDownstreamUnavailable: disk full" in text
     assert "warning" in text and "normal" in text
 
 
