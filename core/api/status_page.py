@@ -214,12 +214,7 @@ class StatusHistory:
 
     async def cluster_counters(self) -> dict[str, dict[str, int]]:
         """Rows and batches flushed per changefeed, added up over every capture."""
-        total: dict[str, dict[str, int]] = defaultdict(lambda: {"rows": 0, "batches": 0})
-        for part in await self.cluster_parts():
-            for cf, counts in part.get("flushed", {}).items():
-                total[cf]["rows"] += int(counts.get("rows", 0))
-                total[cf]["batches"] += int(counts.get("batches", 0))
-        return dict(total)
+        return _add_up(await self.cluster_parts())
 
     async def overview(self) -> dict[str, Any]:
         """The page's document: changefeeds, captures with their spans, and the history."""
@@ -238,6 +233,7 @@ class StatusHistory:
                                     **{k: item[k] for k in ("table_id", "start", "end", "state", "checkpoint_ts")},
                                 }
                             )
+        flushed = _add_up(parts)
         owner = await self.capture.store.get_owner()
         captures = [
             {
@@ -263,6 +259,7 @@ class StatusHistory:
                     "checkpoint_lag": round(lag_seconds(status.checkpoint_ts, now), 3),
                     "resolved_lag": round(lag_seconds(status.resolved_ts, now), 3),
                     "rows_per_second": latest.get(info.id, {}).get("rows_per_second", 0.0),
+                    "rows_flushed": flushed.get(info.id, {}).get("rows", 0),
                     "error": info.error,
                 }
             )
@@ -280,6 +277,16 @@ class StatusHistory:
                 "samples": list(self.samples),
             },
         }
+
+
+def _add_up(parts: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Rows and batches flushed per changefeed, over the captures' parts."""
+    total: dict[str, dict[str, int]] = defaultdict(lambda: {"rows": 0, "batches": 0})
+    for part in parts:
+        for cf, counts in part.get("flushed", {}).items():
+            total[cf]["rows"] += int(counts.get("rows", 0))
+            total[cf]["batches"] += int(counts.get("batches", 0))
+    return dict(total)
 
 
 def _page(name: str, status: int = 200, replace: dict[str, str] | None = None) -> web.Response:

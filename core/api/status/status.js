@@ -44,7 +44,7 @@ function renderChangefeeds(doc) {
       el("td", { class: "mono", title: `TSO ${cf.checkpoint_tso}` }, `${cf.checkpoint_time} UTC`),
       el("td", { class: "num" }, seconds(cf.checkpoint_lag)),
       el("td", { class: "num" }, seconds(cf.resolved_lag)),
-      el("td", { class: "num" }, rate(cf.rows_per_second)),
+      el("td", { class: "num", title: `${cf.rows_flushed.toLocaleString("en-US")} rows flushed` }, rate(cf.rows_per_second)),
       el("td", { class: "error" }, error));
     body.append(row);
   }
