@@ -6,12 +6,14 @@ build/artifacts/ (``status-page-running.png``, ``status-page-paused.png``)."""
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cdcflow.core.testing import until_sync
 from tests import REPO
@@ -132,5 +134,38 @@ def test_the_page_follows_a_changefeed_created_and_paused_from_the_cli(tmp_path:
         page = _shown(browser, "the changefeed, paused", lambda p: state(p) == "paused")
         assert "state-paused" in page["changefeeds"]["ticks"]["stateClass"]
         assert browser.save_screenshot(str(ARTIFACTS / "status-page-paused.png"))
+    finally:
+        server.terminate()
+
+
+def test_a_browser_logs_in_to_a_token_protected_api(tmp_path: Path, browser: Any) -> None:
+    token = secrets.token_hex(16)
+    env = {**env_with_plugin(tmp_path / "plugins"), "CDCFLOW_API_TOKEN": token}
+    config = tmp_path / "server.yaml"
+    config.write_text(yaml.safe_dump({"server": {"security": {"token-env": "CDCFLOW_API_TOKEN"}}, "connectors": []}))
+    server = Server(tmp_path, "capture", f"sqlite:///{tmp_path}/meta.db", env, extra=("--config", str(config)))
+    try:
+        sinks = [{"type": "file", "path": str(tmp_path / "out")}]
+        (tmp_path / "ticks.json").write_text(json.dumps({"source": {"type": "ticker"}, "sinks": sinks}))
+        cli(server, env, "changefeed", "create", "-c", "ticks", "--config", str(tmp_path / "ticks.json"))
+
+        browser.get(server.api + "/")
+        form = browser.find_element("id", "token")  # no session: the login form
+        form.send_keys("not-the-token")
+        browser.find_element("id", "login").click()
+        assert "not valid" in browser.find_element("id", "login-error").text
+        browser.find_element("id", "token").send_keys(token)
+        browser.find_element("id", "login").click()
+        page = _shown(browser, "the page after logging in", lambda p: p["loaded"] and "ticks" in p["changefeeds"])
+        assert page["changefeeds"]["ticks"]["state"] == "normal"
+        [cookie] = browser.get_cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and token not in cookie["value"]
+        # The session reads only: a change from the page's origin without the token is refused.
+        status = browser.execute_async_script(
+            "const done = arguments[0];"
+            "fetch('/api/v2/changefeeds/ticks/pause', {method: 'POST'}).then((r) => done(r.status));"
+        )
+        assert status == 401
+        assert cli(server, env, "changefeed", "query", "-c", "ticks")["state"] == "normal"
     finally:
         server.terminate()
