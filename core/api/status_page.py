@@ -171,8 +171,9 @@ class StatusHistory:
         while True:
             try:
                 await self.sample()
-            except (CdcflowError, OSError) as exc:
-                log.warning("status page: skipped a history sample: %s", exc)
+            except Exception as exc:  # logged: the page's history must not stop with one bad sample
+                traceback = not isinstance(exc, CdcflowError)
+                log.warning("status page: skipped a history sample: %s", exc, exc_info=traceback)
             await asyncio.sleep(self.interval)
 
     def local(self) -> dict[str, Any]:
