@@ -22,16 +22,19 @@ checkpoint passes the target the bar goes away.
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from cdcflow.core.data.events import tso_physical_ms
 from cdcflow.core.plugin.hookspec import hookimpl
 
-__all__ = ["CATCH_UP_MIN_LAG", "PLAIN_INTERVAL", "CatchUp", "LiveView", "ProgressReporter"]
+__all__ = ["CATCH_UP_MIN_LAG", "PLAIN_INTERVAL", "CatchUp", "FdRelay", "LiveView", "ProgressReporter"]
 
 #: Seconds of history the rows/s figure averages over.
 RATE_WINDOW = 10.0
@@ -207,6 +210,49 @@ class ProgressReporter:
 _STATE_STYLES = {"normal": "green", "warning": "yellow", "failed": "bold red", "paused": "dim", "finished": "blue"}
 
 
+class FdRelay:
+    """File descriptor 2 routed through a pipe: every line written to it — by Python, or
+    straight to the descriptor by the Spark JVM, librdkafka or gRPC's C core, and by the
+    processes started after :meth:`start`, which inherit the pipe — is handed to
+    ``line`` (the live view prints it above itself), or to the original descriptor
+    when ``line`` returns False. :meth:`stop` gives descriptor 2 back; lines that
+    processes still holding the pipe write later go to the original descriptor."""
+
+    def __init__(self, line: Callable[[str], bool]) -> None:
+        self.line = line
+        self._saved: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self._thread = threading.Thread(target=self._pump, args=(read, self._saved), name="fd2-relay", daemon=True)
+        self._thread.start()
+
+    def _pump(self, read: int, original: int) -> None:
+        with os.fdopen(read, "rb") as pipe:
+            for raw in pipe:
+                if not (self._saved is not None and self.line(raw.decode(errors="replace").rstrip("\n"))):
+                    os.write(original, raw)
+
+    def stop(self) -> None:
+        if self._saved is not None:
+            sys.stderr.flush()
+            os.dup2(self._saved, 2)
+            self._saved = None
+
+
+def _same_terminal() -> bool:
+    """Whether stderr is the terminal stdout is (so writes to it would tear the view)."""
+    try:
+        return os.isatty(2) and os.isatty(1) and os.ttyname(1) == os.ttyname(2)
+    except OSError:
+        return False
+
+
 class LiveView:
     """The terminal view: a rich ``Live`` on ``console`` redrawn at every render."""
 
@@ -216,6 +262,25 @@ class LiveView:
         self.console = console if console is not None else Console(file=sys.stdout)
         self._live: Any = None
         self._handlers: list[tuple[Any, Any]] = []
+        self.relay: FdRelay | None = None
+
+    @classmethod
+    def for_terminal(cls) -> LiveView:
+        """The view on stdout; when stderr is the same terminal, descriptor 2 is relayed from
+        now on (before Spark starts, so that its JVM inherits the pipe): what anything writes
+        there prints above the view instead of tearing it."""
+        view = cls()
+        if _same_terminal():
+            view.relay = FdRelay(view._print_line)
+            view.relay.start()
+        return view
+
+    def _print_line(self, text: str) -> bool:
+        live = self._live
+        if live is None:
+            return False
+        live.console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+        return True
 
     def renderable(
         self, reporter: ProgressReporter, changefeeds: list[tuple[Any, Any]], now_wall: float, now: float
@@ -283,5 +348,7 @@ class LiveView:
             for handler, stream in self._handlers:
                 handler.setStream(stream)
             self._handlers.clear()
-            self._live.stop()
-            self._live = None
+            live, self._live = self._live, None
+            live.stop()
+        if self.relay is not None:
+            self.relay.stop()

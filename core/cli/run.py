@@ -81,7 +81,7 @@ async def run_file(
 
     factory = plugins.executors.factory(executor)
     deployment = load_deployment(path, plugins)
-    progress = ProgressReporter(live=LiveView() if live else None)
+    progress = ProgressReporter(live=LiveView.for_terminal() if live else None)
     plugins.register(progress, name="cdcflow-run-progress")
     raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
     declared = [info_from_connector(c, s) for c, s in zip(deployment.connectors, raw, strict=True)]

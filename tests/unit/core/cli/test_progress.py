@@ -120,3 +120,38 @@ def test_configure_logging_json_writes_one_object_per_line(capsys):
         assert json.loads(err[0])["message"] == "changefeed ticks: hello\nworld"
     finally:
         root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+
+
+RELAY_SCRIPT = r"""
+import json, os, subprocess, sys, time
+from cdcflow.core.cli.progress import FdRelay
+
+got = []
+taking = True
+relay = FdRelay(lambda line: taking and not got.append(line))
+relay.start()
+os.write(2, b"straight to fd 2\n")
+subprocess.run(["sh", "-c", "echo from a child process >&2"], check=True)
+for _ in range(500):  # the relay's thread reads the pipe
+    if len(got) == 2:
+        break
+    time.sleep(0.01)
+taking = False
+os.write(2, b"declined: to the original stderr\n")
+relay.stop()  # no process holds the pipe any more: the relay reads to its end, then ends
+relay._thread.join(30)
+assert not relay._thread.is_alive()
+os.write(2, b"after stop\n")
+print(json.dumps(got))
+"""
+
+
+def test_the_relay_takes_what_anything_writes_to_descriptor_2():
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", RELAY_SCRIPT]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["straight to fd 2", "from a child process"]
+    assert result.stderr == "declined: to the original stderr\nafter stop\n"
