@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # make run RUN_ARGS=          runs until Ctrl-C; the default stops after two minutes with a summary.
 RUN_ARGS ?= --duration 120
 
-.PHONY: run test setup java mariadb lint typecheck unit integration bench clean
+.PHONY: run test setup java mariadb chromium lint typecheck unit integration bench clean
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
-setup: $(STAMP) java mariadb
+setup: $(STAMP) java mariadb chromium
 
 # Spark needs Java 17 or newer; install Debian's headless JRE when it is missing.
 java:
@@ -32,6 +32,10 @@ java:
 # The MySQL sink's integration tests start a private MariaDB; install Debian's when missing.
 mariadb:
 	@bash scripts/ensure-mariadb.sh
+
+# The status page's browser test drives headless Chromium; install Debian's with its driver when missing.
+chromium:
+	@bash scripts/ensure-chromium.sh
 
 run: setup
 	$(BIN)/cdcflow validate connectors.yaml

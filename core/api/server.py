@@ -21,6 +21,7 @@ from aiohttp import web
 
 from cdcflow.core.api.security import ApiSecurity, ForbiddenError, UnauthenticatedError
 from cdcflow.core.api.statistics import add_statistics_routes
+from cdcflow.core.api.status_page import add_status_routes
 from cdcflow.core.api.tables import add_table_routes
 from cdcflow.core.control.capture import Capture
 from cdcflow.core.control.changefeed import (
@@ -140,6 +141,7 @@ class ApiServer:
         r.add_get("/metrics", self.metrics)
         add_table_routes(self)
         add_statistics_routes(self)
+        self.status_history = add_status_routes(self)
         self._runner: web.AppRunner | None = None
 
     @web.middleware

@@ -9,16 +9,16 @@ through the ``cdcflow_add_commands`` hook (cdcflow's own by
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from cdcflow.core.cli._common import EXIT_ERROR
+from cdcflow.core.cli.logs import LOG_FORMATS, configure_logging
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["LOG_LEVELS", "build_parser", "main"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "build_parser", "main"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -36,27 +36,35 @@ def build_parser(plugins: PluginManager | None = None) -> argparse.ArgumentParse
         ),
     )
     parser.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text (default) or json: one JSON object per line (ts, level, logger, message, changefeed, error_code)",
+    )
     parser.set_defaults(plugins=plugins)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     plugins.add_commands(subparsers)
     return parser
 
 
-def _log_level(argv: Sequence[str] | None) -> str:
-    """``--log-level``, read before the plugins load (the full parser needs them
-    and reports a wrong value)."""
+def _log_options(argv: Sequence[str] | None) -> tuple[str, str]:
+    """``--log-level`` and ``--log-format``, read before the plugins load (the full parser
+    needs them and reports a wrong value); ``--log-format`` may also follow ``run``."""
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--log-level", default="warning")
+    early.add_argument("--log-format", default="text")
     known, _ = early.parse_known_args(argv)
-    return str(known.log_level) if known.log_level in LOG_LEVELS else "warning"
+    level = str(known.log_level) if known.log_level in LOG_LEVELS else "warning"
+    return level, str(known.log_format) if known.log_format in LOG_FORMATS else "text"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    level = _log_level(argv)
+    level, log_format = _log_options(argv)
     # gRPC's C core writes INFO lines straight to stderr (e.g. "skipping fork() handlers" each
     # time Spark launches a process); it reads this before its first import, when plugins load.
     os.environ.setdefault("GRPC_VERBOSITY", "DEBUG" if level == "debug" else "ERROR")
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, log_format)
     try:
         parser = build_parser()
     except CdcflowError as exc:  # a plugin that cannot load: no command can run

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.cli._common import EXIT_CONFIG, EXIT_OK
+from cdcflow.core.cli.logs import LOG_FORMATS
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
 from cdcflow.core.errors import ConfigInvalidError
 
@@ -30,7 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=(
             "Validate FILE, start a single embedded capture on the file's metastore, create the file's "
             "connectors (those not yet created) and replicate until --duration elapses or Ctrl-C, with a "
-            "live progress line and a summary on exit."
+            "live view on a terminal (a table per changefeed, a progress bar while one catches up), plain "
+            "progress lines otherwise, and a summary on exit."
         ),
     )
     parser.add_argument("file", help="connectors.yaml to run")
@@ -42,17 +44,35 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"span executor registered by a plugin: {DEFAULT_EXECUTOR} (default, the data pipeline), "
         "in-process (the test kit's, no Spark), …",
     )
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="print a progress line every 10 s on stderr instead of the live view (the default when stdout is "
+        "not a terminal)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=argparse.SUPPRESS,
+        help="as cdcflow --log-format: json logs one JSON object per line",
+    )
     parser.set_defaults(func=run)
 
 
 async def run_file(
-    path: str, duration: float | None, *, plugins: PluginManager, executor: str = DEFAULT_EXECUTOR
+    path: str,
+    duration: float | None,
+    *,
+    plugins: PluginManager,
+    executor: str = DEFAULT_EXECUTOR,
+    live: bool = False,
 ) -> dict[str, Any]:
     """Run the file's connectors on one embedded capture with the executor named
-    ``executor``; return the final changefeed states."""
+    ``executor``; return the final changefeed states. ``live``: draw the rich view
+    on stdout instead of printing plain progress lines on stderr."""
     from cdcflow.core.api.security import ApiSecurity
     from cdcflow.core.api.server import ApiServer
-    from cdcflow.core.cli.progress import ProgressReporter
+    from cdcflow.core.cli.progress import LiveView, ProgressReporter
     from cdcflow.core.config import load_deployment
     from cdcflow.core.config.yamlsrc import load_located
     from cdcflow.core.control.capture import Capture, CaptureOptions
@@ -61,7 +81,7 @@ async def run_file(
 
     factory = plugins.executors.factory(executor)
     deployment = load_deployment(path, plugins)
-    progress = ProgressReporter()
+    progress = ProgressReporter(live=LiveView.for_terminal() if live else None)
     plugins.register(progress, name="cdcflow-run-progress")
     raw = load_located(Path(path).read_text(encoding="utf-8"), path).data["connectors"] or []
     declared = [info_from_connector(c, s) for c, s in zip(deployment.connectors, raw, strict=True)]
@@ -92,7 +112,7 @@ async def run_file(
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:
-        sys.stderr.write("\n")
+        progress.close()
         await capture.drain()
         await serving
         await api.stop()
@@ -151,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"cdcflow: {exc}\n")
         return EXIT_CONFIG
     try:
-        asyncio.run(run_file(args.file, args.duration, plugins=args.plugins, executor=args.executor))
+        live = not args.plain and sys.stdout.isatty()
+        asyncio.run(run_file(args.file, args.duration, plugins=args.plugins, executor=args.executor, live=live))
     except SecurityConfigError as exc:  # server.security or the API address: nothing was started
         sys.stderr.write(f"cdcflow: {exc}\n")
         return EXIT_CONFIG

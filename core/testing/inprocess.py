@@ -11,7 +11,8 @@ parallelism beyond the event loop.
 
 Per span, rows are buffered until the span's resolved ts passes them, then
 written to every sink as one micro-batch; the span's checkpoint is that
-resolved ts once every sink returned. Batch ids increase per executor, so a
+resolved ts once every sink returned, and observers hear of it as of a
+pipeline batch (``cdcflow_batch_flushed``). Batch ids increase per executor, so a
 restarted changefeed may write a range again under new ids (sinks see an
 at-least-once replay, which their contract makes idempotent).
 
@@ -144,6 +145,7 @@ class InProcessSpanExecutor(SpanExecutor):
         batch = MicroBatch(self.context.changefeed_id, next(self._batch_ids), run.checkpoint_ts, end, tuple(rows), ddl)
         for sink in self.sinks:
             sink.write_batch(batch)
+        self.context.plugins.batch_flushed(self.context.changefeed_id, batch.batch_id, end, len(rows))
         run.checkpoint_ts = end
 
     async def remove_span(self, span: Span) -> int | None:

@@ -39,7 +39,16 @@ def env_with_plugin(tmp: Path) -> dict[str, str]:
 class Server:
     """One ``cdcflow server`` process."""
 
-    def __init__(self, tmp: Path, name: str, metastore: str, env: dict[str, str], session_ttl: float = 3.0) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        metastore: str,
+        env: dict[str, str],
+        session_ttl: float = 3.0,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        """``extra``: more ``cdcflow server`` options (e.g. ``--config FILE`` for its security settings)."""
         self.name = name
         self.log_path = tmp / f"{name}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in wait()
@@ -48,7 +57,7 @@ class Server:
                 CDCFLOW, "--log-level", "info", "server",
                 "--metastore", metastore, "--addr", "127.0.0.1:0",
                 "--session-ttl", str(session_ttl), "--executor", EXECUTOR,
-                "--data-dir", str(tmp / name),
+                "--data-dir", str(tmp / name), *extra,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from cdcflow.core.api.security import ApiSecurity
 from cdcflow.core.api.server import ApiServer
@@ -16,6 +18,8 @@ from cdcflow.core.control.metastore import open_metastore
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing.inprocess import executor_factory
 from tests import ticker_source
+
+T = TypeVar("T")
 
 
 class LiveApi:
@@ -29,11 +33,17 @@ class LiveApi:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
+        self.server: ApiServer | None = None
         self._thread = threading.Thread(target=self._run, name="live-api", daemon=True)
 
     @property
     def url(self) -> str:
         return f"{self.security.scheme}://127.0.0.1:{self.port}"
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the server's event loop and return its result."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(60)
 
     def __enter__(self) -> LiveApi:
         self._thread.start()
@@ -58,7 +68,7 @@ class LiveApi:
         plugins.register(sys.modules[ticker_source.__name__])
         store = open_metastore(f"sqlite:///{self.tmp}/meta.db")
         capture = Capture(store, plugins, executor_factory, CaptureOptions(data_dir=str(self.tmp)))
-        api = ApiServer(capture, "127.0.0.1", 0, self.security)
+        api = self.server = ApiServer(capture, "127.0.0.1", 0, self.security)
         self.port = await api.start()
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         serving = asyncio.create_task(capture.serve())
