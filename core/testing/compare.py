@@ -9,6 +9,11 @@ What "equal" means across MariaDB, Parquet, Kafka and the playground:
 - ENUM: the member name (TiDB rows and the Spark sink carry the 1-based index).
 - JSON: the parsed document (MariaDB returns the text; key order and spacing are free).
 - Everything else (ints, unsigned ints, DOUBLE, VARCHAR, NULL) must be identical.
+
+A column typed by CockroachDB's type name (a ``str``: the CockroachDB playground's
+descriptors) is compared as upstream and every sink agree on it: DECIMAL at its scale,
+BOOL as a bool (``1``/``t``/``true``), INT as int, FLOAT as float, TIMESTAMP(TZ) naive
+UTC, DATE a date, JSONB parsed, BYTES as bytes, anything else as its text.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["diff", "normalise", "typed_rows"]
+__all__ = ["diff", "normalise", "normalise_cockroach", "typed_rows"]
 
 
 def _time(value: Any) -> dt.timedelta:
@@ -40,6 +45,8 @@ def normalise(value: Any, ft: Any) -> Any:
 
     if value is None:
         return None
+    if isinstance(ft, str):
+        return normalise_cockroach(value, ft)
     tp = TypeCode(ft.tp)
     if tp == TypeCode.NEWDECIMAL:
         return decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-max(ft.decimal, 0)))
@@ -56,6 +63,32 @@ def normalise(value: Any, ft: Any) -> Any:
     if tp == TypeCode.JSON:
         return json.loads(value) if isinstance(value, str | bytes) else value
     return value
+
+
+def normalise_cockroach(value: Any, crdb_type: str) -> Any:
+    """``value`` of a column of CockroachDB type ``crdb_type`` in the comparable form documented above."""
+    if value is None:
+        return None
+    t = crdb_type.upper()
+    if t.startswith("DECIMAL"):
+        scale = re.search(r",\s*(\d+)\)", t)
+        return decimal.Decimal(str(value)).quantize(decimal.Decimal(1).scaleb(-int(scale.group(1) if scale else 0)))
+    if t.startswith("BOOL"):
+        return value if isinstance(value, bool) else str(value).lower() in ("1", "t", "true")
+    if t.startswith("INT"):
+        return int(value)
+    if t.startswith("FLOAT"):
+        return float(value)
+    if t.startswith("TIMESTAMP"):
+        value = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+        return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+    if t == "DATE":
+        return value.date() if isinstance(value, dt.datetime) else dt.date.fromisoformat(str(value))
+    if t.startswith("JSON"):
+        return json.loads(value) if isinstance(value, str | bytes) else value
+    if t.startswith("BYTES"):
+        return bytes(value) if not isinstance(value, str) else value.encode("latin-1")
+    return str(value)
 
 
 def typed_rows(

@@ -22,9 +22,11 @@ What is replaced:
   (database, topic, options) stay the user's.
 
 :meth:`Deployment.assert_replicated` compares what a sink holds with the
-playground's snapshot: MySQL tables (typed, see :mod:`cdcflow.core.testing.compare`)
-and Kafka topics in the Open Protocol (rebuilt by
-:mod:`cdcflow.core.testing.open_protocol`).
+playground's snapshot (typed, see :mod:`cdcflow.core.testing.compare`): MySQL tables,
+Spark table sinks (read back by :mod:`cdcflow.core.testing.spark_tables`), and Kafka
+topics in the Open Protocol or canal-json (rebuilt by the independent consumers
+:mod:`cdcflow.core.testing.open_protocol` and :mod:`cdcflow.core.testing.canal_json`).
+A sink of another kind fails the comparison unless the test skips it.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import yaml
 
@@ -54,9 +57,10 @@ from cdcflow.core.testing.waiting import WaitTimeout, until_sync
 
 if TYPE_CHECKING:
     from cdcflow.core.testing.servers import KafkaServer, MariaDB, SparkCluster
+    from cdcflow.plugins.sources.cockroach_playground import CockroachPlayground
     from cdcflow.plugins.sources.playground import Playground
 
-__all__ = ["Deployment", "merge_overrides"]
+__all__ = ["Deployment", "SinkReader", "merge_overrides"]
 
 log = logging.getLogger("cdcflow.testing")
 
@@ -117,6 +121,7 @@ class Deployment:
         mysql: MariaDB | None = None,
         kafka: KafkaServer | None = None,
         spark_cluster: SparkCluster | None = None,
+        cockroach: CockroachPlayground | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.source_file = str(path)
@@ -125,12 +130,14 @@ class Deployment:
         self.mysql = mysql
         self.kafka = kafka
         self.spark_cluster = spark_cluster
+        self.cockroach = cockroach
         self.overrides = dict(overrides or {})
         self.file = tmp_dir / "connectors.yaml"
         self.log_path = tmp_dir / "cdcflow-run.log"
         self.api = ""
         self.document: dict[str, Any] = {}
         self._proc: subprocess.Popen[bytes] | None = None
+        self._spark: Any = None
         self._user_doc = self._read_user_file()
 
     # -- the file ----------------------------------------------------------------------------
@@ -145,11 +152,15 @@ class Deployment:
         return data
 
     def needs(self) -> set[str]:
-        """The servers the user's file reaches: ``playground``, ``mysql``, ``kafka``, ``spark-cluster``."""
+        """The servers the user's file reaches: ``playground``, ``cockroach-playground``, ``mysql``, ``kafka``,
+        ``spark-cluster``."""
         needed = set()
         for connector in self._user_doc.get("connectors") or []:
-            if (connector.get("source") or {}).get("type") == "tikv":
+            source_type = (connector.get("source") or {}).get("type")
+            if source_type == "tikv":
                 needed.add("playground")
+            elif source_type == "cockroachdb":
+                needed.add("cockroach-playground")
             for sink in connector.get("sinks") or []:
                 scheme = urlsplit(str(sink.get("uri", ""))).scheme
                 if scheme == "mysql":
@@ -187,6 +198,9 @@ class Deployment:
                     }
                 )
                 connector.setdefault("start-ts", self.playground.now())
+            elif source.get("type") == "cockroachdb" and self.cockroach is not None:
+                source.update({"playground": False, "dsn": self.cockroach.dsn})
+                connector.setdefault("start-ts", self.cockroach.now().commit_ts)
             connector["sinks"] = [self._sink(dict(sink)) for sink in connector.get("sinks") or []]
         return merge_overrides(doc, self.overrides, self.source_file)
 
@@ -211,6 +225,7 @@ class Deployment:
         self.file.write_text(yaml.safe_dump(self.document, sort_keys=False))
         load_deployment(self.file)
         self._create_topics()
+        self._create_mysql_tables()
         if self.playground is not None:
             # After the start ts: the CREATE TABLEs are replicated as well.
             self.playground.workload.create_tables()
@@ -227,6 +242,39 @@ class Deployment:
                 if parts.scheme == "kafka" and parts.path.strip("/"):
                     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
                     self.kafka.create_topic(parts.path.strip("/"), int(query.get("partition-num", 3)))
+
+    def _create_mysql_tables(self) -> None:
+        """With the CockroachDB playground, create its tables in the MySQL sinks' server (its source
+        replicates no CREATE TABLE), typed by the source's own type mapping."""
+        if self.cockroach is None or self.mysql is None:
+            return
+        if not any(urlsplit(str(s.get("uri", ""))).scheme == "mysql" for c in self.document.get("connectors") or []
+                   for s in c.get("sinks") or []):  # fmt: skip
+            return
+        from cdcflow.plugins.sources.cockroachdb.types import map_type
+
+        store = self.cockroach.store
+        conn = self.mysql.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS `{store.database}`")
+                for name in sorted(store.tables):
+                    definition = store.tables[name].descriptor()
+                    if definition is None:
+                        continue
+                    columns = [
+                        f"`{c.name}` {map_type(c.type).sql_type}"
+                        + ("" if c.nullable and c.name not in definition.pk else " NOT NULL")
+                        for c in definition.columns
+                    ]
+                    pk = ", ".join(f"`{k}`" for k in definition.pk)
+                    cur.execute(
+                        f"CREATE TABLE IF NOT EXISTS `{store.database}`.`{name}` "
+                        f"({', '.join(columns)}, PRIMARY KEY ({pk}))"
+                    )
+            conn.commit()
+        finally:
+            conn.close()
 
     def _spawn(self) -> None:
         with self.log_path.open("ab") as out:
@@ -314,51 +362,178 @@ class Deployment:
 
     # -- comparison --------------------------------------------------------------------------
 
-    def assert_replicated(
-        self, table: str, *, db: str = "shop", ts: int | None = None, key: tuple[str, ...] = ("id",)
-    ) -> dict[str, int]:
-        """Assert that every readable sink holds ``db.table`` as the playground had it; return the
-        rows compared per sink (URIs with passwords masked).
+    def readers(self, skip: Iterable[str] = ()) -> list[SinkReader]:
+        """How :meth:`assert_replicated` reads each sink back (sinks whose kind is in ``skip`` left out).
 
-        MySQL sinks are compared with the snapshot at ``ts`` (default: the checkpoint), Kafka
-        sinks in the Open Protocol at the topic's resolved ts (at least ``ts``): call it once the
-        workload has stopped and :meth:`wait_checkpoint` passed its last commit. A sink of any
-        other kind is not compared; no readable sink at all is an error.
+        A sink it cannot read fails here, naming it: pass its kind (``file``, ``kafka:avro``...) in
+        ``skip`` and read it in the test yourself.
         """
-        if self.playground is None:
-            raise AssertionError("assert_replicated compares with the playground: this deployment has none")
-        pg = self.playground
+        from cdcflow.core.config import load_deployment
+
+        skipped = set(skip)
+        readers: list[SinkReader] = []
+        unreadable: list[str] = []
+        for connector in load_deployment(self.file).connectors:
+            for choice in connector.sinks:
+                reader = SinkReader.of(choice.type_name, choice.config, self)
+                if reader.kind in skipped or choice.type_name in skipped:
+                    continue
+                if reader.unreadable:
+                    unreadable.append(f"{mask_uri(reader.uri) or choice.type_name} ({reader.unreadable})")
+                else:
+                    readers.append(reader)
+        if unreadable:
+            raise AssertionError(
+                f"assert_replicated cannot compare these sinks of {self.source_file}: {'; '.join(unreadable)}. "
+                "It reads MySQL, Spark tables (versioned snapshot or change log) and Kafka in the Open Protocol "
+                "or canal-json; leave the others out with skip=(kind, ...) and read them in the test yourself"
+            )
+        return readers
+
+    def assert_replicated(
+        self,
+        table: str,
+        *,
+        db: str = "shop",
+        ts: int | None = None,
+        key: tuple[str, ...] = ("id",),
+        skip: Iterable[str] = (),
+    ) -> dict[str, int]:
+        """Assert that every sink holds ``db.table`` as the playground had it; return the rows
+        compared per sink (URIs with passwords masked).
+
+        MySQL sinks and Spark table sinks (the newest committed snapshot version, or the change log
+        replayed up to ``ts`` when the sink writes only the change log) are compared with the
+        snapshot at ``ts`` (default: the checkpoint). Kafka sinks are rebuilt by an independent
+        consumer: in the Open Protocol, and in canal-json with ``enable-tidb-extension``, at the
+        topic's resolved ts (at least ``ts``); in canal-json without it, in offset order, at ``ts``.
+        Call it once the workload has stopped and :meth:`wait_checkpoint` passed its last commit.
+        A sink it cannot read (a file sink, Kafka in Avro or json, a Spark sink writing catalog
+        tables by MERGE) fails the call unless its kind is in ``skip``; so does a deployment
+        without any sink left to compare.
+        """
+        readers = self.readers(skip)
+        if self.playground is None and self.cockroach is None:
+            raise AssertionError("assert_replicated compares with a playground: this deployment has none")
         ts = ts if ts is not None else self.checkpoint()
         compared: dict[str, int] = {}
-        for connector in self.document.get("connectors") or []:
-            for sink in connector.get("sinks") or []:
-                uri = str(sink.get("uri", ""))
-                parts = urlsplit(uri)
-                query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-                if parts.scheme == "mysql":
-                    at, got = ts, self._mysql_rows(uri, db, table)
-                elif parts.scheme == "kafka" and query.get("protocol", "open-protocol") == "open-protocol":
-                    at, got = self._kafka_rows(parts.netloc, parts.path.strip("/"), db, table, ts)
-                else:
-                    continue
-                types = {c.name: c.ft for c in pg.catalog.find(db, table, at).columns}
-                want = typed_rows(pg.snapshot(table, at, db=db), types, key)
-                problems = diff(want, typed_rows(got, types, key))
-                assert not problems, f"{db}.{table} in {mask_uri(uri)} at {at}: {problems}"
-                compared[mask_uri(uri)] = len(want)
+        for reader in readers:
+            at, got = reader.rows(db, table, ts, key)
+            types, upstream = self.upstream(db, table, at)
+            want = typed_rows(upstream, types, key)
+            problems = diff(want, typed_rows(got, types, key))
+            assert not problems, f"{db}.{table} in {reader.label} at {at}: {problems}"
+            compared[reader.label] = len(want)
         if not compared:
-            raise AssertionError(f"no sink of {self.source_file} can be read back (MySQL, Kafka Open Protocol)")
+            raise AssertionError(f"no sink of {self.source_file} is left to compare (skip={sorted(set(skip))})")
         return compared
 
-    def _mysql_rows(self, uri: str, db: str, table: str) -> list[dict[str, Any]]:
+    def upstream(self, db: str, table: str, ts: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The column types (for :func:`~cdcflow.core.testing.compare.typed_rows`) and the rows of
+        ``db.table`` in the playground at ``ts`` (the TiKV playground's TiDB field types, or the
+        CockroachDB playground's type names, read at the cursor of ``ts``)."""
+        if self.playground is not None:
+            pg = self.playground
+            return {c.name: c.ft for c in pg.catalog.find(db, table, ts).columns}, pg.snapshot(table, ts, db=db)
+        assert self.cockroach is not None
+        from cdcflow.plugins.sources.cockroachdb.hlc import cursor_for
+
+        at = cursor_for(ts)
+        definition = self.cockroach.store.table(table, at).descriptor(at)
+        assert definition is not None, f"{table} does not exist in the CockroachDB playground at {ts}"
+        return {c.name: c.type for c in definition.columns}, self.cockroach.snapshot(table, at)
+
+    def spark_reader(self) -> Any:
+        """The Spark session this process reads Spark table sinks with (started on first use)."""
+        from cdcflow.core.testing.spark_tables import reader_session
+
+        if self._spark is None:
+            self._spark = reader_session(self.tmp_dir / "reader")
+        return self._spark
+
+    def resolve_path(self, path: str) -> str:
+        """A sink directory as ``cdcflow run`` resolves it (relative to its working directory)."""
+        if "://" in path or Path(path).is_absolute():
+            return path
+        return str((self.tmp_dir / path).resolve())
+
+
+@dataclass
+class SinkReader:
+    """How one sink of a deployment is read back (``unreadable``: why it cannot be)."""
+
+    kind: str
+    uri: str
+    deployment: Deployment
+    options: dict[str, Any] = field(default_factory=dict)
+    unreadable: str = ""
+
+    @property
+    def label(self) -> str:
+        return mask_uri(self.uri) if self.uri else f"{self.kind} {self.options.get('root', '')}".strip()
+
+    @classmethod
+    def of(cls, type_name: str, config: Any, deployment: Deployment) -> SinkReader:
+        uri = str(getattr(config, "uri", "") or "")
+        if type_name in ("mysql", "kafka") and not uri:
+            return cls(type_name, uri, deployment, unreadable=f"a {type_name} sink given without a uri")
+        if type_name == "mysql":
+            return cls("mysql", uri, deployment)
+        if type_name == "kafka":
+            protocol = str(config.protocol)
+            kind = f"kafka:{protocol}"
+            if protocol not in ("open-protocol", "canal-json"):
+                return cls(kind, uri, deployment, unreadable=f"Kafka in {protocol}")
+            parts = urlsplit(uri)
+            options = {"bootstrap": parts.netloc, "topic": config.topic or parts.path.strip("/")}
+            return cls(kind, uri, deployment, options)
+        if type_name == "spark":
+            from cdcflow.plugins.sinks.spark.config import path_of
+
+            root = path_of(config) or str(deployment.document["server"]["spark"]["warehouse-dir"])
+            options = {"root": deployment.resolve_path(root), "mode": config.mode}
+            if config.table_format == "merge":
+                return cls("spark", uri, deployment, options, unreadable="snapshot tables written by MERGE INTO")
+            return cls("spark", uri, deployment, options)
+        return cls(type_name, uri, deployment, unreadable=f"a {type_name} sink")
+
+    def rows(self, db: str, table: str, ts: int, key: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:
+        """(the ts the rows are at, the rows) of ``db.table``."""
+        if self.kind == "mysql":
+            return ts, self._mysql(db, table)
+        if self.kind == "kafka:open-protocol":
+            from cdcflow.core.testing import open_protocol
+
+            replica = open_protocol.rebuild(open_protocol.read_topic(self.options["bootstrap"], self.options["topic"]))
+            return self._at_resolved(replica.resolved_ts, ts), list(replica.tables.get((db, table), {}).values())
+        if self.kind == "kafka:canal-json":
+            from cdcflow.core.testing import canal_json
+
+            canal = canal_json.rebuild(canal_json.read_topic(self.options["bootstrap"], self.options["topic"]))
+            at = self._at_resolved(canal.resolved_ts, ts) if canal.resolved_ts else ts
+            return at, list(canal.tables.get((db, table), {}).values())
+        from cdcflow.core.testing.spark_tables import changelog_rows, snapshot_rows
+
+        spark, root = self.deployment.spark_reader(), self.options["root"]
+        if self.options["mode"] == "changelog":
+            return ts, changelog_rows(spark, root, db, table, ts, key)
+        rows = snapshot_rows(spark, root, db, table)
+        assert rows is not None, f"{db}.{table} has no committed snapshot version under {root}"
+        return ts, rows
+
+    def _at_resolved(self, resolved: int, ts: int) -> int:
+        assert resolved >= ts, f"topic {self.options['topic']} resolved only to {resolved}, below {ts}"
+        return resolved
+
+    def _mysql(self, db: str, table: str) -> list[dict[str, Any]]:
         import pymysql
 
-        parts = urlsplit(uri)
+        parts = urlsplit(self.uri)
         conn = pymysql.connect(
             host=parts.hostname or "127.0.0.1",
             port=parts.port or 3306,
-            user=parts.username or "root",
-            password=parts.password or "",
+            user=unquote(parts.username or "root"),
+            password=unquote(parts.password or ""),
             database=db,
             cursorclass=pymysql.cursors.DictCursor,
         )
@@ -369,10 +544,3 @@ class Deployment:
                 return list(cur.fetchall())
         finally:
             conn.close()
-
-    def _kafka_rows(self, bootstrap: str, topic: str, db: str, table: str, ts: int) -> tuple[int, list[dict[str, Any]]]:
-        from cdcflow.core.testing.open_protocol import read_topic, rebuild
-
-        replica = rebuild(read_topic(bootstrap, topic))
-        assert replica.resolved_ts >= ts, f"topic {topic} resolved only to {replica.resolved_ts}, below {ts}"
-        return replica.resolved_ts, list(replica.tables.get((db, table), {}).values())

@@ -36,6 +36,7 @@ def fixtures_page() -> str:
         "| `--cdcflow-backend=auto\\|container\\|local` | servers as containers when Docker answers (`auto`, "
         "the default), always containers, or always local processes; also `CDCFLOW_TEST_BACKEND` |",
         "| `@pytest.mark.cdcflow_playground(**options)` | arguments of the test's `Playground` |",
+        "| `@pytest.mark.cdcflow_cockroach_playground(**options)` | arguments of the test's `CockroachPlayground` |",
         "",
     ]
     for fixture in pytest_plugin.FIXTURES:

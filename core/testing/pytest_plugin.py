@@ -25,10 +25,12 @@ import pytest
 if TYPE_CHECKING:
     from cdcflow.core.testing.deployment import Deployment
     from cdcflow.core.testing.servers import EtcdServer, KafkaServer, MariaDB, SparkCluster
+    from cdcflow.plugins.sources.cockroach_playground import CockroachPlayground
     from cdcflow.plugins.sources.playground import Playground
 
 __all__ = [
     "FIXTURES",
+    "cdcflow_cockroach_playground",
     "cdcflow_deployment",
     "cdcflow_etcd",
     "cdcflow_kafka",
@@ -47,6 +49,9 @@ PLAYGROUND_DEFAULTS: dict[str, Any] = {
     "create_tables": False,
 }
 
+#: The CockroachDB playground the ``cdcflow_cockroach_playground`` fixture starts unless a marker says otherwise.
+COCKROACH_PLAYGROUND_DEFAULTS: dict[str, Any] = {"rate": 0.0, "seed": 1}
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cdcflow")
@@ -62,6 +67,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "cdcflow_playground(**options): options of the playground of cdcflow_playground (Playground's arguments)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "cdcflow_cockroach_playground(**options): options of cdcflow_cockroach_playground "
+        "(CockroachPlayground's arguments)",
     )
 
 
@@ -150,18 +160,42 @@ def cdcflow_playground(request: pytest.FixtureRequest) -> Iterator[Playground]:
 
 
 @pytest.fixture
+def cdcflow_cockroach_playground(request: pytest.FixtureRequest) -> Iterator[CockroachPlayground]:
+    """A CockroachDB playground for one test (``CockroachPlayground``: ``dsn``, ``now()`` (an HLC;
+    ``now().commit_ts`` in cdcflow's ts), ``workload.step()`` (one transaction), ``start_workload(rate)``
+    / ``stop_workload()``, ``execute(sql)``, ``snapshot(table, at)``, and the faults:
+    ``drop_feed_connections``, ``fail_feeds``, ``advance_gc_threshold``, ``fail_commits``).
+
+    An in-process PostgreSQL-wire server on a 127.0.0.1 port with CockroachDB's sinkless changefeeds
+    and the ``shop`` tables (customers, products, orders) created. No background workload (rate 0),
+    seed 1; change them with ``@pytest.mark.cdcflow_cockroach_playground(rate=20, seed=3)``. A
+    ``cockroachdb`` source in a file given to ``cdcflow_deployment`` reads it.
+    """
+    from cdcflow.plugins.sources.cockroach_playground import CockroachPlayground
+
+    options = dict(COCKROACH_PLAYGROUND_DEFAULTS)
+    for marker in reversed(list(request.node.iter_markers("cdcflow_cockroach_playground"))):
+        options.update(marker.kwargs)
+    with CockroachPlayground(**options) as playground:
+        yield playground
+
+
+@pytest.fixture
 def cdcflow_deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
     """Run ``cdcflow run`` on your connectors file against the test's servers:
     ``cdcflow_deployment(path, overrides=None, *, spark_cluster=False)`` returns a started
     ``Deployment``.
 
     The servers the file reaches are started through the fixtures above (a ``tikv`` source: the
-    playground; ``mysql://`` sinks: MariaDB; ``kafka://`` sinks: Kafka;
+    playground; a ``cockroachdb`` source: the CockroachDB playground, whose tables are created in
+    MySQL sinks' server since that source replicates no CREATE TABLE; ``mysql://`` sinks: MariaDB;
+    ``kafka://`` sinks: Kafka;
     ``spark_cluster=True`` or a ``spark://`` master: the Spark cluster) and their addresses replace
     the file's; ``overrides`` is merged into the file last (``{"connectors": {name: {...}}}`` for a
     connector). The ``Deployment`` offers ``wait_checkpoint(ts)``, ``kill_capture()``, ``restart()``,
-    ``stop()`` and ``assert_replicated(table)`` (MySQL and Kafka Open Protocol sinks compared with
-    ``playground.snapshot`` at the checkpoint). Every deployment is stopped when the test ends.
+    ``stop()`` and ``assert_replicated(table)`` (MySQL, Spark table and Kafka Open Protocol or
+    canal-json sinks compared with the playground's snapshot at the checkpoint; another kind of sink
+    fails it unless its kind is in ``skip``). Every deployment is stopped when the test ends.
     """
     from cdcflow.core.testing.deployment import Deployment
 
@@ -176,6 +210,8 @@ def cdcflow_deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         needs = deployment.needs()
         if "playground" in needs:
             deployment.playground = request.getfixturevalue("cdcflow_playground")
+        if "cockroach-playground" in needs:
+            deployment.cockroach = request.getfixturevalue("cdcflow_cockroach_playground")
         if "mysql" in needs:
             deployment.mysql = request.getfixturevalue("cdcflow_mysql")
         if "kafka" in needs:
@@ -197,5 +233,6 @@ FIXTURES = (
     cdcflow_etcd,
     cdcflow_spark_cluster,
     cdcflow_playground,
+    cdcflow_cockroach_playground,
     cdcflow_deployment,
 )

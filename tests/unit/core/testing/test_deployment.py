@@ -64,3 +64,58 @@ def test_an_invalid_file_fails_with_its_line(tmp_path):
         Deployment(path, tmp_path / "run")
     assert str(path) in str(failed.value)
     assert any(issue.line == 9 and "filtre" in issue.message for issue in failed.value.issues)
+
+
+SINKS = """\
+server:
+  spark: {master: "local[1]", warehouse-dir: ./lake}
+connectors:
+  - name: shop
+    source: {type: tikv, pd: ["10.0.0.10:2379"], tidb-status: "10.0.0.10:10080", playground: false}
+    sinks:
+      - uri: mysql://root@10.0.0.20:3306/
+      - uri: kafka://10.0.0.30:9092/op?protocol=open-protocol
+      - uri: kafka://10.0.0.30:9092/canal?protocol=canal-json&enable-tidb-extension=true
+      - uri: spark://./tables?mode=changelog
+      - uri: spark://
+      - uri: kafka://10.0.0.30:9092/avro?protocol=avro&schema-registry=http://10.0.0.40:8081
+      - uri: file:///tmp/shop-files?protocol=json
+"""
+
+
+def rendered(tmp_path, text: str) -> Deployment:
+    path = tmp_path / "connectors.yaml"
+    path.write_text(text)
+    deployment = Deployment(path, tmp_path / "run")
+    deployment.tmp_dir.mkdir()
+    deployment.document = deployment.render()
+    deployment.file.write_text(yaml.safe_dump(deployment.document))
+    return deployment
+
+
+def test_sinks_it_cannot_compare_fail_by_name_unless_skipped(tmp_path):
+    deployment = rendered(tmp_path, SINKS)
+    with pytest.raises(AssertionError) as failed:
+        deployment.readers()
+    message = str(failed.value)
+    assert "/avro?protocol=avro&schema-registry=http://10.0.0.40:8081 (Kafka in avro)" in message
+    assert "file:///tmp/shop-files?protocol=json (a file sink)" in message
+    assert "skip=" in message and "mysql://" not in message
+    with pytest.raises(AssertionError) as failed:
+        deployment.assert_replicated("orders")  # before anything is read
+    assert "avro" in str(failed.value)
+
+    readers = deployment.readers(skip=("kafka:avro", "file"))
+    assert [r.kind for r in readers] == ["mysql", "kafka:open-protocol", "kafka:canal-json", "spark", "spark"]
+    assert readers[2].options == {"bootstrap": "10.0.0.30:9092", "topic": "canal"}
+    lake = str((deployment.tmp_dir / "lake").resolve())
+    assert readers[3].options == {"root": str((deployment.tmp_dir / "tables").resolve()), "mode": "changelog"}
+    assert readers[4].options == {"root": lake, "mode": "both"}
+
+
+def test_a_spark_sink_writing_catalog_tables_by_merge_is_not_compared(tmp_path):
+    text = SINKS.split("      - uri: mysql", maxsplit=1)[0] + (
+        "      - {uri: 'spark://', table-format: merge, catalog-database: lake}\n"
+    )
+    with pytest.raises(AssertionError, match="MERGE INTO"):
+        rendered(tmp_path, text).readers()
