@@ -150,7 +150,7 @@ class ProjectTransform(Transform[ProjectConfig]):
                 plan = self._plan(row.schema)
                 new_schema = per_schema(self, row.schema, self._out_schema, "_cache_out")
             if row.schema is None:
-                out.append(self._apply_unschematized(row))
+                out.append(self._apply_unschematized(row, plan))
                 continue
             op = row.op.value
             after = before = None
@@ -167,25 +167,25 @@ class ProjectTransform(Transform[ProjectConfig]):
             out.append(dataclasses.replace(row, after=after, before=before, schema=new_schema))
         return out
 
-    def _apply_unschematized(self, row: RowChange) -> RowChange:
+    def _apply_unschematized(self, row: RowChange, plan: _Plan) -> RowChange:
         """A row without a schema (a source that gives none): its images' own names."""
         op = row.op.value
+        names: dict[str, str | None] = self.__dict__.setdefault("_cache_names", {})
 
-        def project(image: dict[str, Any] | None, env_before: Any) -> dict[str, Any] | None:
+        def project(image: Any) -> dict[str, Any] | None:
             if image is None:
                 return None
-            out = {new: image[name] for name in image if (new := self.column(name)) is not None}
-            for column in self.config.computed:
-                fn = compile_expression(parse(column.expr), list(image))
-                _, fit = column_for_sql_type(column.name, column.type)
-                out[column.name] = fit(fn((image, env_before, op, row.commit_ts)))
+            out = {}
+            for name, value in image.items():
+                new = names[name] if name in names else names.setdefault(name, self.column(name))
+                if new is not None:
+                    out[new] = value
+            env = (image, row.before, op, row.commit_ts)
+            for column, fn, fit in plan.computed:
+                out[column] = fit(fn(env))
             return out
 
-        return dataclasses.replace(
-            row,
-            after=project(dict(row.after) if row.after is not None else None, row.before),
-            before=project(dict(row.before) if row.before is not None else None, row.before),
-        )
+        return dataclasses.replace(row, after=project(row.after), before=project(row.before))
 
 
 @hookimpl
