@@ -59,7 +59,9 @@ class RedactEmail(Transform[RedactConfig]):
         def redact(image: Any) -> Any:
             return None if image is None or name not in image else {**image, name: _domain(image[name])}
 
-        return [dataclasses.replace(r, after=redact(r.after) or r.after, before=redact(r.before) or r.before) for r in rows]
+        return [
+            dataclasses.replace(r, after=redact(r.after) or r.after, before=redact(r.before) or r.before) for r in rows
+        ]
 
 
 @hookimpl
