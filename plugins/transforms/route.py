@@ -137,7 +137,13 @@ class RouteTransform(Transform[RouteConfig]):
                 m = pattern.fullmatch(name)
                 if m is not None:
                     schema, _, rest = m.expand(target).partition(".")
-                    found = (dataclasses.replace(table, schema=schema, table=rest), merges)
+                    if merges:
+                        # One table for every source: sinks keep state per TableName (a file per
+                        # table and partition, a MySQL table's progress), so the upstream ids of
+                        # the sources must not tell their rows apart.
+                        found = (TableName(schema, rest), True)
+                    else:
+                        found = (dataclasses.replace(table, schema=schema, table=rest), False)
                     break
             self._cache_targets[table] = found
         return found
