@@ -23,6 +23,7 @@ from cdcflow.core.api.security import ApiSecurity, ForbiddenError, Unauthenticat
 from cdcflow.core.api.statistics import add_statistics_routes
 from cdcflow.core.api.status_page import add_status_routes
 from cdcflow.core.api.tables import add_table_routes
+from cdcflow.core.config.sourcecheck import check_transforms, source_issues
 from cdcflow.core.control.capture import Capture
 from cdcflow.core.control.changefeed import (
     ChangeFeedInfo,
@@ -49,6 +50,8 @@ __all__ = ["MAX_BODY_DEPTH", "ApiServer", "changefeed_json", "error_response", "
 
 log = logging.getLogger(__name__)
 FORWARDED = "X-Cdcflow-Forwarded"
+#: Seconds verify_config gives a source to list its tables and schemas for the transform check.
+VERIFY_SOURCE_TIMEOUT = 5.0
 #: How deeply a request body's arrays and objects may nest (no API field needs more than a few levels).
 MAX_BODY_DEPTH = 64
 #: A JSON string (possibly unterminated) or a bracket: what the nesting check looks at.
@@ -239,8 +242,14 @@ class ApiServer:
     async def verify_config(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         body.setdefault("changefeed_id", "verify")
-        validate_section(section_from_request(body), self.capture.plugins)
-        return web.json_response({"valid": True})
+        connector = validate_section(section_from_request(body), self.capture.plugins)
+        # Transforms against the source's tables, when it answers (a note when it does not).
+        check = await check_transforms(connector, VERIFY_SOURCE_TIMEOUT)
+        issues = source_issues(connector, check, None)
+        if issues:
+            fields = ", ".join(i.path for i in issues)
+            raise ConfigInvalidError(f"invalid changefeed configuration ({fields})", issues)
+        return web.json_response({"valid": True, "notes": [check.note] if check.note else []})
 
     # -- changes: carried out by the owner ----------------------------------------------------
 

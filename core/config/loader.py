@@ -15,14 +15,16 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
 from cdcflow.core.config.settings import ConnectorSettings, ServerSettings
 from cdcflow.core.config.yamlsrc import Located, Path, load_located
+from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.sink import Sink
+from cdcflow.core.data.transform import Transform, TransformChain, TransformConfig, TransformStep
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.plugin.base import Plugin, PluginConfig
 from cdcflow.core.plugin.manager import PluginManager, get_plugin_manager
@@ -36,6 +38,7 @@ __all__ = [
     "PluginChoice",
     "decode_config",
     "load_deployment",
+    "transform_label",
     "validate_plugin_options",
     "validate_text",
 ]
@@ -69,10 +72,30 @@ class Connector:
     source: PluginChoice
     sinks: tuple[PluginChoice, ...]
     scheduler: PluginChoice
+    #: The ``transforms:`` list, in order.
+    transforms: tuple[PluginChoice, ...] = ()
 
     @property
     def name(self) -> str:
         return self.settings.name
+
+    def transform_chain(self) -> TransformChain:
+        """The connector's transforms, instantiated, as the pipeline applies them."""
+        return TransformChain(
+            [
+                TransformStep(
+                    transform_label(i, choice.type_name),
+                    cast("Transform[Any]", choice.instantiate()),
+                    TableFilter(cast("TransformConfig", choice.config).tables or ["*.*"]),
+                )
+                for i, choice in enumerate(self.transforms)
+            ]
+        )
+
+
+def transform_label(index: int, type_name: str) -> str:
+    """How messages name a connector's transform: ``transforms[1] (mask)``."""
+    return f"transforms[{index}] ({type_name})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +214,42 @@ def _validate_connector(
             sinks.append(_select(plugins.sinks, item, (*path, "sinks", i), doc, plugins, issues))
     scheduler_raw = raw.get("scheduler") or {"type": DEFAULT_SCHEDULER}
     scheduler = _select(plugins.schedulers, scheduler_raw, (*path, "scheduler"), doc, plugins, issues)
-    if settings is None or source is None or scheduler is None or any(s is None for s in sinks):
+    transforms = _select_transforms(raw, path, doc, plugins, issues)
+    if settings is None or source is None or scheduler is None or any(s is None for s in sinks) or transforms is None:
         return None
-    return Connector(settings, source, tuple(s for s in sinks if s is not None), scheduler)
+    return Connector(settings, source, tuple(s for s in sinks if s is not None), scheduler, transforms)
+
+
+def _select_transforms(
+    raw: dict[str, Any], path: Path, doc: Located, plugins: PluginManager, issues: list[ConfigIssue]
+) -> tuple[PluginChoice, ...] | None:
+    """The connector's transforms (None when one is invalid); each issue names the
+    connector and the transform besides its field and line."""
+    items = raw.get("transforms")
+    if not isinstance(items, list):
+        return ()  # absent, or not a list: the connector model reports it
+    name = raw.get("name")
+    chosen: list[PluginChoice] = []
+    valid = True
+    for i, item in enumerate(items):
+        before = len(issues)
+        choice = _select(plugins.transforms, item, (*path, "transforms", i), doc, plugins, issues)
+        type_name = item.get("type") if isinstance(item, dict) else None
+        label = transform_label(i, str(type_name or "?"))
+        if choice is not None and len(issues) == before:
+            try:
+                choice.instantiate()
+            except ConfigInvalidError as exc:
+                field = str(exc.detail.get("field", ""))
+                where = (*path, "transforms", i, field) if field else (*path, "transforms", i)
+                issues.append(doc.issue(where, exc.message))
+        for issue in issues[before:]:
+            issue.message = f"connector {name}, {label}: {issue.message}"
+        if choice is None or len(issues) > before:
+            valid = False
+        else:
+            chosen.append(choice)
+    return tuple(chosen) if valid else None
 
 
 def _select(
@@ -247,7 +303,9 @@ def _select(
     except ValueError as exc:
         checked = [("uri" if uri is not None else "", f"not a valid URI or option: {exc}")]
     for field, message in checked:
-        issues.append(doc.issue((*path, field) if field else path, message))
+        # A nested field is given as a dotted path: routes.0.source.
+        parts = tuple(int(p) if p.isdigit() else p for p in field.split(".")) if field else ()
+        issues.append(doc.issue((*path, *parts), message))
     return PluginChoice(registry.kind, entry.type_name, entry.cls, config, entry.origin, plugins)
 
 

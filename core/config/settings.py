@@ -269,6 +269,12 @@ class ConnectorSettings(_Settings):
     )
     target_ts: int = Field(0, ge=0, le=MAX_TSO, description="Stop (state finished) at this TSO; 0 means never.")
     filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
+    transforms: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Transforms applied in order between the source and the sinks: each a 'type' (filter, "
+        "project, mask, route, python, or a plugin's) plus 'tables' (table-filter rules; empty: every table) "
+        "and its options.",
+    )
     memory_quota: ByteSize = Field(
         DEFAULT_MEMORY_QUOTA,
         description="Memory per changefeed for buffered changes before they spill: the source's feeds take their "

@@ -153,6 +153,8 @@ class ChangeFeedInfo:
     #: ignore-txn-start-ts, column-selectors); None in records written before it
     #: was kept, which had ``filter_rules`` alone.
     filter: dict[str, Any] | None = None
+    #: The connector's ``transforms`` list as written (each a plugin section).
+    transforms: list[dict[str, Any]] = field(default_factory=list)
 
     def with_changes(self, **changes: Any) -> ChangeFeedInfo:
         return replace(self, **changes)

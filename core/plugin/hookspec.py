@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from cdcflow.core.data.sink import Sink
     from cdcflow.core.data.source import Source
     from cdcflow.core.data.span_executor import ExecutorRegistrar
+    from cdcflow.core.data.transform import Transform
     from cdcflow.core.plugin.manager import PluginManager
     from cdcflow.core.plugin.registry import Registrar
 
@@ -88,6 +89,16 @@ def cdcflow_register_codecs(registry: Registrar[Codec[Any]]) -> None:
     """Register codec (message format) classes (subclasses of ``cdcflow.core.data.codec.Codec``).
 
     Historic: called once per plugin, when it is registered. Return value ignored.
+    """
+
+
+@hookspec(historic=True)
+def cdcflow_register_transforms(registry: Registrar[Transform[Any]]) -> None:
+    """Register transform classes (subclasses of ``cdcflow.core.data.transform.Transform``).
+
+    A connector's ``transforms:`` list picks them by ``type``; their instances
+    are pickled into the Spark tasks that mount a batch's rows. Historic:
+    called once per plugin, when it is registered. Return value ignored.
     """
 
 

@@ -38,6 +38,7 @@ from cdcflow.core.data.codec import Codec
 from cdcflow.core.data.sink import Sink
 from cdcflow.core.data.source import Source
 from cdcflow.core.data.span_executor import ExecutorRegistrar, ExecutorRegistry
+from cdcflow.core.data.transform import Transform
 from cdcflow.core.errors import ConfigInvalidError, PluginValidationError
 from cdcflow.core.plugin import hookspec
 from cdcflow.core.plugin.hookspec import PROJECT_NAME
@@ -76,6 +77,11 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "cdcflow.plugins.sinks.spark",
     "cdcflow.plugins.schedulers.round_robin",
     "cdcflow.plugins.schedulers.two_phase",
+    "cdcflow.plugins.transforms.filter",
+    "cdcflow.plugins.transforms.project",
+    "cdcflow.plugins.transforms.mask",
+    "cdcflow.plugins.transforms.route",
+    "cdcflow.plugins.transforms.python",
 )
 
 #: Where the hooks are documented, for error messages.
@@ -108,6 +114,7 @@ class PluginManager:
         self.sinks: PluginRegistry[Sink[Any]] = PluginRegistry("sinks", Sink)
         self.schedulers: PluginRegistry[Scheduler[Any]] = PluginRegistry("schedulers", Scheduler)
         self.codecs: PluginRegistry[Codec[Any]] = PluginRegistry("codecs", Codec)
+        self.transforms: PluginRegistry[Transform[Any]] = PluginRegistry("transforms", Transform)
         self.executors = ExecutorRegistry()
         if _truthy(os.environ.get(TRACE_ENV)):
             self._pm.trace.root.setwriter(sys.stderr.write)
@@ -140,6 +147,7 @@ class PluginManager:
             ("cdcflow_register_sinks", self.sinks),
             ("cdcflow_register_schedulers", self.schedulers),
             ("cdcflow_register_codecs", self.codecs),
+            ("cdcflow_register_transforms", self.transforms),
         ]
         for name, registry in registries:
             registrar: Registrar[Any] = Registrar(registry, self._registering_origin)
@@ -310,6 +318,7 @@ class PluginManager:
             "sinks": self.sinks,
             "schedulers": self.schedulers,
             "codecs": self.codecs,
+            "transforms": self.transforms,
         }
 
     @property

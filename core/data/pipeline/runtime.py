@@ -50,14 +50,14 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS, DEFAULT_TRIGGER_INTERVAL
-from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, TableName
+from cdcflow.core.data.events import DDLEvent, MicroBatch, RawKVEvent, RowChange, TableName, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.manifest import read_manifest
 from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, batch_to_records, event_from_record
@@ -80,7 +80,8 @@ from cdcflow.core.data.pipeline.tasks import (
 )
 from cdcflow.core.data.sink import BatchFrame, Sink, TaskWriter
 from cdcflow.core.data.source import Mounter
-from cdcflow.core.errors import CdcflowError
+from cdcflow.core.data.transform import TransformChain
+from cdcflow.core.errors import CdcflowError, ConfigInvalidError
 from cdcflow.core.metrics import ChangefeedMetrics
 from cdcflow.core.plugin.manager import PluginManager
 
@@ -142,6 +143,7 @@ class ChangefeedPipeline:
         task_partitions: int | None = None,
         max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
         metrics: ChangefeedMetrics | None = None,
+        transforms: TransformChain | None = None,
     ) -> None:
         self.changefeed_id = changefeed_id
         self.store = store
@@ -156,6 +158,9 @@ class ChangefeedPipeline:
         self.part_rows = part_rows
         self.collect_rows = collect_rows
         self.column_selection = column_selection or ColumnSelection()
+        #: The connector's transforms: in the tasks and on the driver alike, rows and DDL.
+        self.transforms = transforms or TransformChain()
+        self._checked_schemas: set[TableSchema] = set()
         #: Where large sorted batches are staged (must be visible to the driver and executors).
         self.work_dir = Path(work_dir) if work_dir is not None else self.checkpoint_dir.parent / "batches"
         self.on_checkpoint = on_checkpoint
@@ -304,7 +309,7 @@ class ChangefeedPipeline:
 
     def _deliver(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
         (start_ts, start_chunk), (end_ts, end_chunk) = start, end
-        ddl = tuple(self.store.ddl_between(start_ts, end_ts))
+        ddl = self._transform_ddl(self.store.ddl_between(start_ts, end_ts))
         expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
         plan = self._plan(start_ts, end_ts) if expected else None
         # A source that cannot mount in tasks has every sink written from the driver.
@@ -351,7 +356,7 @@ class ChangefeedPipeline:
         """Offer the batch's mounted frame to each sink (``Sink.write_frame``): the sinks that
         declined it, and the rows the last one that took it wrote (None: none took it)."""
         mounted = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL) if plan.mounter is not None else frame
-        decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection)
+        decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection, self.transforms)
         rows = BatchFrame(mounted, decoder, expected)
         batch = MicroBatch(self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl=ddl)
         declined: list[Sink[Any]] = []
@@ -380,6 +385,7 @@ class ChangefeedPipeline:
             batch_mounter = self._on_loop(self.mounter.for_batch(start_ts, end_ts))
             if batch_mounter is not None:
                 ids = {schema: self.store.schemas.id_of(schema) for schema in batch_mounter.schemas()}
+                self._check_transforms(batch_mounter.schemas())
         return RowPlan(
             self.changefeed_id,
             str(self.store.directory.resolve()),
@@ -387,14 +393,44 @@ class ChangefeedPipeline:
             batch_mounter,
             self.table_filter,
             ids,
+            self.transforms,
         )
+
+    def _check_transforms(self, schemas: Sequence[TableSchema]) -> None:
+        """Refuse (1001, not retried) transforms that cannot apply to the batch's schemas:
+        an unknown column, tables of different columns routed into one."""
+        if not self.transforms:
+            return
+        replicated = [s for s in schemas if self.table_filter.matches(s.table.schema, s.table.table)]
+        if all(s in self._checked_schemas for s in replicated):
+            return
+        known = {(s.table.schema, s.table.table): s for s in [*self._checked_schemas, *replicated]}
+        problems = self.transforms.check(list(known.values()))
+        if problems:
+            text = "; ".join(f"{label}{'.' + field if field else ''}: {message}" for label, field, message in problems)
+            raise ConfigInvalidError(
+                f"changefeed {self.changefeed_id}: its transforms cannot apply to the source's tables: {text}",
+                detail={"problems": [list(p) for p in problems]},
+            )
+        self._checked_schemas.update(replicated)
+
+    def _transform_ddl(self, events: Iterable[DDLEvent]) -> tuple[DDLEvent, ...]:
+        """The batch's DDL as the sinks see it (routed, columns transformed; some left out)."""
+        if not self.transforms:
+            return tuple(events)
+        out = (self.transforms.ddl(e) for e in events)
+        return tuple(e for e in out if e is not None)
 
     def _tables(self, plan: RowPlan) -> list[TableName]:
         """The replicated tables whose rows a batch may hold: every table the store has a
         schema of, and every table the batch mounter may give rows of."""
         schemas = [*self.store.schemas.all(), *(plan.mounter.schemas() if plan.mounter is not None else ())]
         names = {(s.table.schema, s.table.table): s.table for s in schemas}
-        return [t for t in names.values() if self.table_filter.matches(t.schema, t.table)]
+        tables = [t for t in names.values() if self.table_filter.matches(t.schema, t.table)]
+        if not self.transforms:
+            return tables
+        routed = {(r.schema, r.table): r for r in (self.transforms.table(t) for t in tables)}
+        return list(routed.values())
 
     def _task_partition_count(self, expected: int) -> int:
         limit = self.task_partitions or int(self.spark.sparkContext.defaultParallelism)
@@ -501,7 +537,7 @@ class ChangefeedPipeline:
             rows = [e for e in events if isinstance(e, RowChange)]
         if self.column_selection:
             rows = [self.column_selection.apply(r) for r in rows]
-        return rows
+        return self.transforms.apply(rows) if self.transforms else rows
 
     def _mount(self, events: list[RawKVEvent | RowChange]) -> list[RowChange | None]:
         """Mount on the driver: only for a source whose mounter gives no batch mounter."""

@@ -53,6 +53,7 @@ from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TAS
 from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.source import Source
 from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor, SpanState, SpanStatus
+from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import BackPressureError
 from cdcflow.core.metrics import CaptureMetrics, ChangefeedMetrics, ExecutorStats
 from cdcflow.core.plugin.manager import PluginManager
@@ -128,6 +129,8 @@ class PipelineContext:
     disk_quota: int = 0
     table_filter: TableFilter = field(default_factory=lambda: TableFilter(["*.*"]))
     column_selectors: Sequence[ColumnSelectorSettings] = ()
+    #: The connector's transforms (None: none).
+    transforms: TransformChain | None = None
     #: Seconds between micro-batches; None: ``spark_settings.trigger_interval``.
     trigger_interval: float | None = None
     #: Rows per part of a batch for sinks that take parts.
@@ -176,6 +179,7 @@ class PipelineContext:
             disk_quota=settings.spill_disk_quota,
             table_filter=settings.filter.table_filter(),
             column_selectors=settings.filter.column_selectors,
+            transforms=connector.transform_chain(),
             on_checkpoint=on_checkpoint,
             metrics=metrics.changefeed(connector.name) if metrics is not None else None,
         )
@@ -494,6 +498,7 @@ class PipelineSpanExecutor(SpanExecutor):
             checkpoint_dir=self.directory / "spark-checkpoint",
             table_filter=self.table_filter,
             column_selection=self.column_selection,
+            transforms=self.context.transforms,
             plugins=self.plugins,
             mounter=self.source.mounter(),
             loop=loop,

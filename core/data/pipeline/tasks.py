@@ -6,7 +6,8 @@ Python workers, once per partition, in parallel:
 
 * :class:`WriteTask` — records of one partition (all changes of the keys
   hashed there, in ``(commit_ts, start_ts, key)`` order) are mounted into
-  rows, filtered, reduced to the selected columns and written through each
+  rows, filtered, reduced to the selected columns, transformed (the
+  connector's :class:`~cdcflow.core.data.transform.TransformChain`) and written through each
   sink's :class:`~cdcflow.core.data.sink.PartitionWriter`, then flushed; the
   task returns one summary row (rows written, worker pid, an error);
 * :class:`MountTask` — raw key-value records are mounted into row records
@@ -51,6 +52,7 @@ from cdcflow.core.data.logservice.records import (
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.sink import PartitionWriter, RowDecoder, TaskWriter
 from cdcflow.core.data.source import BatchMounter
+from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import CdcflowError
 
 __all__ = [
@@ -158,6 +160,8 @@ class RowPlan:
     table_filter: TableFilter
     #: Ids of the schemas ``mounter`` may give rows (registered by the driver).
     schema_ids: Mapping[TableSchema, int] = field(default_factory=dict)
+    #: The connector's transforms, applied to rows after mounting and column selection.
+    transforms: TransformChain = field(default_factory=TransformChain)
 
     def registry(self) -> SchemaRegistry:
         return SchemaRegistry(Path(self.store_dir) / "schemas.pkl")
@@ -264,6 +268,7 @@ class RecordDecoder(RowDecoder):
     #: The event store's schemas by id (a snapshot of its registry, shipped with tasks).
     schemas: Mapping[int, TableSchema]
     column_selection: ColumnSelection = field(default_factory=ColumnSelection)
+    transforms: TransformChain = field(default_factory=TransformChain)
 
     def rows(self, batch: pa.RecordBatch) -> list[RowChange]:
         check_mounted(batch)
@@ -274,7 +279,7 @@ class RecordDecoder(RowDecoder):
             row = event_from_record(record, _no_span, self.schemas)
             assert isinstance(row, RowChange)
             rows.append(self.column_selection.apply(row) if self.column_selection else row)
-        return rows
+        return self.transforms.apply(rows) if self.transforms else rows
 
 
 @dataclass(frozen=True)
@@ -305,6 +310,8 @@ class WriteTask:
         try:
             for mounted in self.plan.rows(measured(batches)):
                 rows = [self.column_selection.apply(r) for r in mounted] if self.column_selection else mounted
+                if self.plan.transforms:
+                    rows = self.plan.transforms.apply(rows)
                 if not rows:
                     continue
                 if not opened:

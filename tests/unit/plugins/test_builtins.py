@@ -3,7 +3,7 @@ kind whose subpackage it lives in (sources from ``sources/``, sinks from ``sinks
 
 from cdcflow.core.plugin.manager import BUILTIN_PLUGINS, PluginManager
 
-KINDS = ("sources", "sinks", "schedulers", "codecs")
+KINDS = ("sources", "sinks", "schedulers", "codecs", "transforms")
 
 
 def test_every_built_in_plugin_comes_from_the_subpackage_of_its_kind():

@@ -70,3 +70,55 @@ def test_raw_events_are_mounted_on_the_event_loop_then_filtered_and_selected(tmp
         loop.close()
     assert mounter.threads == {thread.ident}
     assert [(r.table.table, r.after) for r in rows] == [("orders", {"id": 1, "n": 0}), ("orders", {"id": 3, "n": 30})]
+
+
+def test_the_driver_path_applies_the_connectors_transforms_after_column_selection(tmp_path):
+    from cdcflow.core.data.transform import TransformChain, TransformStep
+    from cdcflow.plugins.transforms.filter import FilterConfig, FilterTransform
+    from cdcflow.plugins.transforms.route import RouteConfig, RouteTransform
+
+    store = EventStore(tmp_path, "cf", start_ts=1, fsync=False)
+    store.add_span(SPAN, 1, replicating=True)
+    for i, key in enumerate([b"shop.orders/1", b"shop.orders/2", b"shop.orders/3"]):
+        store.put(SPAN, RawKVEvent(SPAN, key, b"%d" % (i * 10), b"", 5, 10 + i))
+    store.resolve(SPAN, 20)
+    records = [
+        r
+        for c in store.chunks_between(1, 20)
+        for b in read_record_batches(tmp_path / c.file)
+        for r in batch_to_records(b)
+    ]
+    chain = TransformChain(
+        [
+            TransformStep("transforms[0] (filter)", FilterTransform(FilterConfig(where="n >= 10")), TableFilter()),
+            TransformStep(
+                "transforms[1] (route)",
+                RouteTransform(RouteConfig(routes=[{"source": r"shop\.(\w+)", "target": r"lake.\1"}])),
+                TableFilter(),
+            ),
+        ]
+    )
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        pipeline = ChangefeedPipeline(
+            changefeed_id="cf",
+            store=store,
+            sinks=[],
+            spark=None,
+            checkpoint_dir=tmp_path / "ckpt",
+            mounter=KeyValueMounter(),
+            loop=loop,
+            column_selection=ColumnSelection([ColumnSelectorSettings(matcher=["shop.*"], columns=["*", "!secret"])]),
+            transforms=chain,
+        )
+        rows = pipeline._rows(records)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        loop.close()
+    assert [(str(r.table), r.after) for r in rows] == [
+        ("lake.orders", {"id": 2, "n": 10}),
+        ("lake.orders", {"id": 3, "n": 20}),
+    ]
