@@ -14,7 +14,7 @@ import socket
 import subprocess
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -122,3 +122,37 @@ class RunProcess:
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
+
+
+# -- what the sinks hold (a test's ``shop`` fixture: ``db`` a MariaDB, ``spark`` and ``lake``) --
+
+
+class _Downstream(Protocol):
+    db: Any
+    spark: Any
+    lake: Path
+
+
+def mysql_rows(shop: _Downstream, table: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and rows of ``shop.<table>`` in the MariaDB sink (times in UTC)."""
+    import pymysql
+
+    conn = shop.db.connect("shop", cursorclass=pymysql.cursors.DictCursor)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute(f"SELECT * FROM `{table}`")
+            return [d[0] for d in cur.description], list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def spark_rows(shop: _Downstream, table: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and rows of the newest snapshot version of ``shop.<table>`` in the Spark sink's lake."""
+    from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
+    from cdcflow.plugins.sinks.spark.storage import Storage
+
+    spark = shop.spark
+    frame = read_snapshot(spark, Storage(spark, str(shop.lake)), str(shop.lake / "shop" / table / "snapshot"))
+    assert frame is not None, f"no snapshot version of shop.{table}"
+    return list(frame.columns), [row.asDict() for row in frame.collect()]

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 import yaml
 
@@ -39,7 +38,7 @@ from cdcflow.plugins.sources.cockroach_playground import CockroachPlayground
 from cdcflow.plugins.sources.cockroachdb.hlc import HLC, cursor_for
 from cdcflow.plugins.sources.cockroachdb.types import map_type
 from tests.e2e.e2e_kafka import replicate, table_rows
-from tests.e2e.e2e_shop import CHANGEFEED, TABLES, RunProcess, free_port, server_settings
+from tests.e2e.e2e_shop import CHANGEFEED, TABLES, RunProcess, free_port, mysql_rows, server_settings, spark_rows
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 
 pytestmark = pytest.mark.integration
@@ -166,27 +165,6 @@ def upstream(shop: Shop, table: str, ts: int) -> tuple[dict[str, str], dict[Any,
 
 def typed(rows: list[dict[str, Any]], types: dict[str, str]) -> dict[Any, dict[str, Any]]:
     return {int(row["id"]): {c: normalise(row.get(c), t) for c, t in types.items()} for row in rows}
-
-
-def mysql_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
-    conn = shop.db.connect("shop", cursorclass=pymysql.cursors.DictCursor)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute(f"SELECT * FROM `{table}`")
-            return [d[0] for d in cur.description], list(cur.fetchall())
-    finally:
-        conn.close()
-
-
-def spark_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
-    from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
-    from cdcflow.plugins.sinks.spark.storage import Storage
-
-    spark = shop.spark
-    frame = read_snapshot(spark, Storage(spark, str(shop.lake)), str(shop.lake / "shop" / table / "snapshot"))
-    assert frame is not None, f"no snapshot version of shop.{table}"
-    return list(frame.columns), [row.asDict() for row in frame.collect()]
 
 
 def diff(want: dict[Any, dict[str, Any]], got: dict[Any, dict[str, Any]], limit: int = 3) -> str:

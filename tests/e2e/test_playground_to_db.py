@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 
 from cdcflow.core.testing.compare import diff, typed_rows
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
-from tests.e2e.e2e_shop import TABLES, RunProcess, free_port, write_connectors
+from tests.e2e.e2e_shop import TABLES, RunProcess, free_port, mysql_rows, spark_rows, write_connectors
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 
 pytestmark = pytest.mark.integration
@@ -85,27 +84,6 @@ def settle(shop: Shop) -> int:
 
 def columns_at(shop: Shop, table: str, ts: int) -> list[Any]:
     return list(shop.pg.catalog.find("shop", table, ts).columns)
-
-
-def mysql_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
-    conn = shop.db.connect("shop", cursorclass=pymysql.cursors.DictCursor)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute(f"SELECT * FROM `{table}`")
-            return [d[0] for d in cur.description], list(cur.fetchall())
-    finally:
-        conn.close()
-
-
-def spark_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
-    from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
-    from cdcflow.plugins.sinks.spark.storage import Storage
-
-    spark = shop.spark
-    frame = read_snapshot(spark, Storage(spark, str(shop.lake)), str(shop.lake / "shop" / table / "snapshot"))
-    assert frame is not None, f"no snapshot version of shop.{table}"
-    return list(frame.columns), [row.asDict() for row in frame.collect()]
 
 
 def assert_downstream_equals_snapshot(shop: Shop, checkpoint: int) -> None:

@@ -20,14 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 import yaml
 
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
-from tests.e2e.e2e_shop import CHANGEFEED, RunProcess, diff, free_port, normalise, server_settings
+from tests.e2e.e2e_shop import (
+    CHANGEFEED,
+    RunProcess,
+    diff,
+    free_port,
+    mysql_rows,
+    normalise,
+    server_settings,
+    spark_rows,
+)
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 
 pytestmark = pytest.mark.integration
@@ -189,26 +197,6 @@ def expected(shop: Shop, ts: int) -> dict[str, tuple[dict[str, Any], dict[Any, d
 
 
 # -- what the sinks hold -------------------------------------------------------------------
-
-
-def mysql_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
-    conn = shop.db.connect("shop", cursorclass=pymysql.cursors.DictCursor)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute(f"SELECT * FROM `{table}`")
-            return [d[0] for d in cur.description], list(cur.fetchall())
-    finally:
-        conn.close()
-
-
-def spark_rows(shop: Shop, table: str) -> tuple[list[str], list[dict[str, Any]]]:
-    from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
-    from cdcflow.plugins.sinks.spark.storage import Storage
-
-    frame = read_snapshot(shop.spark, Storage(shop.spark, str(shop.lake)), str(shop.lake / "shop" / table / "snapshot"))
-    assert frame is not None, f"no snapshot version of shop.{table}"
-    return list(frame.columns), [row.asDict() for row in frame.collect()]
 
 
 def key_of(table: str, row: dict[str, Any]) -> Any:
