@@ -23,16 +23,15 @@ from typing import Any
 import pytest
 import yaml
 
+from cdcflow.core.testing.compare import diff, normalise
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
 from tests.e2e.e2e_shop import (
     CHANGEFEED,
     RunProcess,
-    diff,
     free_port,
     mysql_rows,
-    normalise,
     server_settings,
     spark_rows,
 )
