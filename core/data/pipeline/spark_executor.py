@@ -83,6 +83,8 @@ _BACKPRESSURE_POLL = 0.05
 #: Resolved timestamps are applied to the event store at most this often: every
 #: application may cut chunks (files, fsyncs), and the query polls less often anyway.
 DEFAULT_PUBLISH_INTERVAL = 0.1
+#: Seconds without a span joining before an initial snapshot plans its spans.
+_SNAPSHOT_SETTLE = 1.0
 #: See :attr:`PipelineContext.stall_timeout`.
 DEFAULT_STALL_TIMEOUT = 30.0
 
@@ -479,6 +481,7 @@ class PipelineSpanExecutor(SpanExecutor):
         if kept is not None:
             return snapshot, *kept
         trigger = self.source.trigger_span()
+        await self._spans_settled(trigger)
         wanted = {
             loaded.span
             for loaded in self._spans.values()
@@ -490,6 +493,21 @@ class PipelineSpanExecutor(SpanExecutor):
         plan = await self.source.snapshot_plan(spans, ts)
         await asyncio.to_thread(snapshot.keep_plan, plan, spans)
         return snapshot, plan, spans
+
+    async def _spans_settled(self, trigger: Span | None) -> None:
+        """Wait until every span loaded here replicates and none was added for a moment:
+        the maintainer places a changefeed's spans at once, and the two-phase scheduler
+        has each catch up (prepare) first, so the first replicating span starts the
+        pipeline before the others joined."""
+        quiet_since, seen = time.monotonic(), set(self._spans)
+        while not self._closing.is_set():
+            current = set(self._spans)
+            if current != seen:
+                quiet_since, seen = time.monotonic(), current
+            waiting = [s for s, x in self._spans.items() if s != trigger and x.state is not SpanState.REPLICATING]
+            if not waiting and time.monotonic() - quiet_since >= _SNAPSHOT_SETTLE:
+                return
+            await asyncio.sleep(0.1)
 
     def _try_start(self, loop: asyncio.AbstractEventLoop, snapshot: _SnapshotWork | None) -> ChangefeedPipeline:
         try:

@@ -64,7 +64,8 @@ async def snapshot_ranges(
     """The ranges of ``spans`` (event-store id → span): one per region, or about
     ``range_keys`` keys each when given (counted at ``version`` with key-only scans)."""
     out: list[SnapshotRange] = []
-    reader = SnapshotReader(pd, page_size=max(1, range_keys)) if range_keys else None
+    # Cut points need no exact read: sampled keys only, locks not waited for.
+    reader = SnapshotReader(pd, page_size=max(1, range_keys), keys_only=True) if range_keys else None
     try:
         for span_id, span in sorted(spans.items(), key=lambda item: item[1].start):
             for lo, hi in await region_ranges(pd, span.start, span.end):
