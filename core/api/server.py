@@ -115,6 +115,8 @@ def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str,
         "epoch": info.epoch,
         "version": info.version,
         "error": info.error,
+        # The checkpoint passes the start ts only once every capture delivered its snapshot.
+        "snapshot_done": bool(info.initial_snapshot) and status.checkpoint_ts > info.start_ts,
         "source": redact(info.source),
         "sinks": redact(info.sinks),
         "scheduler": info.scheduler,

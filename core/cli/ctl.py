@@ -112,6 +112,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             sub.add_argument("--target-ts", type=int, help="stop (finished) at this TSO")
         if verb == "create":
             sub.add_argument("--start-ts", type=int, help="replicate changes after this TSO (default: now)")
+            sub.add_argument(
+                "--initial-snapshot",
+                action="store_true",
+                default=None,
+                help="first copy every row of the filtered tables as of the start ts, then stream the changes",
+            )
         if verb == "resume":
             sub.add_argument("--overwrite-checkpoint-ts", type=int, help="resume from this TSO instead")
         if verb == "list":
@@ -181,6 +187,8 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
         body["start_ts"] = args.start_ts
     if getattr(args, "target_ts", None) is not None:
         body["target_ts"] = args.target_ts
+    if getattr(args, "initial_snapshot", None):
+        body["initial_snapshot"] = True
     return body
 
 
@@ -358,6 +366,8 @@ def _changefeed_detail(i: dict[str, Any]) -> str:
         f"resolved ts: {i['resolved_ts']}",
         f"epoch:       {i['epoch']}",
     ]
+    if i.get("initial_snapshot"):
+        lines.append(f"snapshot:    {'done' if i.get('snapshot_done') else 'in progress'} (at {i['start_ts']})")
     if i.get("error"):
         lines.append(f"error:       {json.dumps(i['error'])}")
     return "\n".join(lines) + "\n"

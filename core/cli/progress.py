@@ -99,6 +99,8 @@ class CatchUp:
 class _Changefeed:
     rows: int = 0
     batches: int = 0
+    #: The initial snapshot's progress line while it is read (empty: none, or done).
+    snapshot: str = ""
     samples: deque[tuple[float, int]] = field(default_factory=deque)
     checkpoint_lags: list[float] = field(default_factory=list)
     running: bool = False
@@ -131,6 +133,32 @@ class ProgressReporter:
         feed.rows += row_count
         feed.batches += 1
         feed.samples.append((time.monotonic(), row_count))
+
+    @hookimpl
+    def cdcflow_snapshot_progress(
+        self,
+        changefeed_id: str,
+        ts: int,
+        unit: str,
+        parts_done: int,
+        parts_total: int,
+        rows_done: int,
+        rows_estimate: int,
+        phase: str,
+    ) -> None:
+        feed = self._feeds[changefeed_id]
+        if phase == "done":
+            feed.snapshot = ""
+            return
+        percent = 100.0 * parts_done / parts_total if parts_total else 100.0
+        eta = ""
+        elapsed = time.monotonic() - self.started
+        if 0 < parts_done < parts_total:
+            eta = f", ETA {elapsed / parts_done * (parts_total - parts_done):.0f}s"
+        feed.snapshot = (
+            f" snapshot {parts_done}/{parts_total} {unit}s ({percent:.0f}%), "
+            f"{rows_done:,}/~{max(rows_done, rows_estimate):,} rows{eta};"
+        )
 
     def observe(self, changefeeds: list[tuple[Any, Any]], now_wall: float, now: float) -> None:
         """Follow each changefeed's lags and catch-up (called with every render)."""
@@ -169,7 +197,7 @@ class ProgressReporter:
                 error = f" ({info.error.get('code_name')}: {str(info.error.get('message', ''))[:80]})"
             catch_up = f", {feed.catch_up.describe(now)}" if feed.catch_up is not None else ""
             parts.append(
-                f"{info.id} {info.state.value}{error} {feed.rate(now):,.0f} rows/s, "
+                f"{info.id} {info.state.value}{error}{feed.snapshot} {feed.rate(now):,.0f} rows/s, "
                 f"checkpoint lag {_lag(status.checkpoint_ts, now_wall):.1f}s, "
                 f"resolved lag {_lag(status.resolved_ts, now_wall):.1f}s{catch_up}"
             )

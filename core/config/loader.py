@@ -24,6 +24,7 @@ from cdcflow.core.config.settings import ConnectorSettings, ServerSettings
 from cdcflow.core.config.yamlsrc import Located, Path, load_located
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.sink import Sink
+from cdcflow.core.data.source import Source
 from cdcflow.core.data.transform import Transform, TransformChain, TransformConfig, TransformStep
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.plugin.base import Plugin, PluginConfig
@@ -215,6 +216,14 @@ def _validate_connector(
     scheduler_raw = raw.get("scheduler") or {"type": DEFAULT_SCHEDULER}
     scheduler = _select(plugins.schedulers, scheduler_raw, (*path, "scheduler"), doc, plugins, issues)
     transforms = _select_transforms(raw, path, doc, plugins, issues)
+    if settings is not None and source is not None and settings.initial_snapshot:
+        refusal = (
+            source.cls.snapshot_refusal(source.config)
+            if issubclass(source.cls, Source)
+            else f"the {source.type_name} source cannot take an initial snapshot"
+        )
+        if refusal is not None:
+            issues.append(doc.issue((*path, "initial-snapshot"), f"initial-snapshot: {refusal}"))
     if settings is None or source is None or scheduler is None or any(s is None for s in sinks) or transforms is None:
         return None
     return Connector(settings, source, tuple(s for s in sinks if s is not None), scheduler, transforms)

@@ -268,6 +268,12 @@ class ConnectorSettings(_Settings):
         "now", description="Replicate changes committed after this TSO, or 'now'."
     )
     target_ts: int = Field(0, ge=0, le=MAX_TSO, description="Stop (state finished) at this TSO; 0 means never.")
+    initial_snapshot: bool = Field(
+        False,
+        description="First copy every row of every table in the filter as of the start ts (rows with commit ts = "
+        "start ts, op insert), read in parallel Spark tasks, then stream the changes above it. Sources that "
+        "cannot read a table as of one ts refuse it.",
+    )
     filter: FilterSettings = Field(default_factory=FilterSettings, description="Table filter.")
     transforms: list[dict[str, Any]] = Field(
         default_factory=list,

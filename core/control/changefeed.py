@@ -136,6 +136,8 @@ class ChangeFeedInfo:
     filter_rules: list[str] = field(default_factory=lambda: list(DEFAULT_FILTER_RULES))
     start_ts: int = 0
     target_ts: int = _option_default("target_ts")
+    #: The connector's ``initial-snapshot``: copy the tables as of ``start_ts`` first.
+    initial_snapshot: bool = _option_default("initial_snapshot")
     state: ChangefeedState = ChangefeedState.NORMAL
     error: dict[str, Any] | None = None
     epoch: int = 1

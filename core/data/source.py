@@ -31,14 +31,26 @@ changefeed's maintainer uses to follow it (docs/explanation/control-plane.md,
 
 Sources without them (raw key-value spans, the test kit's list source) have a
 fixed table set: :meth:`list_tables` once, at the start.
+
+Sources that can read their tables as of one ts (TiKV's transactional scan)
+implement :meth:`Source.snapshot_plan`, which a changefeed with
+``initial-snapshot: true`` uses to copy every row of its tables as of its
+start ts before it streams the changes above it
+(docs/how-to/start-from-a-full-copy.md): the plan is a list of picklable
+:class:`SnapshotTask` s, each read in its own Spark task, whose records (the
+event store's record format, commit ts and start ts = the snapshot ts, op
+insert) the pipeline mounts and writes like one batch. A source that cannot
+do it says why in :meth:`Source.snapshot_refusal`, and a connector asking for
+it is refused at validation (1001).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from cdcflow.core.control.gc.keeper import GCSafepointKeeper
 from cdcflow.core.data.events import (
@@ -52,9 +64,40 @@ from cdcflow.core.data.events import (
     TableSetChange,
 )
 from cdcflow.core.metrics import FeedStats
-from cdcflow.core.plugin.base import ConfigT, Plugin
+from cdcflow.core.plugin.base import ConfigT, Plugin, PluginConfig
 
-__all__ = ["BatchMounter", "Mounter", "Source"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["BatchMounter", "Mounter", "SnapshotPlan", "SnapshotTask", "Source"]
+
+
+class SnapshotTask(abc.ABC):
+    """One part of an initial snapshot (a key range of a table), read in one Spark task.
+
+    **Picklable**: it carries what reading needs (addresses, credentials, the
+    range, the ts), not connections; Spark's Python workers unpickle it and
+    call :meth:`read`. Reading the same task again gives the same records.
+    """
+
+    @abc.abstractmethod
+    def read(self) -> Iterator[pa.RecordBatch]:
+        """The rows of the part as of the snapshot ts, as record batches of the event
+        store's record schema (:data:`~cdcflow.core.data.logservice.records.ARROW_SCHEMA`):
+        raw key-value records (mounted by the pipeline with the schema at the ts) or row
+        records, each with commit ts and start ts = the snapshot ts and the span id the
+        plan was asked for. Raises a CdcflowError (retryable when the upstream may
+        recover: the phase is retried, the parts already read are kept)."""
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """What :meth:`Source.snapshot_plan` returns: the parts of one snapshot, in key order."""
+
+    ts: int
+    tasks: Sequence[SnapshotTask]
+    #: Shown to users (progress, logs): what a part is (``region``, ``range``).
+    unit: str = "range"
 
 
 class BatchMounter(abc.ABC):
@@ -215,6 +258,26 @@ class Source(Plugin[ConfigT], abc.ABC):
         own connection.
         """
         return None
+
+    # -- an initial snapshot (optional) ---------------------------------------------------
+
+    @classmethod
+    def snapshot_refusal(cls, config: PluginConfig) -> str | None:
+        """Why a connector of this source with ``config`` cannot take an initial snapshot
+        (``initial-snapshot: true``), or None when it can. The default refuses: a source
+        that implements :meth:`snapshot_plan` overrides both."""
+        return (
+            f"the {getattr(cls, 'type_name', cls.__name__)} source cannot read its tables as of one ts, "
+            "so it cannot take an initial snapshot"
+        )
+
+    async def snapshot_plan(self, spans: Mapping[int, Span], ts: int) -> SnapshotPlan:
+        """The parts that read every row of ``spans`` (event-store span id → span) as of ``ts``.
+
+        Called on the capture's event loop after :meth:`open`, once per snapshot (the
+        plan is kept on disk, so a restart reads the parts not done yet of the same
+        plan). Each :class:`SnapshotTask` records the span id it reads under."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take an initial snapshot")
 
     async def current_ts(self) -> int:
         """The upstream's current timestamp (TSO), used for lag and ``start-ts: now``."""

@@ -168,6 +168,26 @@ def cdcflow_changefeed_state_changed(
 
 
 @hookspec
+def cdcflow_snapshot_progress(
+    changefeed_id: str,
+    ts: int,
+    unit: str,
+    parts_done: int,
+    parts_total: int,
+    rows_done: int,
+    rows_estimate: int,
+    phase: str,
+) -> None:
+    """Where a changefeed's initial snapshot (``initial-snapshot: true``) is on this capture.
+
+    Called about once a second while its parts are read, once after the read
+    and once when the snapshot is delivered. ``unit`` names a part
+    (``region``, ``range``); ``rows_estimate`` extrapolates the rows of the
+    whole snapshot from the parts read; ``phase`` is ``read`` or ``done``.
+    """
+
+
+@hookspec
 def cdcflow_batch_flushed(changefeed_id: str, batch_id: int, checkpoint_ts: int, row_count: int) -> None:
     """Every sink of a changefeed flushed micro-batch ``batch_id``.
 

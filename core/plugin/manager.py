@@ -298,6 +298,21 @@ class PluginManager:
             row_count=row_count,
         )
 
+    def snapshot_progress(self, progress: Any) -> None:
+        """Notify observers of an initial snapshot's progress (a
+        :class:`~cdcflow.core.data.pipeline.snapshot.SnapshotProgress`); never raises."""
+        self._notify(
+            self._pm.hook.cdcflow_snapshot_progress,
+            changefeed_id=progress.changefeed_id,
+            ts=progress.ts,
+            unit=progress.unit,
+            parts_done=progress.parts_done,
+            parts_total=progress.parts_total,
+            rows_done=progress.rows_done,
+            rows_estimate=progress.rows_estimate,
+            phase=progress.phase,
+        )
+
     @staticmethod
     def _notify(caller: Callable[..., Any], **kwargs: Any) -> None:
         try:

@@ -45,19 +45,20 @@ the writes of a batch.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS, DEFAULT_TRIGGER_INTERVAL
-from cdcflow.core.data.events import DDLEvent, MicroBatch, RawKVEvent, RowChange, TableName, TableSchema
+from cdcflow.core.data.events import DDLEvent, MicroBatch, RawKVEvent, RowChange, Span, TableName, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.manifest import read_manifest
 from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, batch_to_records, event_from_record
@@ -85,7 +86,15 @@ from cdcflow.core.errors import CdcflowError, ConfigInvalidError
 from cdcflow.core.metrics import ChangefeedMetrics
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["DEFAULT_COLLECT_ROWS", "DEFAULT_TASK_ROWS", "BatchInterruptedError", "ChangefeedPipeline"]
+__all__ = [
+    "DEFAULT_COLLECT_ROWS",
+    "DEFAULT_TASK_ROWS",
+    "SNAPSHOT_BATCH_ID",
+    "SNAPSHOT_DDL_BATCH_ID",
+    "BatchInterruptedError",
+    "ChangefeedPipeline",
+    "create_table_ddl",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +108,30 @@ _STAGING_ROW_GROUP_BYTES = 8 * 1024 * 1024
 DEFAULT_COLLECT_ROWS = 50_000
 #: A batch gets one more task partition per this many rows, up to Spark's parallelism.
 DEFAULT_TASK_ROWS = 8_192
+#: The batch id of an initial snapshot: no streaming batch has it (Spark numbers them from 0).
+SNAPSHOT_BATCH_ID = -1
+#: The batch (DDL only, just below the snapshot's ts) that creates the snapshot's tables.
+SNAPSHOT_DDL_BATCH_ID = -2
+#: TiDB's ActionType of CREATE TABLE.
+_CREATE_TABLE = 3
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def create_table_ddl(schema: TableSchema, commit_ts: int) -> DDLEvent:
+    """A ``CREATE TABLE IF NOT EXISTS`` of ``schema`` (columns with their ``sql_type``, the
+    handle key as primary key) at ``commit_ts``, for DDL-aware sinks to create a table
+    whose rows an initial snapshot brings."""
+    name = schema.table
+    columns = [f"{_quote(c.name)} {c.sql_type}{'' if c.nullable else ' NOT NULL'}" for c in schema.columns]
+    keys = schema.handle_key_columns()
+    if keys:
+        columns.append(f"PRIMARY KEY ({', '.join(_quote(k) for k in keys)})")
+    query = f"CREATE TABLE IF NOT EXISTS {_quote(name.schema)}.{_quote(name.table)} ({', '.join(columns)})"
+    table = TableName(name.schema, name.table, name.table_id)
+    return DDLEvent(commit_ts, query, table, _CREATE_TABLE, schema_after=schema)
 
 
 class BatchInterruptedError(Exception):
@@ -312,6 +345,52 @@ class ChangefeedPipeline:
         ddl = self._transform_ddl(self.store.ddl_between(start_ts, end_ts))
         expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
         plan = self._plan(start_ts, end_ts) if expected else None
+        return self._deliver_frame(frame, batch_id, start_ts, end_ts, ddl, expected, plan)
+
+    def deliver_snapshot(self, frame: Any, ts: int, expected: int, spans: Mapping[int, Span]) -> int:
+        """Write an initial snapshot — ``frame``: the records (event store's format) of every
+        row as of ``ts``, with commit ts ``ts``, of ``spans`` (id → span) — to every sink as
+        one batch with id :data:`SNAPSHOT_BATCH_ID` and ts range ``ts..ts``, mounted with the
+        schema at ``ts``, committed like any batch (``commit_batch``, ``cdcflow_batch_flushed``).
+        Called before :meth:`start`; the store's checkpoint stays ``ts``. Returns the rows written."""
+        plan = dataclasses.replace(self._plan(ts - 1, ts), spans=dict(spans))
+        creates = self._create_tables(plan, ts - 1)
+        with self._delivery_lock:
+            if creates:
+                # Before the rows, in a batch of its own ending below them: sinks apply a batch's
+                # DDL after its rows, and the snapshot's tables must exist before them.
+                self._deliver_frame(None, SNAPSHOT_DDL_BATCH_ID, ts - 1, ts - 1, creates, 0, None)
+            rows = self._deliver_frame(frame, SNAPSHOT_BATCH_ID, ts, ts, (), expected, plan if expected else None)
+        self.rows_flushed += rows
+        if self.plugins is not None:
+            self.plugins.batch_flushed(self.changefeed_id, SNAPSHOT_BATCH_ID, ts, rows)
+        return rows
+
+    def _create_tables(self, plan: RowPlan, commit_ts: int) -> tuple[DDLEvent, ...]:
+        """``CREATE TABLE IF NOT EXISTS`` of every replicated table the snapshot's rows may
+        have, with its schema at the snapshot ts (one per table, not per partition)."""
+        if plan.mounter is None:
+            return ()
+        out: dict[tuple[str, str], DDLEvent] = {}
+        for schema in plan.mounter.schemas():
+            name = schema.table
+            if (name.schema, name.table) in out or not self.table_filter.matches(name.schema, name.table):
+                continue
+            if not any(column.sql_type for column in schema.columns):
+                continue  # a source that gives no column types: its tables cannot be created
+            out[(name.schema, name.table)] = create_table_ddl(schema, commit_ts)
+        return tuple(out.values())
+
+    def _deliver_frame(
+        self,
+        frame: Any,
+        batch_id: int,
+        start_ts: int,
+        end_ts: int,
+        ddl: tuple[Any, ...],
+        expected: int,
+        plan: RowPlan | None,
+    ) -> int:
         # A source that cannot mount in tasks has every sink written from the driver.
         on_driver = plan is not None and self.mounter is not None and plan.mounter is None
         tables = self._tables(plan) if plan is not None and not on_driver else []

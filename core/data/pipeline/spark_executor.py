@@ -16,9 +16,17 @@ batch's writes (Kafka resolved events); one that arrives before the pipeline
 runs is written once it does, and the last one is written when the executor
 closes.
 
+With ``initial-snapshot: true`` the pipeline first copies the replicating
+spans whose checkpoint is still the changefeed's start ts T (their rows as of
+T, read in Spark tasks and delivered as one batch: :mod:`.snapshot`), then
+starts the streaming query from T. Spans that reach this capture later at T
+(moved here before their capture delivered its snapshot, or added after the
+pipeline started) are not copied here: see docs/how-to/start-from-a-full-copy.md.
+
 Files live under ``<data-dir>/changefeeds/<changefeed-id>/``: ``store/`` (the
-event store) and ``spark-checkpoint/`` (the query's checkpoint). Both survive
-a restart; removing a changefeed must delete the directory
+event store), ``spark-checkpoint/`` (the query's checkpoint) and
+``snapshot/`` (the initial snapshot's plan and parts). All survive a
+restart; removing a changefeed must delete the directory
 (:func:`discard_changefeed_data`).
 """
 
@@ -50,8 +58,9 @@ from cdcflow.core.data.pipeline.backoff import FIRST_RETRY_DELAY, MAX_RETRY_DELA
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS
 from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TASK_ROWS, ChangefeedPipeline
+from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
 from cdcflow.core.data.sink import Sink, SinkContext
-from cdcflow.core.data.source import Source
+from cdcflow.core.data.source import SnapshotPlan, Source
 from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import BackPressureError
@@ -76,6 +85,8 @@ _BACKPRESSURE_POLL = 0.05
 #: Resolved timestamps are applied to the event store at most this often: every
 #: application may cut chunks (files, fsyncs), and the query polls less often anyway.
 DEFAULT_PUBLISH_INTERVAL = 0.1
+#: Seconds without a span joining before an initial snapshot plans its spans.
+_SNAPSHOT_SETTLE = 1.0
 #: See :attr:`PipelineContext.stall_timeout`.
 DEFAULT_STALL_TIMEOUT = 30.0
 
@@ -150,6 +161,8 @@ class PipelineContext:
     on_checkpoint: Callable[[int], None] | None = None
     #: What the pipeline records its micro-batches into (the capture's metrics); None: nothing.
     metrics: ChangefeedMetrics | None = None
+    #: The changefeed's start ts when it takes an initial snapshot (``initial-snapshot``); 0: none.
+    snapshot_ts: int = 0
 
     @classmethod
     def for_connector(
@@ -162,9 +175,11 @@ class PipelineContext:
         spark: Any = None,
         on_checkpoint: Callable[[int], None] | None = None,
         metrics: CaptureMetrics | None = None,
+        changefeed_start_ts: int = 0,
     ) -> PipelineContext:
         """The context of ``connector`` on this capture, resuming from ``start_ts``.
-        Instantiates the connector's source and sinks."""
+        Instantiates the connector's source and sinks. ``changefeed_start_ts``: the
+        changefeed's own start ts, the ts of its initial snapshot when it takes one."""
         settings = connector.settings
         return cls(
             connector.name,
@@ -182,7 +197,12 @@ class PipelineContext:
             transforms=connector.transform_chain(),
             on_checkpoint=on_checkpoint,
             metrics=metrics.changefeed(connector.name) if metrics is not None else None,
+            snapshot_ts=changefeed_start_ts if settings.initial_snapshot else 0,
         )
+
+
+#: What the snapshot phase runs with: its files, the plan and the spans it reads (by id).
+_SnapshotWork = tuple[InitialSnapshot, SnapshotPlan, dict[int, Span]]
 
 
 class PipelineSpanExecutor(SpanExecutor):
@@ -245,6 +265,9 @@ class PipelineSpanExecutor(SpanExecutor):
         self._store_io = asyncio.Lock()
         #: The newest changefeed checkpoint from the maintainer (0: none yet).
         self.changefeed_checkpoint = 0
+        self.snapshot_ts = context.snapshot_ts
+        #: The initial snapshot of this run (None: none taken here).
+        self.snapshot: InitialSnapshot | None = None
 
     # -- SpanExecutor ----------------------------------------------------------------
 
@@ -349,6 +372,8 @@ class PipelineSpanExecutor(SpanExecutor):
     async def close(self) -> None:
         self._closing.set()  # a start being retried gives up
         if self._starting is not None:
+            if self.snapshot is not None and self._spark is not None and not self._starting.done():
+                self.snapshot.cancel(self._spark)  # a snapshot being read: its parts read so far stay
             # A start in progress cannot be interrupted (it runs in a thread); let it end, then stop it.
             await asyncio.gather(self._starting, return_exceptions=True)
             self._starting = None
@@ -443,7 +468,8 @@ class PipelineSpanExecutor(SpanExecutor):
                     with attempt:
                         if self.pipeline is not None or self._closing.is_set():
                             return
-                        self.pipeline = await asyncio.to_thread(self._try_start, loop)
+                        snapshot = await self._snapshot_work()
+                        self.pipeline = await asyncio.to_thread(self._try_start, loop, snapshot)
                         self._start_error = None
             except Exception as exc:
                 if not self._closing.is_set():
@@ -470,9 +496,55 @@ class PipelineSpanExecutor(SpanExecutor):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), seconds)
 
-    def _try_start(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
+    async def _snapshot_work(self) -> _SnapshotWork | None:
+        """The initial snapshot to take before streaming, or None.
+
+        Taken while the changefeed asks for one, this capture's pipeline has not
+        passed its ts T and it is not marked done: of the plan kept from an earlier
+        run, or else of the replicating spans whose checkpoint is T (the source
+        plans it here, on the event loop)."""
+        ts = self.snapshot_ts
+        if not ts or self.store.checkpoint_ts > ts:
+            return None
+        snapshot = InitialSnapshot(self.directory, self.changefeed_id, ts, self.plugins)
+        self.snapshot = snapshot
+        if snapshot.done:
+            return None
+        kept = snapshot.plan()
+        if kept is not None:
+            return snapshot, *kept
+        trigger = self.source.trigger_span()
+        await self._spans_settled(trigger)
+        wanted = {
+            loaded.span
+            for loaded in self._spans.values()
+            if loaded.state is SpanState.REPLICATING and loaded.checkpoint_ts == ts and loaded.span != trigger
+        }
+        spans = {i: span for i, span in self.store.spans_by_id().items() if span in wanted}
+        if not spans:
+            return None
+        plan = await self.source.snapshot_plan(spans, ts)
+        await asyncio.to_thread(snapshot.keep_plan, plan, spans)
+        return snapshot, plan, spans
+
+    async def _spans_settled(self, trigger: Span | None) -> None:
+        """Wait until every span loaded here replicates and none was added for a moment:
+        the maintainer places a changefeed's spans at once, and the two-phase scheduler
+        has each catch up (prepare) first, so the first replicating span starts the
+        pipeline before the others joined."""
+        quiet_since, seen = time.monotonic(), set(self._spans)
+        while not self._closing.is_set():
+            current = set(self._spans)
+            if current != seen:
+                quiet_since, seen = time.monotonic(), current
+            waiting = [s for s, x in self._spans.items() if s != trigger and x.state is not SpanState.REPLICATING]
+            if not waiting and time.monotonic() - quiet_since >= _SNAPSHOT_SETTLE:
+                return
+            await asyncio.sleep(0.1)
+
+    def _try_start(self, loop: asyncio.AbstractEventLoop, snapshot: _SnapshotWork | None) -> ChangefeedPipeline:
         try:
-            return self._start_pipeline(loop)
+            return self._start_pipeline(loop, snapshot)
         except BaseException:
             # What a failed start holds (a half-opened sink's connections) is released.
             for sink in self.sinks:
@@ -482,7 +554,7 @@ class PipelineSpanExecutor(SpanExecutor):
                     log.exception("changefeed %s: closing sink %s failed", self.changefeed_id, type(sink).__name__)
             raise
 
-    def _start_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
+    def _start_pipeline(self, loop: asyncio.AbstractEventLoop, snapshot: _SnapshotWork | None) -> ChangefeedPipeline:
         if self._spark is None:
             self._spark = self._start_session()
         context = SinkContext(
@@ -510,8 +582,18 @@ class PipelineSpanExecutor(SpanExecutor):
             on_checkpoint=self._on_checkpoint,
             metrics=self.metrics,
         )
+        if snapshot is not None:
+            self._take_snapshot(pipeline, *snapshot)
         pipeline.start()
         return pipeline
+
+    def _take_snapshot(
+        self, pipeline: ChangefeedPipeline, snapshot: InitialSnapshot, plan: SnapshotPlan, spans: dict[int, Span]
+    ) -> None:
+        """Read the parts not read yet, deliver the whole snapshot as one batch, mark it done."""
+        rows = snapshot.read(self._spark, plan)
+        written = pipeline.deliver_snapshot(snapshot.frame(self._spark), snapshot.ts, rows, spans)
+        snapshot.delivered(written)
 
     def _start_session(self) -> Any:
         """The capture's SparkSession, retried: launching Spark's JVM while other
@@ -642,6 +724,11 @@ def create_span_executor(context: ExecutorContext) -> PipelineSpanExecutor:
     server = (context.server or ServerSettings()).model_copy(update={"data_dir": str(context.data_dir)})
     return PipelineSpanExecutor(
         PipelineContext.for_connector(
-            context.connector, server, start_ts=context.start_ts, plugins=context.plugins, metrics=context.metrics
+            context.connector,
+            server,
+            start_ts=context.start_ts,
+            plugins=context.plugins,
+            metrics=context.metrics,
+            changefeed_start_ts=context.info.start_ts,
         )
     )

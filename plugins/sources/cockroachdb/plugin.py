@@ -36,7 +36,7 @@ from cdcflow.core.data.events import (
 )
 from cdcflow.core.data.source import Source
 from cdcflow.core.errors import ConfigInvalidError, PDUnavailableError
-from cdcflow.core.plugin import Registrar, hookimpl
+from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.plugins.sources.cockroachdb.catalog import Catalog
 from cdcflow.plugins.sources.cockroachdb.config import CockroachDBSourceConfig
 from cdcflow.plugins.sources.cockroachdb.convert import FeedRow, Resolved, convert_row
@@ -100,6 +100,18 @@ class CockroachDBSource(Source[CockroachDBSourceConfig]):
         self._catalog: Catalog | None = None
         self._tableset: TableSet | None = None
         self._tables: dict[int, TableName] = {}
+
+    @classmethod
+    def snapshot_refusal(cls, config: PluginConfig) -> str | None:
+        """Not mapped onto ``initial_scan``: CockroachDB scans at the cursor (the changefeed's
+        start ts) and emits the rows with that ts, which the log service drops as at or below
+        the span's checkpoint; and every feed start (a span moving, a restart) would scan again."""
+        return (
+            "the cockroachdb source does not take initial snapshots: CockroachDB's initial_scan emits the "
+            "rows at the changefeed's start ts, which cdcflow treats as already replicated. Copy the tables "
+            "first (for example EXPORT / IMPORT) and start the changefeed at the copy's ts, or leave "
+            "initial-snapshot off"
+        )
 
     async def open(self) -> None:
         options = self.config.embedded_playground()

@@ -37,6 +37,13 @@ class TiKVSourceConfig(PluginConfig):
         default_factory=list,
         description="For rawkv/txnkv: [start, end) key pairs (hex) to replicate.",
     )
+    snapshot_range_keys: int = Field(
+        0,
+        ge=0,
+        description="Initial snapshot (initial-snapshot: true): cut each region into ranges of about this many "
+        "keys, one Spark task each; 0: one range per region.",
+    )
+    snapshot_page_size: int = Field(2048, ge=1, le=1_000_000, description="Initial snapshot: keys per KvScan request.")
     gc_service_id: str = Field("cdcflow", description="Service id of the GC safepoint kept in PD.")
     ca: str = Field("", description="CA certificate file for TLS to PD and TiKV; empty for plaintext.")
     cert: str = Field("", description="Client certificate file for TLS.")

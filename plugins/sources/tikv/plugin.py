@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from cdcflow.core.data.events import (
     TableSchema,
     TableSetChange,
 )
-from cdcflow.core.data.source import BatchMounter, Mounter, Source
+from cdcflow.core.data.source import BatchMounter, Mounter, SnapshotPlan, Source
 from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.metrics import LAGGING_REGION_SECONDS, FeedStats
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
@@ -51,6 +51,7 @@ from cdcflow.plugins.sources.tikv.gc import PDSafepointKeeper
 from cdcflow.plugins.sources.tikv.hookspec import EmbeddedUpstream
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVMounter, parse_key_spans
+from cdcflow.plugins.sources.tikv.snapshot_task import RangeScanTask, TiKVSnapshotTask, snapshot_ranges
 from cdcflow.plugins.sources.tikv.spill import FeedMemory
 
 if TYPE_CHECKING:
@@ -429,6 +430,29 @@ class TiKVSource(Source[TiKVSourceConfig]):
 
     async def current_ts(self) -> int:
         return await self.pd.tso()
+
+    # -- initial snapshot -------------------------------------------------------------
+
+    @classmethod
+    def snapshot_refusal(cls, config: PluginConfig) -> str | None:
+        assert isinstance(config, TiKVSourceConfig)
+        if config.kv_api == "rawkv":
+            return (
+                "kv-api rawkv keeps no versions, so an initial snapshot cannot be read as of one ts; "
+                "use kv-api tidb or txnkv, or leave initial-snapshot off"
+            )
+        return None
+
+    async def snapshot_plan(self, spans: Mapping[int, Span], ts: int) -> SnapshotPlan:
+        """One task per region of the spans (PD's current boundaries), or per range of about
+        ``snapshot-range-keys`` keys; each reads its range at ``ts`` with KvScan."""
+        cfg = self.config
+        ranges = await snapshot_ranges(self.pd, spans, ts, range_keys=cfg.snapshot_range_keys)
+        scan = RangeScanTask(
+            tuple(self._pd_endpoints), ts, dict(spans), tls=self._tls(), page_size=cfg.snapshot_page_size
+        )
+        tasks = [TiKVSnapshotTask(scan, r) for r in ranges]
+        return SnapshotPlan(ts, tasks, unit="range" if cfg.snapshot_range_keys else "region")
 
 
 class _TrackedMounter(Mounter):

@@ -124,6 +124,7 @@ class SnapshotReader:
         page_size: int = DEFAULT_PAGE_SIZE,
         retry_timeout: float = 60.0,
         rpc_timeout: float = 30.0,
+        keys_only: bool = False,
     ) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be at least 1, got {page_size}")
@@ -132,6 +133,9 @@ class SnapshotReader:
         self.page_size = page_size
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
+        #: Sampling: keys only (values empty), a locked key counted as a key without
+        #: resolving its lock — where to cut ranges needs no exact read.
+        self.keys_only = keys_only
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.stats = SnapshotStats()
 
@@ -186,18 +190,21 @@ class SnapshotReader:
             end_key=end,
             limit=self.page_size,
             version=version,
+            key_only=self.keys_only,
         )
         response = await self._call(region, "KvScan", request)
         if response.HasField("region_error"):
             self._on_region_error(region, response.region_error)
         pairs: list[tuple[bytes, bytes]] = []
         locks: list[kvrpcpb_pb2.LockInfo] = []
-        for pair in response.pairs:
+        if self.keys_only:
+            pairs = [(pair.key, b"") for pair in response.pairs]
+        for pair in [] if self.keys_only else response.pairs:
             if pair.HasField("error"):
                 locks.append(self._lock_of(pair.error, pair.key))
             elif not locks:
                 pairs.append((pair.key, pair.value))
-        if response.HasField("error"):
+        if response.HasField("error") and not self.keys_only:
             locks.append(self._lock_of(response.error, key))
         if locks:
             # The pairs before the first lock are exact; the rest is read again once resolved.

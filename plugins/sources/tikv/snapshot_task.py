@@ -23,11 +23,20 @@ import pyarrow as pa
 
 from cdcflow.core.data.events import RawKVEvent, Span, TableSchema
 from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, record_from_event, records_to_batch
+from cdcflow.core.data.source import SnapshotTask
 from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.pd import PDClient
 from cdcflow.plugins.sources.tikv.snapshot import DEFAULT_PAGE_SIZE, SnapshotReader, region_ranges
 
-__all__ = ["RANGE_SCHEMA", "RANGE_SCHEMA_DDL", "RangeScanTask", "SnapshotRange", "snapshot_frame", "snapshot_ranges"]
+__all__ = [
+    "RANGE_SCHEMA",
+    "RANGE_SCHEMA_DDL",
+    "RangeScanTask",
+    "SnapshotRange",
+    "TiKVSnapshotTask",
+    "snapshot_frame",
+    "snapshot_ranges",
+]
 
 #: The rows a snapshot's Spark job starts from: one per range.
 RANGE_SCHEMA = pa.schema(
@@ -55,7 +64,8 @@ async def snapshot_ranges(
     """The ranges of ``spans`` (event-store id → span): one per region, or about
     ``range_keys`` keys each when given (counted at ``version`` with key-only scans)."""
     out: list[SnapshotRange] = []
-    reader = SnapshotReader(pd, page_size=max(1, range_keys)) if range_keys else None
+    # Cut points need no exact read: sampled keys only, locks not waited for.
+    reader = SnapshotReader(pd, page_size=max(1, range_keys), keys_only=True) if range_keys else None
     try:
         for span_id, span in sorted(spans.items(), key=lambda item: item[1].start):
             for lo, hi in await region_ranges(pd, span.start, span.end):
@@ -97,6 +107,10 @@ class RangeScanTask:
             for batch in batches
             for r in batch.to_pylist()
         ]
+        yield from self.read(ranges)
+
+    def read(self, ranges: Sequence[SnapshotRange]) -> Iterator[pa.RecordBatch]:
+        """The raw records of ``ranges`` at ``version``, in key order, a record batch at a time."""
         if not ranges:
             return
         loop = asyncio.new_event_loop()
@@ -131,6 +145,17 @@ class RangeScanTask:
         finally:
             await reader.close()
             await pd.close()
+
+
+@dataclass(frozen=True)
+class TiKVSnapshotTask(SnapshotTask):
+    """One range of an initial snapshot (the source contract's picklable part)."""
+
+    scan: RangeScanTask
+    range: SnapshotRange
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        return self.scan.read([self.range])
 
 
 async def _next(pages: Any) -> list[tuple[Any, ...]] | None:

@@ -1,0 +1,352 @@
+"""The initial snapshot of a changefeed (``initial-snapshot: true``), read by Spark tasks.
+
+Before its streaming query starts, a changefeed whose spans on this capture
+are still at its start ts T copies every row of them as of T:
+
+1. **plan** — the source cuts the spans into parts (:meth:`Source.snapshot_plan
+   <cdcflow.core.data.source.Source.snapshot_plan>`: picklable
+   :class:`~cdcflow.core.data.source.SnapshotTask` s, for TiKV one per region or
+   key range). The plan is pickled to ``<changefeed dir>/snapshot/plan.pkl``
+   once, so a restart reads the same parts.
+2. **read** — one Spark job, one task per part not read yet
+   (:class:`ReadPartsTask`): each task reads its part and writes its records
+   to ``snapshot/parts/part-<id>-<rows>.parquet`` (written under a hidden
+   name, then renamed: a file there is a part read whole). A capture killed
+   mid-read reads only the parts without a file again. Each task appends
+   ``<run id> <part id>`` to ``snapshot/reads.log`` when it starts a part, so
+   what was read twice can be told.
+3. **deliver** — the parts' records, read back by Spark, go to every sink as
+   one batch (:meth:`ChangefeedPipeline.deliver_snapshot
+   <cdcflow.core.data.pipeline.runtime.ChangefeedPipeline.deliver_snapshot>`,
+   batch id :data:`~cdcflow.core.data.pipeline.runtime.SNAPSHOT_BATCH_ID`, ts
+   range T..T): mounted with the schema at T, written by the sinks' task
+   writers or frames, committed like any batch, so a replay is idempotent as a
+   replayed batch is (MySQL: upserts, the batch recorded flushed at T; Spark
+   tables: the snapshot table's first version, the change log's
+   ``batch_id=-1`` partition overwritten; Kafka: the inserts again).
+4. **done** — ``snapshot/done`` records T; the part files are deleted. Then
+   the streaming query starts from T.
+
+Why the changefeed's directory and not the metastore: the parts are read and
+delivered by this capture, and what a part read leaves (its file) is the
+record that it is done, written by the task itself with an atomic rename —
+no second store to keep in step with it, and nothing for another capture to
+know (a span that moves does so with its checkpoint, which stays T until
+the snapshot is delivered). The changefeed's ``snapshot_done`` (REST,
+``cli changefeed query``) is derived from the checkpoint: true once it
+passed the start ts, which it cannot do before every capture delivered its
+snapshot.
+
+Progress (parts and rows read, of the plan's total) is reported every second
+through the ``cdcflow_snapshot_progress`` hook (``cdcflow run`` shows it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.logservice.records import ARROW_SCHEMA, SPARK_SCHEMA_DDL
+from cdcflow.core.data.source import SnapshotPlan, SnapshotTask
+from cdcflow.core.errors import CdcflowError
+from cdcflow.core.plugin.manager import PluginManager
+
+__all__ = ["PART_SUMMARY_DDL", "InitialSnapshot", "ReadPartsTask", "SnapshotProgress"]
+
+log = logging.getLogger(__name__)
+
+#: What a ReadPartsTask returns: one row per part.
+PART_SUMMARY_DDL = "part INT, rows BIGINT, pid INT, started DOUBLE, finished DOUBLE, error BINARY"
+_PART_SUMMARY = pa.schema(
+    [
+        ("part", pa.int32()),
+        ("rows", pa.int64()),
+        ("pid", pa.int32()),
+        ("started", pa.float64()),
+        ("finished", pa.float64()),
+        ("error", pa.binary()),
+    ]
+)
+_PART_FILE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
+#: Seconds between two progress reports while parts are read.
+PROGRESS_INTERVAL = 1.0
+
+
+def part_file_name(part: int, rows: int) -> str:
+    return f"part-{part:08d}-{rows}.parquet"
+
+
+@dataclass(frozen=True)
+class ReadPartsTask:
+    """``mapInArrow`` function: rows ``(part INT, task BINARY)`` → each part's records in its
+    own Parquet file under ``parts_dir`` → one summary row per part."""
+
+    parts_dir: str
+    journal: str
+    run_id: str
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for row in batch.to_pylist():
+                yield self._read(int(row["part"]), bytes(row["task"]))
+
+    def _read(self, part: int, payload: bytes) -> pa.RecordBatch:
+        import pyarrow.parquet as pq
+
+        started = time.time()
+        rows, error = 0, b""
+        directory = Path(self.parts_dir)
+        hidden = directory / f".part-{part:08d}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        with open(self.journal, "a") as journal:
+            journal.write(f"{self.run_id} {part}\n")
+        try:
+            task: SnapshotTask = pickle.loads(payload)
+            with pq.ParquetWriter(hidden, ARROW_SCHEMA) as writer:
+                for records in task.read():
+                    if records.num_rows:
+                        writer.write_batch(records)
+                        rows += records.num_rows
+            os.replace(hidden, directory / part_file_name(part, rows))
+        except CdcflowError as exc:
+            error = pickle.dumps(exc)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                hidden.unlink()
+        return pa.RecordBatch.from_pylist(
+            [
+                {
+                    "part": part,
+                    "rows": rows,
+                    "pid": os.getpid(),
+                    "started": started,
+                    "finished": time.time(),
+                    "error": error,
+                }
+            ],
+            schema=_PART_SUMMARY,
+        )
+
+
+@dataclass
+class SnapshotProgress:
+    """Where a snapshot is: parts read of the plan's, rows read, and an estimate of the total."""
+
+    changefeed_id: str
+    ts: int
+    parts_total: int
+    unit: str = "range"
+    parts_done: int = 0
+    rows_done: int = 0
+    #: Read, delivered to the sinks, done.
+    phase: str = "read"
+    started: float = field(default_factory=time.monotonic)
+    #: Parts done when this run started (read by an earlier run): not counted in the rate.
+    parts_before: int = 0
+
+    @property
+    def rows_estimate(self) -> int:
+        """The rows of the whole snapshot, extrapolated from the parts read (at least those read)."""
+        if not self.parts_done:
+            return 0
+        return max(self.rows_done, round(self.rows_done / self.parts_done * self.parts_total))
+
+    def eta(self) -> float | None:
+        """Seconds until every part is read, at this run's rate so far; None before a part is read."""
+        read_now = self.parts_done - self.parts_before
+        if read_now <= 0:
+            return None
+        elapsed = time.monotonic() - self.started
+        return elapsed / read_now * (self.parts_total - self.parts_done)
+
+    def line(self) -> str:
+        eta = self.eta()
+        eta_text = f", ETA {eta:.0f}s" if eta is not None and self.phase == "read" else ""
+        return (
+            f"snapshot at {self.ts}: {self.phase}, {self.parts_done}/{self.parts_total} {self.unit}s, "
+            f"{self.rows_done:,}/~{self.rows_estimate:,} rows{eta_text}"
+        )
+
+
+class InitialSnapshot:
+    """The files and steps of one changefeed's snapshot on this capture (see the module docs)."""
+
+    def __init__(self, changefeed_dir: Path, changefeed_id: str, ts: int, plugins: PluginManager | None = None) -> None:
+        self.directory = Path(changefeed_dir) / "snapshot"
+        self.parts_dir = self.directory / "parts"
+        self.journal = self.directory / "reads.log"
+        self.changefeed_id = changefeed_id
+        self.ts = ts
+        self.plugins = plugins
+        #: The current run's progress (None before :meth:`read`).
+        self.progress: SnapshotProgress | None = None
+
+    # -- state on disk --------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """Whether this snapshot was delivered to every sink (``snapshot/done`` names its ts)."""
+        try:
+            return int(json.loads((self.directory / "done").read_text())["ts"]) == self.ts
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return False
+
+    def plan(self) -> tuple[SnapshotPlan, dict[int, Span]] | None:
+        """The plan kept for this ts (and the spans it reads, by id), or None."""
+        try:
+            kept = pickle.loads((self.directory / "plan.pkl").read_bytes())
+        except FileNotFoundError:
+            return None
+        plan, spans = kept["plan"], kept["spans"]
+        if not isinstance(plan, SnapshotPlan) or plan.ts != self.ts:
+            return None
+        return plan, dict(spans)
+
+    def keep_plan(self, plan: SnapshotPlan, spans: Mapping[int, Span]) -> None:
+        """Keep ``plan`` (atomically), dropping what an older plan left."""
+        shutil.rmtree(self.parts_dir, ignore_errors=True)
+        self.parts_dir.mkdir(parents=True, exist_ok=True)
+        hidden = self.directory / ".plan.pkl"
+        hidden.write_bytes(pickle.dumps({"plan": plan, "spans": dict(spans)}))
+        os.replace(hidden, self.directory / "plan.pkl")
+
+    def parts_done(self) -> dict[int, int]:
+        """The parts read whole (part id → rows)."""
+        out: dict[int, int] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self.parts_dir):
+                match = _PART_FILE.match(name)
+                if match:
+                    out[int(match.group(1))] = int(match.group(2))
+        return out
+
+    def reads(self) -> list[tuple[str, int]]:
+        """``(run id, part)`` for every part a task started reading, in order."""
+        try:
+            lines = self.journal.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            run, _, part = line.partition(" ")
+            if part.strip().isdigit():
+                out.append((run, int(part)))
+        return out
+
+    def mark_done(self, rows: int) -> None:
+        body = json.dumps({"ts": self.ts, "rows": rows, "finished_at": time.time()})
+        hidden = self.directory / ".done"
+        hidden.write_text(body)
+        os.replace(hidden, self.directory / "done")
+        shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+    # -- steps ------------------------------------------------------------------------
+
+    def read(self, spark: Any, plan: SnapshotPlan) -> int:
+        """Read every part of ``plan`` without a file yet, one Spark task each; return
+        the rows of the whole snapshot. A task's CdcflowError is raised here (the parts
+        read before it stay read)."""
+        self.parts_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.parts_dir.glob(".part-*"):  # left by a task of a killed run
+            stale.unlink(missing_ok=True)
+        done = self.parts_done()
+        pending = [(i, pickle.dumps(task)) for i, task in enumerate(plan.tasks) if i not in done]
+        progress = SnapshotProgress(
+            self.changefeed_id,
+            self.ts,
+            len(plan.tasks),
+            plan.unit,
+            parts_done=len(done),
+            rows_done=sum(done.values()),
+            parts_before=len(done),
+        )
+        self.progress = progress
+        log.info(
+            "changefeed %s: initial snapshot at %d: %d %ss, %d read before, %d to read",
+            *(self.changefeed_id, self.ts, len(plan.tasks), plan.unit, len(done), len(pending)),
+        )
+        if pending:
+            stop = threading.Event()
+            reporter = threading.Thread(target=self._report_until, args=(stop,), daemon=True)
+            reporter.start()
+            try:
+                self._run(spark, pending)
+            finally:
+                stop.set()
+                reporter.join()
+        self._refresh()
+        self._report()
+        return progress.rows_done
+
+    def _run(self, spark: Any, pending: list[tuple[int, bytes]]) -> None:
+        task = ReadPartsTask(str(self.parts_dir.resolve()), str(self.journal.resolve()), uuid.uuid4().hex[:12])
+        # One partition per part, in plan (key) order: parallelize keeps the slices as given.
+        rdd = spark.sparkContext.parallelize(pending, len(pending))
+        frame = spark.createDataFrame(rdd, "part INT, task BINARY")
+        context = spark.sparkContext
+        context.setJobGroup(self.job_group, f"cdcflow {self.changefeed_id}: initial snapshot at {self.ts}", True)
+        try:
+            out = frame.mapInArrow(task, PART_SUMMARY_DDL).collect()
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)
+            context.setLocalProperty("spark.job.description", None)
+        failed = sorted((r for r in out if r["error"]), key=lambda r: r["part"])
+        if failed:
+            raise pickle.loads(failed[0]["error"])
+
+    @property
+    def job_group(self) -> str:
+        return f"cdcflow-snapshot-{self.changefeed_id}"
+
+    def cancel(self, spark: Any) -> None:
+        """Cancel the read's Spark job (the executor closes): parts read so far stay read."""
+        spark.sparkContext.cancelJobGroup(self.job_group)
+
+    def frame(self, spark: Any) -> Any:
+        """The records of every part read, as a DataFrame of the event store's record schema."""
+        frame = spark.read.schema(SPARK_SCHEMA_DDL).parquet(str(self.parts_dir.resolve()))
+        parallelism = int(spark.sparkContext.defaultParallelism)
+        if frame.rdd.getNumPartitions() < parallelism:
+            frame = frame.repartition(parallelism)
+        return frame
+
+    def _refresh(self) -> None:
+        progress = self.progress
+        if progress is not None:
+            done = self.parts_done()
+            progress.parts_done, progress.rows_done = len(done), sum(done.values())
+
+    def _report_until(self, stop: threading.Event) -> None:
+        while not stop.wait(PROGRESS_INTERVAL):
+            self._refresh()
+            self._report()
+
+    def _report(self) -> None:
+        progress = self.progress
+        if progress is None:
+            return
+        if self.plugins is not None:
+            self.plugins.snapshot_progress(progress)
+        log.debug("changefeed %s: %s", self.changefeed_id, progress.line())
+
+    def delivered(self, rows: int) -> None:
+        """The snapshot is in every sink: mark it done, report it."""
+        self.mark_done(rows)
+        if self.progress is not None:
+            self.progress.phase = "done"
+            self._report()
+        log.info("changefeed %s: initial snapshot at %d done: %d rows", self.changefeed_id, self.ts, rows)
