@@ -21,15 +21,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import pymysql
 import pytest
 import yaml
 
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
+from cdcflow.core.testing.compare import diff, typed_rows
 from cdcflow.plugins.sources.playground import Playground
-from tests.e2e.e2e_shop import CHANGEFEED, TABLES, RunProcess, diff, free_port, server_settings, typed_rows
+from tests.e2e.e2e_shop import CHANGEFEED, TABLES, RunProcess, free_port, mysql_rows, server_settings, spark_rows
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 
 pytestmark = pytest.mark.integration
@@ -100,27 +101,6 @@ def snapshot_files(env: Env, name: str, ts: int) -> InitialSnapshot:
     return InitialSnapshot(env.tmp / name / "data" / "changefeeds" / CHANGEFEED, CHANGEFEED, ts)
 
 
-def mysql_rows(env: Env, table: str) -> list[dict[str, Any]]:
-    conn = env.db.connect("shop", cursorclass=pymysql.cursors.DictCursor)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute(f"SELECT * FROM `{table}`")
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
-def spark_rows(env: Env, name: str, table: str) -> list[dict[str, Any]]:
-    from cdcflow.plugins.sinks.spark.snapshot import read_snapshot
-    from cdcflow.plugins.sinks.spark.storage import Storage
-
-    lake = env.tmp / name / "lake"
-    frame = read_snapshot(env.spark, Storage(env.spark, str(lake)), str(lake / "shop" / table / "snapshot"))
-    assert frame is not None, f"no snapshot version of shop.{table}"
-    return [row.asDict() for row in frame.collect()]
-
-
 def assert_equal_at(env: Env, name: str, checkpoint: int, start_ts: int) -> None:
     problems = []
     for table in TABLES:
@@ -130,7 +110,8 @@ def assert_equal_at(env: Env, name: str, checkpoint: int, start_ts: int) -> None
         unchanged = [k for k, row in want.items() if at_start.get(k) == row]  # only the snapshot wrote them
         if table in LOADED:
             assert len(unchanged) > LOADED[table] // 2, f"{table}: the workload changed too much to tell"
-        for where, rows in (("MariaDB", mysql_rows(env, table)), ("Spark", spark_rows(env, name, table))):
+        downstream = SimpleNamespace(db=env.db, spark=env.spark, lake=env.tmp / name / "lake")
+        for where, (_, rows) in (("MariaDB", mysql_rows(downstream, table)), ("Spark", spark_rows(downstream, table))):
             found = diff(want, typed_rows(rows, types))
             if found:
                 problems.append(f"{where} shop.{table} at {checkpoint}: {found}")
