@@ -225,6 +225,7 @@ class Deployment:
         self.file.write_text(yaml.safe_dump(self.document, sort_keys=False))
         load_deployment(self.file)
         self._create_topics()
+        self._clear_mysql()
         self._create_mysql_tables()
         if self.playground is not None:
             # After the start ts: the CREATE TABLEs are replicated as well.
@@ -242,6 +243,32 @@ class Deployment:
                 if parts.scheme == "kafka" and parts.path.strip("/"):
                     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
                     self.kafka.create_topic(parts.path.strip("/"), int(query.get("partition-num", 3)))
+
+    def _clear_mysql(self) -> None:
+        """Drop what an earlier deployment on the same MySQL server left: the upstream's
+        database and each MySQL sink's checkpoint database. Tables left from another
+        upstream (say, the other playground's ``shop``) would keep their old columns
+        (CREATE TABLE IF NOT EXISTS), and a checkpoint row of the same changefeed id would
+        make the sink skip batches it has never written."""
+        if self.mysql is None:
+            return
+        from cdcflow.plugins.sources.playground.shop import SHOP_DB
+
+        databases = {self.cockroach.store.database if self.cockroach is not None else SHOP_DB}
+        for connector in self.document.get("connectors") or []:
+            for sink in connector.get("sinks") or []:
+                parts = urlsplit(str(sink.get("uri", "")))
+                if parts.scheme == "mysql" or sink.get("type") == "mysql":
+                    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+                    databases.add(str(sink.get("checkpoint-schema") or query.get("checkpoint-schema") or "cdcflow"))
+        conn = self.mysql.connect()
+        try:
+            with conn.cursor() as cur:
+                for database in sorted(databases):
+                    cur.execute(f"DROP DATABASE IF EXISTS `{database.replace('`', '``')}`")
+            conn.commit()
+        finally:
+            conn.close()
 
     def _create_mysql_tables(self) -> None:
         """With the CockroachDB playground, create its tables in the MySQL sinks' server (its source
