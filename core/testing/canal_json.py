@@ -48,7 +48,7 @@ _BINARY = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "l
 def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[dict[str, Any]]]:
     """The JSON documents of every partition of ``topic``, in offset order."""
     return {
-        partition: [decode(value) for _key, value in messages]
+        partition: [decode(value) for _key, value in messages if value is not None]
         for partition, messages in read_messages(bootstrap, topic, timeout).items()
     }
 

@@ -30,19 +30,16 @@ from confluent_kafka import Consumer, TopicPartition
 TableKey = tuple[str, str]
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[tuple[bytes, bytes]]]:
-    """Every (key, value) of every partition of ``topic``, in offset order (Open Protocol messages have both)."""
-    out: dict[int, list[tuple[bytes, bytes]]] = {}
-    for partition, messages in read_messages(bootstrap, topic, timeout).items():
-        out[partition] = []
-        for key, value in messages:
-            assert key is not None, "a message without key"
-            out[partition].append((key, value))
-    return out
+def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    """Every (key, value) of every partition of ``topic``, in offset order, as the broker has
+    them (a key or value may be absent: canal-json watermarks have no key, Avro deletes no value)."""
+    return read_messages(bootstrap, topic, timeout)
 
 
-def read_messages(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[tuple[bytes | None, bytes]]]:
-    """Every (key or None, value) of every partition of ``topic``, in offset order."""
+def read_messages(
+    bootstrap: str, topic: str, timeout: float = 30.0
+) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    """Every (key or None, value or None) of every partition of ``topic``, in offset order."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{topic}", "enable.auto.commit": False})
     try:
         meta = consumer.list_topics(topic, timeout=timeout)
@@ -52,14 +49,14 @@ def read_messages(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int
         assert not trimmed, f"{topic}: the broker no longer has the first messages (log start offsets {trimmed})"
         ends = {p: high for p, (_, high) in marks.items()}
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        out: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in partitions}
+        out: dict[int, list[tuple[bytes | None, bytes | None]]] = {p: [] for p in partitions}
         remaining = sum(ends.values())
         while remaining:
             msg = consumer.poll(timeout)
             assert msg is not None, f"timed out reading {topic}: {remaining} messages left"
             assert msg.error() is None, msg.error()
             partition, key, value = msg.partition(), msg.key(), msg.value()
-            assert partition is not None and value is not None, "a message without value"
+            assert partition is not None, "a message without partition"
             out[partition].append((key, value))
             remaining -= 1
         return out
@@ -77,8 +74,9 @@ def frames(data: bytes) -> list[bytes]:
     return items
 
 
-def decode(key: bytes, value: bytes) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+def decode(key: bytes | None, value: bytes | None) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(key JSON, value JSON or None) pairs of one message."""
+    assert key is not None, "an Open Protocol message without key"
     (version,) = struct.unpack(">Q", key[:8])
     assert version == 1, f"unexpected Open Protocol version {version}"
     keys = [json.loads(k) for k in frames(key[8:])]
@@ -180,7 +178,7 @@ class Replica:
         self.rows_applied += 1
 
 
-def rebuild(partitions: dict[int, list[tuple[bytes, bytes]]]) -> Replica:
+def rebuild(partitions: dict[int, list[tuple[bytes | None, bytes | None]]]) -> Replica:
     """Apply the consumer recipe to the partitions' messages."""
     replica = Replica()
     events = {p: [e for k, v in msgs for e in decode(k, v)] for p, msgs in partitions.items()}
