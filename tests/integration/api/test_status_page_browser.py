@@ -91,11 +91,16 @@ def _read(driver: Any) -> dict[str, Any]:
 def _shown(driver: Any, what: str, predicate: Any) -> dict[str, Any]:
     """The page as read once ``predicate(page)`` holds."""
 
+    from selenium.common.exceptions import WebDriverException
+
     def check() -> dict[str, Any] | None:
-        page = _read(driver)
+        try:
+            page = _read(driver)
+        except WebDriverException:  # the page is (re)loading: its elements are not there yet
+            return None
         return page if predicate(page) else None
 
-    return until_sync(check, timeout=SHOWN, interval=0.25, message=what, observe=lambda: _read(driver))
+    return until_sync(check, timeout=SHOWN, interval=0.25, message=what, observe=lambda: _text(driver, "changefeeds"))
 
 
 def test_the_page_follows_a_changefeed_created_and_paused_from_the_cli(tmp_path: Path, browser: Any) -> None:
@@ -138,6 +143,17 @@ def test_the_page_follows_a_changefeed_created_and_paused_from_the_cli(tmp_path:
         server.terminate()
 
 
+def _text(driver: Any, element_id: str) -> str:
+    """The text of an element, or "" while the page (re)loads and it is not there."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        text: str = driver.find_element("id", element_id).text
+    except WebDriverException:
+        return ""
+    return text
+
+
 def test_a_browser_logs_in_to_a_token_protected_api(tmp_path: Path, browser: Any) -> None:
     token = secrets.token_hex(16)
     env = {**env_with_plugin(tmp_path / "plugins"), "CDCFLOW_API_TOKEN": token}
@@ -153,11 +169,20 @@ def test_a_browser_logs_in_to_a_token_protected_api(tmp_path: Path, browser: Any
         form = browser.find_element("id", "token")  # no session: the login form
         form.send_keys("not-the-token")
         browser.find_element("id", "login").click()
-        assert "not valid" in browser.find_element("id", "login-error").text
+        until_sync(
+            lambda: "not valid" in _text(browser, "login-error"),
+            timeout=SHOWN,
+            interval=0.25,
+            message="the login form saying the token is not valid",
+        )
+        browser.find_element("id", "token").clear()
         browser.find_element("id", "token").send_keys(token)
         browser.find_element("id", "login").click()
-        page = _shown(browser, "the page after logging in", lambda p: p["loaded"] and "ticks" in p["changefeeds"])
-        assert page["changefeeds"]["ticks"]["state"] == "normal"
+        _shown(
+            browser,
+            "the page after logging in, the changefeed normal",
+            lambda p: p["loaded"] and p["changefeeds"].get("ticks", {}).get("state") == "normal",
+        )
         [cookie] = browser.get_cookies()
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and token not in cookie["value"]
         # The session reads only: a change from the page's origin without the token is refused.
