@@ -164,7 +164,9 @@ class ProgressReporter:
         """Follow each changefeed's lags and catch-up (called with every render)."""
         for info, status in changefeeds:
             feed = self._feeds[info.id]
-            if status.checkpoint_ts:
+            # This run's lags: from its first flushed batch on (before it, the metastore may
+            # still hold the checkpoint an earlier run left, hours old).
+            if status.checkpoint_ts and feed.batches:
                 feed.checkpoint_lags.append(_lag(status.checkpoint_ts, now_wall))
             running = bool(info.state.runs)
             if running and not feed.running and _lag(status.checkpoint_ts, now_wall) > CATCH_UP_MIN_LAG:
