@@ -49,6 +49,7 @@ from cdcflow.core.data.pipeline.session import spark_session
 from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.sink import Sink
 from cdcflow.core.data.source import Source
+from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.plugin import PluginConfig
 
 TABLE = TableName("bench", "orders", table_id=42)
@@ -116,7 +117,13 @@ class CountingSink(Sink[PluginConfig]):
 
 
 async def run_pipeline(
-    spark: Any, data_dir: Path, rows: int, txn_rows: int, quota: int, settings: SparkSettings
+    spark: Any,
+    data_dir: Path,
+    rows: int,
+    txn_rows: int,
+    quota: int,
+    settings: SparkSettings,
+    transforms: TransformChain | None = None,
 ) -> tuple[float, CountingSink]:
     source = GeneratedSource(GeneratedConfig(rows=rows, txn_rows=txn_rows))
     sink = CountingSink()
@@ -130,6 +137,7 @@ async def run_pipeline(
             memory_quota=quota,
             spark=spark,
             spark_settings=settings,
+            transforms=transforms,
         )
     )
     started = time.perf_counter()

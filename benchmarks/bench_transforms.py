@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_pipeline import SPAN, START_TS, CountingSink, GeneratedConfig, GeneratedSource
+from benchmarks.bench_pipeline import run_pipeline
 from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.data.filter import TableFilter
@@ -48,6 +48,9 @@ from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineS
 from cdcflow.core.data.sink import PartitionWriter, Sink, TaskWriter
 from cdcflow.core.data.transform import TransformChain, TransformStep
 from cdcflow.core.plugin import PluginConfig
+
+#: The pipeline's default memory quota (PipelineContext's).
+DEFAULT_QUOTA = 1024**3
 
 
 def chain() -> TransformChain:
@@ -78,31 +81,9 @@ def chain() -> TransformChain:
 async def run(
     spark: Any, data_dir: Path, rows: int, txn_rows: int, settings: SparkSettings, transforms: TransformChain | None
 ) -> tuple[float, int]:
-    source = GeneratedSource(GeneratedConfig(rows=rows, txn_rows=txn_rows))
-    sink = CountingSink()
-    executor = PipelineSpanExecutor(
-        PipelineContext(
-            "bench",
-            source,
-            [sink],
-            data_dir=data_dir,
-            start_ts=START_TS,
-            spark=spark,
-            spark_settings=settings,
-            transforms=transforms,
-        )
-    )
-    started = time.perf_counter()
-    await executor.add_span(SPAN, START_TS, prepare=False)
-    while executor.checkpoint_ts < source.final_ts():
-        if executor.error() is not None:
-            raise RuntimeError(f"pipeline failed: {executor.error()}")
-        await asyncio.sleep(0.05)
-    elapsed = time.perf_counter() - started
-    await executor.close()
-    if sink.rows < rows:
-        raise AssertionError(f"{sink.rows} rows delivered, {rows} expected")
-    return elapsed, sink.rows
+    """The generated rows through the pipeline (driver path), with ``transforms`` or none."""
+    seconds, sink = await run_pipeline(spark, data_dir, rows, txn_rows, DEFAULT_QUOTA, settings, transforms)
+    return seconds, sink.rows
 
 
 def tikv_chain() -> TransformChain:
