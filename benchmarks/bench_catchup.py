@@ -1,6 +1,7 @@
 """Catch-up: rows/s of a changefeed started below a backlog already committed upstream.
 
     .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2] standalone]
+    .venv/bin/python -m benchmarks.bench_catchup --metrics-overhead [--rows 200000] [--masters local[2]] [--rounds 3]
 
 The backlog is committed to the playground (the shop workload, no DDL) before any
 capture starts, so committing does not compete with the run; then, per Spark master,
@@ -30,6 +31,14 @@ or ``standalone``: a Spark standalone master and worker (2 cores) started on thi
 for that run from the pyspark distribution (:mod:`cdcflow.core.testing.servers.spark`),
 the capture's driver in its own process and the executors in the worker's JVMs.
 
+Metrics-overhead mode runs the catch-up on the first master with ``server.metrics`` on
+(the capture's ``/metrics`` scraped every second during the catch-up, fifteen times
+Prometheus's usual rate) and off, ``--rounds`` pairs, alternating which side runs first,
+each on a fresh backlog; it reports each side's mean catch-up and pipeline-alone rates,
+the overhead in percent of the rate without metrics, and the spread of the runs. The
+catch-up is the pipeline at full speed, so what metrics cost shows there; the live
+benchmark's rate is the playground's commit rate (``bench_e2e --metrics-overhead``).
+
 Targets (docs/explanation/log-service-and-pipeline.md): catch-up on local[2] at least
 50 % of the slowest raw stage, and local[2] at least 1.6 × local[1].
 """
@@ -39,13 +48,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_e2e import PARTITIONS, LagSampler, Recorder, mount_all, percentile, produce_raw
+from benchmarks.bench_e2e import PARTITIONS, LagSampler, Recorder, Scraper, mount_all, percentile, produce_raw
 from cdcflow.core.data.logservice.manifest import MANIFEST_NAME, read_manifest
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
 from cdcflow.plugins.sources.playground import Playground
@@ -58,16 +68,25 @@ _TIMEOUT_S = 1800.0
 
 
 def catch_up(
-    pg: Playground, cluster: MockCluster, master: str, start_ts: int, last_ts: int, commit_ts: list[int]
+    pg: Playground,
+    cluster: MockCluster,
+    master: str,
+    start_ts: int,
+    last_ts: int,
+    commit_ts: list[int],
+    *,
+    metrics: bool = True,
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
 
         with start_spark_cluster(cores=2) as spark:
-            run = _catch_up(pg, cluster, spark.master_url, start_ts, last_ts, commit_ts, spark.driver_conf())
+            run = _catch_up(
+                pg, cluster, spark.master_url, start_ts, last_ts, commit_ts, spark.driver_conf(), metrics=metrics
+            )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
-    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts)
+    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, metrics=metrics)
 
 
 def _catch_up(
@@ -78,6 +97,8 @@ def _catch_up(
     last_ts: int,
     commit_ts: list[int],
     spark_conf: dict[str, str] | None = None,
+    *,
+    metrics: bool = True,
 ) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
@@ -93,6 +114,7 @@ def _catch_up(
             master=master,
             adds_per_tick=0,
             spark_conf=spark_conf,
+            metrics=metrics,
         )
         started = time.perf_counter()
         capture.start()
@@ -106,6 +128,9 @@ def _catch_up(
             first_move = time.perf_counter()
             sampler = LagSampler(capture)
             sampler.start()
+            scraper = Scraper(capture) if metrics else None
+            if scraper is not None:
+                scraper.start()
             checkpoints: set[int] = set()
             # When the source has it all: the event store published past the last row.
             ingested: tuple[float, int] | None = None
@@ -120,6 +145,7 @@ def _catch_up(
                 time.sleep(0.1)
             done = time.perf_counter()
             lags = sampler.stop()
+            scrapes = scraper.stop() if scraper is not None else 0
         finally:
             capture.stop()
     # The rows of the first batch(es) are done when the checkpoint first moves: the rate
@@ -145,6 +171,8 @@ def _catch_up(
         "checkpoint_values_seen": len(checkpoints),
         "checkpoint_lag_p50_s": round(percentile(lags, 50), 1),
         "checkpoint_lag_p99_s": round(percentile(lags, 99), 1),
+        "metrics": metrics,
+        "metrics_scrapes": scrapes,
     }
 
 
@@ -173,9 +201,43 @@ def backlog(rows: int) -> tuple[Playground, Recorder, int, int, float]:
     return pg, recorder, start_ts, pg.now(), time.perf_counter() - began
 
 
+def metrics_overhead(rows: int, master: str, rounds: int) -> dict[str, Any]:
+    """Catch-up rates with ``server.metrics`` on (scraped every second) and off, alternating
+    which goes first from round to round, each run on a backlog of its own."""
+    cluster = mock_cluster(3)
+    runs: list[dict[str, Any]] = []
+    for round_ in range(rounds):
+        for metrics in (True, False) if round_ % 2 == 0 else (False, True):
+            pg, recorder, start_ts, last_ts, _ = backlog(rows)
+            try:
+                commit_ts = [e.commit_ts for e in recorder.events]
+                run = catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, metrics=metrics)
+            finally:
+                pg.stop()
+            runs.append({"round": round_, **run})
+    report: dict[str, Any] = {"rows": rows, "master": master, "runs": runs}
+    for key in ("catch_up_rows_per_s", "pipeline_alone_rows_per_s"):
+        on = [r[key] for r in runs if r["metrics"] and r[key]]
+        off = [r[key] for r in runs if not r["metrics"] and r[key]]
+        if on and off:
+            mean_on, mean_off = statistics.mean(on), statistics.mean(off)
+            report[f"{key}_metrics_on"] = round(mean_on)
+            report[f"{key}_metrics_off"] = round(mean_off)
+            report[f"{key}_overhead_percent"] = round((mean_off - mean_on) / mean_off * 100, 2)
+            # The spread of each side: an overhead inside it is not told apart from noise.
+            report[f"{key}_spread_percent"] = round(max(max(on) - min(on), max(off) - min(off)) / mean_off * 100, 2)
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (approximately)")
+    parser.add_argument(
+        "--metrics-overhead",
+        action="store_true",
+        help="catch-up with server.metrics on (scraped every second) and off, alternating, on the first master",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="metrics-overhead mode: on/off pairs of runs")
     parser.add_argument(
         "--masters",
         nargs="+",
@@ -183,6 +245,9 @@ def main() -> None:
         help="Spark masters to run (standalone: a local master + worker)",
     )
     args = parser.parse_args()
+    if args.metrics_overhead:
+        print(json.dumps(metrics_overhead(args.rows, args.masters[0], args.rounds), indent=2))
+        return
     cluster = mock_cluster(3)
     report: dict[str, Any] = {}
     runs = []
