@@ -9,6 +9,7 @@ is imported only when an executor is created.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR, ExecutorContext, ExecutorRegistrar, SpanExecutor
@@ -20,13 +21,20 @@ if TYPE_CHECKING:
 
 __all__ = ["cdcflow_register_executors", "executor_factory", "start_spark"]
 
+log = logging.getLogger(__name__)
+
 
 def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     """Start the capture's SparkSession (its JVM and Python workers take seconds) when the
-    capture starts, so the first micro-batch need not wait for it."""
-    from cdcflow.core.data.pipeline.session import spark_session
+    capture starts, and warm its Python workers (started, the task modules imported),
+    so the first micro-batch or initial snapshot read need not wait for either."""
+    from cdcflow.core.data.pipeline.session import spark_session, warm_python_workers, worker_modules
 
-    spark_session(server.spark, plugins)
+    session = spark_session(server.spark, plugins)
+    try:
+        warm_python_workers(session, worker_modules(plugins))
+    except Exception as exc:  # noqa: BLE001 - the session is up; the first tasks start workers instead
+        log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
 
 
 def executor_factory(context: ExecutorContext) -> SpanExecutor:

@@ -23,11 +23,15 @@ ends with the driver, when its stdin pipe closes.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +43,14 @@ if TYPE_CHECKING:
 __all__ = [
     "LOCAL_DEFAULTS",
     "LOG4J2_CONFIG",
+    "TASK_MODULES",
     "spark_conf",
     "spark_log_level",
     "spark_session",
     "spawn_jvm_without_fork",
     "stop_spark_session",
+    "warm_python_workers",
+    "worker_modules",
 ]
 
 #: Spark's log configuration in a capture: stderr only, level from the capture's.
@@ -122,6 +129,49 @@ def spark_session(settings: SparkSettings, plugins: PluginManager | None = None)
         session.sparkContext.setLogLevel(spark_log_level())
         session.dataSource.register(CdcflowDataSource)
         return session
+
+
+#: What every task of the pipeline imports in Spark's Python workers.
+TASK_MODULES = (
+    "pyarrow",
+    "cdcflow.core.data.pipeline.tasks",
+    "cdcflow.core.data.pipeline.datasource",
+    "cdcflow.core.data.pipeline.snapshot",
+)
+
+
+def worker_modules(plugins: PluginManager | None) -> list[str]:
+    """The modules a pipeline's tasks import: :data:`TASK_MODULES` and the modules of
+    every registered source and sink class (their batch mounters, snapshot tasks and
+    task writers are unpickled in the workers)."""
+    modules = list(TASK_MODULES)
+    if plugins is not None:
+        for registry in (plugins.sources, plugins.sinks):
+            modules.extend(entry.cls.__module__ for entry in registry)
+    return list(dict.fromkeys(modules))
+
+
+def _import_all(modules: list[str], batches: Iterator[Any]) -> Iterator[Any]:
+    """A ``mapInArrow`` function: import ``modules`` (a module that fails to import
+    is left for the task that needs it to report), pass the batches through."""
+    import importlib
+
+    for name in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    # Long enough that the job's tasks overlap: each starts a worker of its own.
+    time.sleep(0.5)
+    yield from batches
+
+
+def warm_python_workers(session: Any, modules: list[str]) -> None:
+    """Start Spark's Python workers and import ``modules`` in them: one small job of a
+    task per core (``spark.python.worker.reuse`` keeps the workers for the pipeline's
+    tasks). A cold worker spends seconds in start-up and imports; without this, the
+    first micro-batch or initial snapshot read pays it."""
+    cores = max(1, int(session.sparkContext.defaultParallelism))
+    job = session.range(cores, numPartitions=cores).mapInArrow(functools.partial(_import_all, modules), "id long")
+    job.collect()
 
 
 def stop_spark_session() -> None:
