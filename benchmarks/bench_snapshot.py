@@ -62,9 +62,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import multiprocessing
-import os
 import re
 import subprocess
 import tempfile
@@ -131,8 +131,9 @@ def _read_one(task: SnapshotTask) -> int:
     return sum(batch.num_rows for batch in task.read())
 
 
-def _warm(_: int) -> int:
-    return os.getpid()
+def _warm(task: SnapshotTask) -> None:
+    """A reader process's start: one read of an empty range (imports, gRPC, PD, KvScan)."""
+    _read_one(task)
 
 
 def plan(pg: Playground, ts: int, range_keys: int, page_size: int) -> tuple[list[TiKVSnapshotTask], float]:
@@ -155,10 +156,12 @@ def plan(pg: Playground, ts: int, range_keys: int, page_size: int) -> tuple[list
 
 
 def raw_read(tasks: Sequence[TiKVSnapshotTask], readers: int) -> tuple[int, float]:
-    """(rows, seconds) of ``tasks`` read by ``readers`` worker processes, largest first."""
+    """(rows, seconds) of ``tasks`` read by ``readers`` worker processes taking them in order."""
+    first = tasks[0]
+    empty = TiKVSnapshotTask(first.scan, dataclasses.replace(first.range, end=first.range.start))
     context = multiprocessing.get_context("spawn")  # no fork of the playground's threads
-    with context.Pool(readers) as pool:
-        pool.map(_warm, range(readers * 4), chunksize=1)  # started, cdcflow imported
+    with context.Pool(readers, initializer=_warm, initargs=(empty,)) as pool:
+        pool.map(_read_one, [empty] * readers, chunksize=1)  # every reader started and warm
         began = time.perf_counter()
         rows = sum(pool.imap_unordered(_read_one, tasks, chunksize=1))
         return rows, time.perf_counter() - began
@@ -191,8 +194,10 @@ def snapshot_run(
     page_size: int,
 ) -> dict[str, Any]:
     topic = f"bench-snapshot-{uuid.uuid4().hex[:8]}"
+    counter = None
     if sink == "kafka":
         cluster.create_topic(topic, PARTITIONS, 3)
+        counter = TopicCounter(cluster.bootstrap_servers, topic)
     with tempfile.TemporaryDirectory() as tmp:
         start_ts = pg.now()
         capture = SnapshotCapture(
@@ -206,7 +211,7 @@ def snapshot_run(
             times = _watch(capture, snapshot, started_wall)
         finally:
             capture.stop()
-        found = _count_spark(Path(tmp) / "lake") if sink == "spark" else _count_kafka(cluster, topic)
+        found = _count_spark(Path(tmp) / "lake") if counter is None else counter.result()
     run: dict[str, Any] = {"sink": sink, "master": master, "parts": times.pop("parts")}
     if found != expected:
         run["failed"] = f"the sink holds {found} rows of the snapshot, not {expected}"
@@ -301,17 +306,54 @@ def _count_spark(lake: Path) -> int:
     return rows
 
 
-def _count_kafka(cluster: MockCluster, topic: str) -> int:
-    """Row events (Open Protocol ``t`` = 1) in every partition of ``topic``, keys decoded only."""
-    from cdcflow.core.testing.open_protocol import frames, read_topic
+class TopicCounter:
+    """Counts the row events (Open Protocol ``t`` = 1, keys decoded only) of every partition
+    of a topic, in a process of its own that consumes while the capture produces: the mock
+    cluster keeps only the last few MiB of a partition, so the topic cannot be read whole
+    afterwards. A message missed (an offset skipped: trimmed before it was read) fails it."""
 
-    rows = 0
-    for messages in read_topic(cluster.bootstrap_servers, topic, timeout=60.0).values():
-        for key, _ in messages:
-            if key is None:
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._out: Any = context.Queue()
+        self._proc = context.Process(target=_count_topic, args=(bootstrap, topic, self._stop, self._out), daemon=True)
+        self._proc.start()
+
+    def result(self, timeout: float = 120.0) -> int:
+        self._stop.set()
+        rows, missed = self._out.get(timeout=timeout)
+        self._proc.join(timeout)
+        if missed:
+            raise RuntimeError(f"the topic counter missed {missed} messages (trimmed by the mock cluster first)")
+        return int(rows)
+
+
+def _count_topic(bootstrap: str, topic: str, stop: Any, out: Any) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdcflow.core.testing.open_protocol import frames
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{topic}", "enable.auto.commit": False})
+    partitions = sorted(consumer.list_topics(topic, timeout=60).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    following = dict.fromkeys(partitions, 0)
+    rows = missed = 0
+    while True:
+        batch = consumer.consume(1000, 0.2)
+        for msg in batch:
+            if msg.error() is not None:
                 continue
-            rows += sum(1 for k in frames(key[8:]) if json.loads(k)["t"] == 1)
-    return rows
+            partition, offset, key = msg.partition(), msg.offset(), msg.key()
+            missed += offset - following[partition]
+            following[partition] = offset + 1
+            if key is not None:
+                rows += sum(1 for k in frames(key[8:]) if json.loads(k)["t"] == 1)
+        if not batch and stop.is_set():
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+            if all(following[p] >= end for p, end in ends.items()):
+                break
+    consumer.close()
+    out.put((rows, missed))
 
 
 # -- main --------------------------------------------------------------------------------------
