@@ -391,7 +391,9 @@ def main() -> None:
     parser.add_argument(
         "--masters", nargs="+", default=["local[1]", "local[2]"], help="Spark masters of the snapshot runs"
     )
-    parser.add_argument("--sinks", nargs="+", choices=("spark", "kafka"), default=["spark", "kafka"])
+    parser.add_argument(
+        "--sinks", nargs="+", choices=("spark", "kafka"), default=["spark", "kafka"], help="sinks of the snapshot runs"
+    )
     parser.add_argument("--readers", nargs="+", type=int, default=[1, 2], help="reader processes of the raw read")
     parser.add_argument(
         "--range-keys", type=int, default=0, help="the source's snapshot-range-keys (0: one part per region)"
