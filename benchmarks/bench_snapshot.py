@@ -1,0 +1,444 @@
+"""Initial snapshot: rows/s of ``initial-snapshot: true`` into Spark change-log tables and Kafka,
+next to a raw KvScan read of the same ranges in the same run.
+
+    .venv/bin/python -m benchmarks.bench_snapshot [--rows 200000] [--regions 16]
+        [--masters local[1] local[2]] [--sinks spark kafka] [--readers 1 2]
+        [--range-keys 0] [--page-size 2048]
+
+The issue's figure is ``--rows 1000000`` (a few minutes per run on two cores; the default
+of 200,000 keeps ``make bench`` short).
+
+Before anything is measured, ``--rows`` rows are written into ``shop.orders`` of a
+playground with ``Playground.bulk_load`` (a physical import: no transactions, no change
+feed), and its regions split so that there are about ``--regions`` of them (the table's
+parts to read in parallel). Nothing writes to the playground afterwards. Then, in the same
+run, on the same rows:
+
+* **raw read** — the baseline: the plan's ranges (``snapshot_ranges``, as the tikv source
+  plans them: one per region, or ``--range-keys`` keys each) read with the snapshot's own
+  ``TiKVSnapshotTask.read()`` (``SnapshotReader``'s KvScan pages at T → the event store's
+  record batches), by ``--readers`` worker processes taking ranges from a queue: no Spark,
+  no Parquet, no sink. The workers are started and import everything first; the time runs
+  from the first range handed out to the last one read.
+* **snapshot** — per sink (``spark``: ``spark://?mode=changelog``, the change-log tables
+  under the lake; ``kafka``: Open Protocol to librdkafka's mock cluster, lz4) and per
+  Spark master (``local[1]``, ``local[2]``, ``spark://…``), a fresh ``cdcflow run``
+  capture process with a changefeed at T = now and ``initial-snapshot: true``. From the
+  changefeed's ``snapshot/`` directory and its log, the bench takes:
+
+  - **start-up** — process start until the read's first task is scheduled (the capture's
+    "initial snapshot at T: … to read" log line): the capture's start, the maintainer
+    placing the spans, the plan (made on the capture's event loop before Spark starts;
+    ``plan_s`` is when ``plan.pkl`` was written) and Spark's session start;
+  - **snapshot** — from that line until ``snapshot/done`` (its ``finished_at``: every
+    sink committed the snapshot's batch), split into **read** (until the last part's
+    file is there) and **deliver** (mount + sink writes + commit);
+  - the **rate** — rows / snapshot seconds; ``with_startup`` is rows / (plan written →
+    done), which also counts Spark's session start.
+
+  After ``done`` the capture is stopped and the sink is counted: the change log's
+  ``batch_id=-1`` partitions read back with pyarrow (``op`` insert), or every Open
+  Protocol row event of the topic read back with a consumer. A run whose sink does not
+  hold exactly the rows at T is reported as failed, without a rate.
+
+Printed: rows/s of each, the ratio to the raw read with as many readers as the master has
+cores (``local[N]`` ↔ N readers; target ≥ 0.5) and ``local[2]``/``local[1]`` per sink
+(target ≥ 1.6).
+
+Which side is which: the playground (PD, the TiKV stores' KvScan, the TiDB status API) runs
+**in this process**, on its own event-loop thread, behind real gRPC/HTTP on 127.0.0.1 — it
+is the upstream, not measured, but it has one GIL: every KvScan page of every reader is
+served by it. The measured side is the capture process, its Spark JVM and Spark's Python
+workers (raw read: the reader processes). Both sides share the machine's cores; the raw
+read with 1 and 2 readers shows how far the playground's serving scales (if 2 readers
+barely beat 1, the upstream is the bound and no master can scale past it).
+
+What bounds the rate (``py-spy record --subprocesses`` over a ``--rows 100000`` run, and the
+snapshot's read timed twice in one Spark session; figures on two shared, heavily loaded
+cores, so indicative only):
+
+* the read is the capture's first Spark job with Python tasks: its first parts wait for
+  Spark's Python workers to start (the daemon, PySpark imported from its zip, then cdcflow,
+  gRPC and pyarrow in each worker). The same 100,000-row read took 17.2 s in a fresh session
+  and 3.7 s in the next one, against 2.2 s for the raw read with 2 readers — warm, the read
+  runs at ~0.6 of the raw read; ``first_part_read_s`` shows the wait in each run;
+* the delivery (mount with the schema at T, encode, write in tasks, commit) costs more per
+  row than the read itself: decoding rowcodec values and building each row's images in
+  Python is per-row work the raw read does not do (it stops at the raw record), so the
+  snapshot's rate stays well below the raw read's whatever the parallelism;
+* the upstream: the playground's KvScan serving took a small share of the samples (the
+  bulk load dominates its process), and 2 raw readers gave 1.25× one — on this machine the
+  cores, shared with everything else, bound both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import multiprocessing
+import re
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
+from cdcflow.core.data.source import SnapshotTask
+from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
+from cdcflow.plugins.sources.playground import Playground
+from cdcflow.plugins.sources.tikv.pd import PDClient
+from cdcflow.plugins.sources.tikv.snapshot import DEFAULT_PAGE_SIZE
+from cdcflow.plugins.sources.tikv.snapshot_task import RangeScanTask, TiKVSnapshotTask, snapshot_ranges
+from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
+from tests.e2e.e2e_kafka import CDCFLOW, CHANGEFEED, TABLES, CaptureProcess
+
+#: The table the rows are loaded into.
+LOADED = "orders"
+PARTITIONS = 8
+#: A run whose snapshot is not done by then is reported as failed.
+_TIMEOUT_S = 1800.0
+_POLL_S = 0.05
+_READ_LINE = re.compile(r"^(\S+ \S+) INFO \S+: changefeed \S+: initial snapshot at (\d+): (\d+) \w+s, ")
+
+
+# -- the upstream ------------------------------------------------------------------------------
+
+
+def fill(rows: int, regions: int) -> tuple[Playground, int, float]:
+    """A playground with ``rows`` rows bulk-loaded into shop.orders, cut into about
+    ``regions`` regions: (playground, rows of every shop table, seconds the load took)."""
+    # Regions split at their middle key past split_keys: between rows/split and 2·rows/split of them.
+    split = max(1, (2 * rows) // (2 * regions - 1)) if regions > 1 else 0
+    pg = Playground(stores=3, seed=5, ddl_every=0, split_keys=split, split_bytes=0)
+    pg.start()
+    began = time.perf_counter()
+    pg.bulk_load(LOADED, rows)
+    load_s = time.perf_counter() - began
+    at = pg.now()
+    # The loaded table is counted by the load; the others (tiny) by the playground's own read.
+    total = rows + sum(len(pg.snapshot(t, at)) for t in TABLES if t != LOADED)
+    return pg, total, load_s
+
+
+def spans_of(pg: Playground) -> dict[int, Span]:
+    """The record spans of the shop tables, as the tikv source cuts them (event-store ids 1..)."""
+    out = {}
+    for n, table in enumerate(TABLES, start=1):
+        tid = pg.table_id(table)
+        out[n] = Span(tid, *table_record_span(tid))
+    return out
+
+
+# -- the raw read ------------------------------------------------------------------------------
+
+
+def _read_one(task: SnapshotTask) -> int:
+    return sum(batch.num_rows for batch in task.read())
+
+
+def _warm(task: SnapshotTask) -> None:
+    """A reader process's start: one read of an empty range (imports, gRPC, PD, KvScan)."""
+    _read_one(task)
+
+
+def plan(pg: Playground, ts: int, range_keys: int, page_size: int) -> tuple[list[TiKVSnapshotTask], float]:
+    """The snapshot's parts at ``ts`` as the tikv source plans them, and the seconds it took."""
+
+    async def run() -> tuple[list[TiKVSnapshotTask], float]:
+        pd = PDClient([pg.pd_address])
+        await pd.connect()
+        try:
+            spans = spans_of(pg)
+            began = time.perf_counter()
+            ranges = await snapshot_ranges(pd, spans, ts, range_keys=range_keys)
+            took = time.perf_counter() - began
+        finally:
+            await pd.close()
+        scan = RangeScanTask((pg.pd_address,), ts, spans, page_size=page_size)
+        return [TiKVSnapshotTask(scan, r) for r in ranges], took
+
+    return asyncio.run(run())
+
+
+def raw_read(tasks: Sequence[TiKVSnapshotTask], readers: int) -> tuple[int, float]:
+    """(rows, seconds) of ``tasks`` read by ``readers`` worker processes taking them in order."""
+    first = tasks[0]
+    empty = TiKVSnapshotTask(first.scan, dataclasses.replace(first.range, end=first.range.start))
+    context = multiprocessing.get_context("spawn")  # no fork of the playground's threads
+    with context.Pool(readers, initializer=_warm, initargs=(empty,)) as pool:
+        pool.map(_read_one, [empty] * readers, chunksize=1)  # every reader started and warm
+        began = time.perf_counter()
+        rows = sum(pool.imap_unordered(_read_one, tasks, chunksize=1))
+        return rows, time.perf_counter() - began
+
+
+# -- a snapshot run ----------------------------------------------------------------------------
+
+
+class SnapshotCapture(CaptureProcess):
+    """``cdcflow --log-level info run FILE``: the snapshot's start is an INFO line."""
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [CDCFLOW, "--log-level", "info", "run", str(self.file)],
+                cwd=self.tmp,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+
+def snapshot_run(
+    pg: Playground,
+    cluster: MockCluster,
+    sink: str,
+    master: str,
+    expected: int,
+    range_keys: int,
+    page_size: int,
+) -> dict[str, Any]:
+    topic = f"bench-snapshot-{uuid.uuid4().hex[:8]}"
+    counter = None
+    if sink == "kafka":
+        cluster.create_topic(topic, PARTITIONS, 3)
+        counter = TopicCounter(cluster.bootstrap_servers, topic)
+    with tempfile.TemporaryDirectory() as tmp:
+        start_ts = pg.now()
+        capture = SnapshotCapture(
+            Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts, partitions=PARTITIONS, master=master
+        )
+        _configure(capture, sink, range_keys, page_size)
+        snapshot = InitialSnapshot(Path(tmp) / "data" / "changefeeds" / CHANGEFEED, CHANGEFEED, start_ts)
+        started_wall = time.time()
+        capture.start()
+        try:
+            times = _watch(capture, snapshot, started_wall)
+        finally:
+            capture.stop()
+        found = _count_spark(Path(tmp) / "lake") if counter is None else counter.result()
+    run: dict[str, Any] = {"sink": sink, "master": master, "parts": times.pop("parts")}
+    if found != expected:
+        run["failed"] = f"the sink holds {found} rows of the snapshot, not {expected}"
+        return run
+    snapshot_s = times["done"] - times["read"]
+    run.update(
+        {
+            "startup_s": round(times["read"], 1),
+            "plan_written_s": round(times["plan"], 1),
+            "read_s": round(times["parts_read"] - times["read"], 1),
+            "first_part_read_s": round(times["first_part"] - times["read"], 1),
+            "deliver_s": round(times["done"] - times["parts_read"], 1),
+            "snapshot_s": round(snapshot_s, 1),
+            "rows_per_s": round(expected / snapshot_s),
+            "with_startup_rows_per_s": round(expected / (times["done"] - times["plan"])),
+        }
+    )
+    return run
+
+
+def _configure(capture: CaptureProcess, sink: str, range_keys: int, page_size: int) -> None:
+    doc = yaml.safe_load(capture.file.read_text())
+    connector = doc["connectors"][0]
+    connector["initial-snapshot"] = True
+    connector["source"]["snapshot-range-keys"] = range_keys
+    connector["source"]["snapshot-page-size"] = page_size
+    connector["scheduler"]["max-adds-per-tick"] = 0  # every span at once
+    if sink == "spark":
+        connector["sinks"] = [{"uri": "spark://?mode=changelog"}]
+    doc["server"]["metrics"] = False
+    capture.file.write_text(yaml.safe_dump(doc))
+
+
+def _watch(capture: CaptureProcess, snapshot: InitialSnapshot, started_wall: float) -> dict[str, Any]:
+    """Seconds from the process start to: plan written, read started, every part read, done."""
+    times: dict[str, Any] = {}
+    parts = 0
+    while True:
+        now = time.time()
+        if "plan" not in times:
+            with contextlib.suppress(FileNotFoundError):
+                times["plan"] = (snapshot.directory / "plan.pkl").stat().st_mtime - started_wall
+        if "read" not in times:
+            found = _read_line(capture.log)
+            if found is not None:
+                times["read"], parts = found[0] - started_wall, found[1]
+        if "read" in times:
+            done_parts = len(snapshot.parts_done())
+            if "first_part" not in times and done_parts:
+                times["first_part"] = now - started_wall
+            if "parts_read" not in times and parts and done_parts >= parts:
+                times["parts_read"] = now - started_wall
+        if snapshot.done:
+            done = json.loads((snapshot.directory / "done").read_text())
+            times["done"] = float(done["finished_at"]) - started_wall
+            times.setdefault("parts_read", times["done"])  # parts deleted between two polls
+            times.setdefault("first_part", times["parts_read"])
+            times["parts"] = parts
+            if "read" not in times or "plan" not in times:
+                raise RuntimeError(f"the snapshot is done but its start was not seen: see {capture.log}")
+            return times
+        if not capture.alive() or now - started_wall > _TIMEOUT_S:
+            raise RuntimeError(f"the snapshot did not finish: see {capture.log}\n{capture.log_tail()}")
+        time.sleep(_POLL_S)
+
+
+def _read_line(log: Path) -> tuple[float, int] | None:
+    """(wall time, parts) of the capture's "initial snapshot at T: N parts … to read" line."""
+    try:
+        text = log.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        match = _READ_LINE.match(line)
+        if match and line.endswith("to read"):
+            stamp, _, millis = match.group(1).partition(",")
+            at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis or 0) / 1000
+            return at, int(match.group(3))
+    return None
+
+
+def _count_spark(lake: Path) -> int:
+    """Inserts in the change logs' snapshot batch (``batch_id=-1``) of every shop table."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    rows = 0
+    for table in TABLES:
+        root = lake / "shop" / table / "changelog"
+        if not root.exists():
+            continue
+        data = ds.dataset(str(root), format="parquet", partitioning="hive").to_table(columns=["op", "batch_id"])
+        snapshot = data.filter(pc.equal(data["batch_id"], -1))
+        ops = set(snapshot["op"].to_pylist())
+        if ops - {"insert"}:
+            raise RuntimeError(f"shop.{table}: the snapshot batch holds ops {ops}")
+        rows += snapshot.num_rows
+    return rows
+
+
+class TopicCounter:
+    """Counts the row events (Open Protocol ``t`` = 1, keys decoded only) of every partition
+    of a topic, in a process of its own that consumes while the capture produces: the mock
+    cluster keeps only the last few MiB of a partition, so the topic cannot be read whole
+    afterwards. A message missed (an offset skipped: trimmed before it was read) fails it."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._out: Any = context.Queue()
+        self._proc = context.Process(target=_count_topic, args=(bootstrap, topic, self._stop, self._out), daemon=True)
+        self._proc.start()
+
+    def result(self, timeout: float = 120.0) -> int:
+        self._stop.set()
+        rows, missed = self._out.get(timeout=timeout)
+        self._proc.join(timeout)
+        if missed:
+            raise RuntimeError(f"the topic counter missed {missed} messages (trimmed by the mock cluster first)")
+        return int(rows)
+
+
+def _count_topic(bootstrap: str, topic: str, stop: Any, out: Any) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdcflow.core.testing.open_protocol import frames
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{topic}", "enable.auto.commit": False})
+    partitions = sorted(consumer.list_topics(topic, timeout=60).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    following = dict.fromkeys(partitions, 0)
+    rows = missed = 0
+    while True:
+        batch = consumer.consume(1000, 0.2)
+        for msg in batch:
+            if msg.error() is not None:
+                continue
+            partition, offset, key = msg.partition(), msg.offset(), msg.key()
+            missed += offset - following[partition]
+            following[partition] = offset + 1
+            if key is not None:
+                rows += sum(1 for k in frames(key[8:]) if json.loads(k)["t"] == 1)
+        if not batch and stop.is_set():
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+            if all(following[p] >= end for p, end in ends.items()):
+                break
+    consumer.close()
+    out.put((rows, missed))
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def _cores(master: str) -> int | None:
+    match = re.fullmatch(r"local\[(\d+)\]", master)
+    return int(match.group(1)) if match else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=200_000, help="rows bulk-loaded into shop.orders (issue: 1000000)")
+    parser.add_argument("--regions", type=int, default=16, help="about this many regions hold them")
+    parser.add_argument(
+        "--masters", nargs="+", default=["local[1]", "local[2]"], help="Spark masters of the snapshot runs"
+    )
+    parser.add_argument(
+        "--sinks", nargs="+", choices=("spark", "kafka"), default=["spark", "kafka"], help="sinks of the snapshot runs"
+    )
+    parser.add_argument("--readers", nargs="+", type=int, default=[1, 2], help="reader processes of the raw read")
+    parser.add_argument(
+        "--range-keys", type=int, default=0, help="the source's snapshot-range-keys (0: one part per region)"
+    )
+    parser.add_argument("--page-size", type=int, default=DEFAULT_PAGE_SIZE, help="the source's snapshot-page-size")
+    args = parser.parse_args()
+    if args.rows < 1 or args.regions < 1 or min(args.readers) < 1:
+        parser.error("--rows, --regions and --readers must be at least 1")
+
+    cluster = mock_cluster(3)
+    pg, expected, load_s = fill(args.rows, args.regions)
+    report: dict[str, Any] = {"rows": expected, "load_s": round(load_s, 1), "regions": len(pg.regions())}
+    try:
+        tasks, plan_s = plan(pg, pg.now(), args.range_keys, args.page_size)
+        report["parts"], report["plan_s"] = len(tasks), round(plan_s, 3)
+        raw: dict[int, float] = {}
+        for readers in args.readers:
+            rows, seconds = raw_read(tasks, readers)
+            if rows != expected:
+                raise RuntimeError(f"the raw read of {len(tasks)} parts gave {rows} rows, not {expected}")
+            raw[readers] = rows / seconds
+            report[f"raw_read_{readers}_rows_per_s"] = round(raw[readers])
+        if len(raw) >= 2:
+            report["raw_read_scaling"] = round(raw[max(raw)] / raw[min(raw)], 2)
+        runs = []
+        for sink in args.sinks:
+            for master in args.masters:
+                run = snapshot_run(pg, cluster, sink, master, expected, args.range_keys, args.page_size)
+                if "rows_per_s" in run:
+                    cores = _cores(master)
+                    baseline = raw.get(cores, raw[min(raw)]) if cores else raw[max(raw)]
+                    run["over_raw_read"] = round(run["rows_per_s"] / baseline, 3)
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+        report["runs"] = runs
+        for sink in args.sinks:
+            rates = [r["rows_per_s"] for r in runs if r["sink"] == sink and "rows_per_s" in r]
+            if len(rates) >= 2:
+                report[f"{sink}_scaling_last_over_first"] = round(rates[-1] / rates[0], 2)
+    finally:
+        pg.stop()
+    print(json.dumps(report, indent=2))
+    if any("failed" in run for run in report.get("runs", [])):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
