@@ -11,7 +11,11 @@ Every request is checked against the region map as a TiKV store checks it:
 the peer's store, the region id (RegionNotFound), the leader (NotLeader, with
 the leader's peer), the epoch version (EpochNotMatch, with the current
 regions) and the keys (KeyNotInRegion). :class:`KvFaults` answers the next
-requests of a store with a region error on demand.
+requests of a store with a region error on demand, and can churn the regions
+under the value scans (:meth:`KvFaults.churn`: a split or a leader move just
+before a scan is served, so the scan itself meets the region error it causes).
+:class:`KvStats` counts what the stores answered: requests per method, region
+errors per kind (natural or injected), status checks per locked transaction.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from cdcflow.plugins.sources.playground.mvcc import Lock, Op
 from cdcflow.plugins.sources.playground.regions import Region
 from cdcflow.plugins.sources.tikv.kvproto import errorpb_pb2, kvrpcpb_pb2, metapb_pb2, tikvpb_pb2_grpc
 
-__all__ = ["KV_FAULTS", "KvFaults", "KvService", "lock_info"]
+__all__ = ["KV_FAULTS", "KvFaults", "KvService", "KvStats", "lock_info"]
 
 #: The region errors :meth:`KvFaults.inject` knows.
 KV_FAULTS = ("not_leader", "epoch_not_match", "region_not_found", "server_is_busy")
@@ -42,14 +46,91 @@ _ACTION = {
 }
 
 
+class KvStats:
+    """What the stores' ``tikvpb.Tikv`` services answered (thread-safe counters)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, int] = defaultdict(int)
+        self._region_errors: dict[str, int] = defaultdict(int)
+        self._txn_checks: dict[int, int] = defaultdict(int)
+
+    def count(self, method: str, region_error: errorpb_pb2.Error | None = None) -> None:
+        with self._lock:
+            self._requests[method] += 1
+            if region_error is not None:
+                self._region_errors[_region_error_kind(region_error)] += 1
+
+    def count_txn_check(self, lock_ts: int) -> None:
+        with self._lock:
+            self._txn_checks[lock_ts] += 1
+
+    def requests(self) -> dict[str, int]:
+        """Requests served per method (``KvScan``, ``KvCheckTxnStatus``, ``KvResolveLock``)."""
+        with self._lock:
+            return dict(self._requests)
+
+    def region_errors(self) -> dict[str, int]:
+        """Region errors answered per kind (``not_leader``, ``epoch_not_match``, …), natural or injected."""
+        with self._lock:
+            return dict(self._region_errors)
+
+    def txn_checks(self, lock_ts: int) -> int:
+        """``KvCheckTxnStatus`` requests about the transaction with start ts ``lock_ts``."""
+        with self._lock:
+            return self._txn_checks.get(lock_ts, 0)
+
+
+def _region_error_kind(error: errorpb_pb2.Error) -> str:
+    for kind in ("not_leader", "region_not_found", "key_not_in_region", "epoch_not_match", "server_is_busy"):
+        if error.HasField(kind):
+            return kind
+    return "store_not_match" if error.HasField("store_not_match") else "other"
+
+
 class KvFaults:
-    """Region errors to answer the next KV requests of a store with (thread-safe)."""
+    """Region errors to answer the next KV requests of a store with, and region churn
+    under the value scans (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[int, list[str]] = defaultdict(list)
         #: Requests answered with an injected error, per kind.
         self.served: dict[str, int] = defaultdict(int)
+        self._churn_every = 0
+        self._churn_left = 0
+        self._scans = 0
+        self._changes = 0
+        #: Churn done so far: ``split`` and ``leader`` (moves), each before a value scan.
+        self.churned: dict[str, int] = defaultdict(int)
+
+    def churn(self, every: int, times: int) -> None:
+        """From now on, before every ``every``-th KvScan that reads values (key-only scans
+        are not counted), split the region it reads or move its leader, alternately, until
+        ``times`` changes were made (``times=0``: stop churning)."""
+        if every < 1:
+            raise PlaygroundError(f"every must be at least 1, got {every}")
+        if times < 0:
+            raise PlaygroundError(f"times must be at least 0, got {times}")
+        with self._lock:
+            self._churn_every, self._churn_left, self._scans, self._changes = every, times, 0, 0
+
+    def churn_now(self) -> str | None:
+        """For a value scan about to be served: the change to make first (``split`` or
+        ``leader``), or None."""
+        with self._lock:
+            if not self._churn_left:
+                return None
+            self._scans += 1
+            if self._scans % self._churn_every:
+                return None
+            self._churn_left -= 1
+            self._changes += 1
+            return "split" if self._changes % 2 else "leader"
+
+    def churned_one(self, kind: str) -> None:
+        with self._lock:
+            self.churned[kind] += 1
 
     def inject(self, store_id: int, kind: str, count: int = 1) -> None:
         if kind not in KV_FAULTS:
@@ -88,10 +169,11 @@ class _Checked:
 class KvService(tikvpb_pb2_grpc.TikvServicer):
     """The Tikv servicer of store ``store_id`` (scan, check txn status, resolve lock)."""
 
-    def __init__(self, cluster: Cluster, store_id: int, faults: KvFaults) -> None:
+    def __init__(self, cluster: Cluster, store_id: int, faults: KvFaults, stats: KvStats | None = None) -> None:
         self.cluster = cluster
         self.store_id = store_id
         self.faults = faults
+        self.stats = stats if stats is not None else KvStats()
 
     async def KvScan(
         self, request: kvrpcpb_pb2.ScanRequest, context: grpc.aio.ServicerContext
@@ -101,7 +183,10 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
         enc_start = encode_key(request.start_key)
         enc_end = encode_key(request.end_key) if request.end_key else b""
         with self.cluster.lock:
+            if not request.key_only:
+                self._churn(enc_start)
             checked = self._check(request.context, enc_start)
+            self.stats.count("KvScan", checked.error)
             if checked.error is not None:
                 return kvrpcpb_pb2.ScanResponse(region_error=checked.error)
             region = checked.region
@@ -125,8 +210,10 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
     ) -> kvrpcpb_pb2.CheckTxnStatusResponse:
         with self.cluster.lock:
             checked = self._check(request.context, encode_key(request.primary_key))
+            self.stats.count("KvCheckTxnStatus", checked.error)
             if checked.error is not None:
                 return kvrpcpb_pb2.CheckTxnStatusResponse(region_error=checked.error)
+            self.stats.count_txn_check(request.lock_ts)
             status = self.cluster.mvcc.check_txn_status(
                 request.primary_key,
                 request.lock_ts,
@@ -146,6 +233,7 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
         with self.cluster.lock:
             first = encode_key(request.keys[0]) if request.keys else None
             checked = self._check(request.context, first)
+            self.stats.count("KvResolveLock", checked.error)
             if checked.error is not None:
                 return kvrpcpb_pb2.ResolveLockResponse(region_error=checked.error)
             region = checked.region
@@ -154,6 +242,26 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
                 request.start_version, request.commit_version, region.start, region.end, list(request.keys)
             )
         return kvrpcpb_pb2.ResolveLockResponse()
+
+    def _churn(self, enc_start: bytes) -> None:
+        """Split the region holding ``enc_start`` in the middle of its keys from there, or move
+        its leader to the next store, when :meth:`KvFaults.churn_now` says so (under the
+        cluster lock: the scan about to be checked meets the change)."""
+        kind = self.faults.churn_now()
+        if kind is None:
+            return
+        regions = self.cluster.regions
+        region = regions.locate(enc_start)
+        if kind == "split":
+            middle = self.cluster.mvcc.middle_key(enc_start, region.end)
+            if middle is not None and middle > region.start:
+                regions.split(region.id, middle)
+                self.faults.churned_one("split")
+                return
+            # Too few keys left to split: move the leader instead.
+        stores = list(self.cluster.store_ids())
+        regions.transfer_leader(region.id, stores[(stores.index(region.leader_store) + 1) % len(stores)])
+        self.faults.churned_one("leader")
 
     def _check(self, ctx: kvrpcpb_pb2.Context, enc_key: bytes | None) -> _Checked:
         """The region of ``ctx`` if this store may serve it for ``enc_key``, else the region error."""

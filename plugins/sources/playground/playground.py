@@ -15,7 +15,7 @@ from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.ddl import DDLExecutor
 from cdcflow.plugins.sources.playground.errors import PlaygroundError
 from cdcflow.plugins.sources.playground.feed import FeedHub
-from cdcflow.plugins.sources.playground.kv_service import KvFaults
+from cdcflow.plugins.sources.playground.kv_service import KvFaults, KvStats
 from cdcflow.plugins.sources.playground.loader import BulkLoader
 from cdcflow.plugins.sources.playground.mvcc import Lock
 from cdcflow.plugins.sources.playground.regions import Region
@@ -70,6 +70,8 @@ class Playground:
         self.ddl = DDLExecutor(self.cluster, self.catalog)
         self.workload = Workload(self.cluster, self.catalog, self.ddl, seed=seed, ddl_every=ddl_every)
         self.kv_faults = KvFaults()
+        #: What the stores' KV services answered (requests, region errors, lock checks).
+        self.kv_stats = KvStats()
         self.loader = BulkLoader(self.cluster, self.catalog, self.workload)
         self._rate, self._create_tables = rate, create_tables
         self._status: Any = None
@@ -95,6 +97,7 @@ class Playground:
             eventfeed_v2=self._eventfeed_v2,
             resolved_ts_interval=self._resolved_ts_interval,
             kv_faults=self.kv_faults,
+            kv_stats=self.kv_stats,
         )
         servers = self._servers
         try:
@@ -310,6 +313,15 @@ class Playground:
         ``region_not_found`` or ``server_is_busy``."""
         self._require_store(store_id)
         self.kv_faults.inject(store_id, kind, count)
+
+    def kv_churn(self, every: int, times: int) -> None:
+        """Churn the regions under the value scans (KvScan without ``key_only``): before
+        every ``every``-th, split the region it reads in the middle of its keys from the
+        scan's start key, or move that region's leader to the next store, alternately,
+        until ``times`` changes were made; the scan then meets the EpochNotMatch or
+        NotLeader it caused. ``times=0`` stops. Counted in ``kv_faults.churned``, the
+        errors in :attr:`kv_stats`."""
+        self.kv_faults.churn(every, times)
 
     def reset_streams(self, store_id: int) -> int:
         """Break the EventFeed streams of a store (UNAVAILABLE); return how many were open."""

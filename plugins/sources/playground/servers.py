@@ -21,7 +21,7 @@ import grpc
 from cdcflow.plugins.sources.playground.cluster import Cluster
 from cdcflow.plugins.sources.playground.errors import PlaygroundError
 from cdcflow.plugins.sources.playground.feed import FeedHub
-from cdcflow.plugins.sources.playground.kv_service import KvFaults, KvService
+from cdcflow.plugins.sources.playground.kv_service import KvFaults, KvService, KvStats
 from cdcflow.plugins.sources.playground.pd_service import PDService
 from cdcflow.plugins.sources.playground.tikv_service import ChangeDataService
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2_grpc, pdpb_pb2_grpc, tikvpb_pb2_grpc
@@ -84,9 +84,11 @@ class StoreServers:
         eventfeed_v2: bool = True,
         resolved_ts_interval: float = 0.2,
         kv_faults: KvFaults | None = None,
+        kv_stats: KvStats | None = None,
     ) -> None:
         self.cluster, self.hub, self.loop, self.host = cluster, hub, loop, host
         self.kv_faults = kv_faults if kv_faults is not None else KvFaults()
+        self.kv_stats = kv_stats if kv_stats is not None else KvStats()
         self.pd_port, self.eventfeed_v2 = pd_port, eventfeed_v2
         self.resolved_ts_interval = resolved_ts_interval
         self.pd: PDService | None = None
@@ -125,7 +127,7 @@ class StoreServers:
 
     async def start_store(self, store_id: int) -> None:
         service = ChangeDataService(self.hub, store_id, v2_enabled=self.eventfeed_v2)
-        kv = KvService(self.cluster, store_id, self.kv_faults)
+        kv = KvService(self.cluster, store_id, self.kv_faults, self.kv_stats)
 
         def add(server: grpc.aio.Server) -> None:
             cdcpb_pb2_grpc.add_ChangeDataServicer_to_server(service, server)

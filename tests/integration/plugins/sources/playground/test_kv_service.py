@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from cdcflow.plugins.sources.playground import Playground
-from cdcflow.plugins.sources.playground.rows import decode_row_value, encode_row_value
+from cdcflow.plugins.sources.playground.rows import decode_row_value, encode_row_value, row_key
 from cdcflow.plugins.sources.tikv.kvproto import kvrpcpb_pb2, metapb_pb2, tikvpb_pb2_grpc
 from cdcflow.plugins.sources.tikv.tidb.keys import decode_bytes, table_record_span
 
@@ -232,3 +232,60 @@ def test_region_errors(pg: Playground, kv: Kv) -> None:
 
     with pytest.raises(Exception, match="unknown KV region error"):
         pg.kv_region_error(store, "bogus")
+
+
+def test_churn_splits_or_moves_the_leader_before_value_scans(pg: Playground, kv: Kv) -> None:
+    start, end = _span(pg, "customers")
+    errors_before = pg.kv_stats.region_errors()
+    scans_before = pg.kv_stats.requests().get("KvScan", 0)
+    churned_before = dict(pg.kv_faults.churned)
+    regions_before = len(pg.regions())
+    store, ctx = kv.context(start)
+    key_only = kvrpcpb_pb2.ScanRequest(context=ctx, start_key=start, end_key=end, version=pg.now(), key_only=True)
+    values = kvrpcpb_pb2.ScanRequest(context=ctx, start_key=start, end_key=end, version=pg.now(), limit=5)
+    pg.kv_churn(every=2, times=2)
+    try:
+        # Key-only scans (a plan's sampling) are not counted; every 2nd value scan meets a change.
+        assert not kv.stub(store).KvScan(key_only).HasField("region_error")
+        assert not kv.stub(store).KvScan(values).HasField("region_error")
+        assert kv.stub(store).KvScan(values).region_error.HasField("epoch_not_match")  # split first
+        assert len(pg.regions()) == regions_before + 1
+        store, ctx = kv.context(start)
+        values.context.CopyFrom(ctx)
+        assert not kv.stub(store).KvScan(values).HasField("region_error")
+        moved = kv.stub(store).KvScan(values).region_error  # then the leader moved
+        assert moved.HasField("not_leader") and moved.not_leader.leader.store_id != store
+        store, ctx = kv.context(start)
+        values.context.CopyFrom(ctx)
+        for _ in range(3):  # both changes made: no more
+            assert not kv.stub(store).KvScan(values).HasField("region_error")
+    finally:
+        pg.kv_churn(1, 0)
+    churned = {k: v - churned_before.get(k, 0) for k, v in pg.kv_faults.churned.items()}
+    assert churned == {"split": 1, "leader": 1}
+    errors = pg.kv_stats.region_errors()
+    assert errors["epoch_not_match"] - errors_before.get("epoch_not_match", 0) == 1
+    assert errors["not_leader"] - errors_before.get("not_leader", 0) == 1
+    assert pg.kv_stats.requests()["KvScan"] - scans_before == 8
+    with pytest.raises(Exception, match="every must be at least 1"):
+        pg.kv_churn(every=0, times=1)
+
+
+def test_stats_count_status_checks_per_transaction(pg: Playground, kv: Kv) -> None:
+    table = pg.catalog.find("shop", "customers")
+    row = pg.snapshot("customers")[50]
+    txn = pg.begin(ttl_ms=60_000)
+    key = row_key(table, row["id"])
+    txn.put(key, encode_row_value(table, {**row, "name": "checked"}))
+    txn.prewrite()
+    try:
+        assert pg.kv_stats.txn_checks(txn.start_ts) == 0
+        store, ctx = kv.context(key)
+        request = kvrpcpb_pb2.CheckTxnStatusRequest(
+            context=ctx, primary_key=key, lock_ts=txn.start_ts, caller_start_ts=pg.now(), current_ts=pg.now()
+        )
+        assert kv.stub(store).KvCheckTxnStatus(request).lock_ttl == 60_000
+        assert kv.stub(store).KvCheckTxnStatus(request).lock_ttl == 60_000
+        assert pg.kv_stats.txn_checks(txn.start_ts) == 2
+    finally:
+        txn.rollback()
