@@ -5,7 +5,11 @@ region the request names; a key locked by a transaction with start ts at or
 below that version comes back as ``KvPair.error.locked`` (LockInfo), which a
 reader resolves before reading again. ``KvCheckTxnStatus`` and
 ``KvResolveLock`` are the two steps of that resolution (Percolator, as TiKV
-serves it: see :mod:`.mvcc`).
+serves it: see :mod:`.mvcc`). ``KvScanLock`` lists the locks of the region
+in ``[start_key, end_key)`` with start ts at or below ``max_version`` (up to
+``limit``), which a change-data client whose region's resolved ts lags behind
+resolves the same way (a lock holds the region's resolved ts below its start
+ts until it is resolved: :mod:`.feed`).
 
 Every request is checked against the region map as a TiKV store checks it:
 the peer's store, the region id (RegionNotFound), the leader (NotLeader, with
@@ -66,7 +70,7 @@ class KvStats:
             self._txn_checks[lock_ts] += 1
 
     def requests(self) -> dict[str, int]:
-        """Requests served per method (``KvScan``, ``KvCheckTxnStatus``, ``KvResolveLock``)."""
+        """Requests served per method (``KvScan``, ``KvScanLock``, ``KvCheckTxnStatus``, ``KvResolveLock``)."""
         with self._lock:
             return dict(self._requests)
 
@@ -167,7 +171,7 @@ class _Checked:
 
 
 class KvService(tikvpb_pb2_grpc.TikvServicer):
-    """The Tikv servicer of store ``store_id`` (scan, check txn status, resolve lock)."""
+    """The Tikv servicer of store ``store_id`` (scan, scan locks, check txn status, resolve lock)."""
 
     def __init__(self, cluster: Cluster, store_id: int, faults: KvFaults, stats: KvStats | None = None) -> None:
         self.cluster = cluster
@@ -242,6 +246,24 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
                 request.start_version, request.commit_version, region.start, region.end, list(request.keys)
             )
         return kvrpcpb_pb2.ResolveLockResponse()
+
+    async def KvScanLock(
+        self, request: kvrpcpb_pb2.ScanLockRequest, context: grpc.aio.ServicerContext
+    ) -> kvrpcpb_pb2.ScanLockResponse:
+        enc_start = encode_key(request.start_key)
+        enc_end = encode_key(request.end_key) if request.end_key else b""
+        with self.cluster.lock:
+            checked = self._check(request.context, enc_start)
+            self.stats.count("KvScanLock", checked.error)
+            if checked.error is not None:
+                return kvrpcpb_pb2.ScanLockResponse(region_error=checked.error)
+            region = checked.region
+            assert region is not None
+            # Like KvScan: the store answers for its region only.
+            if region.end and (not enc_end or enc_end > region.end):
+                enc_end = region.end
+            locks = self.cluster.mvcc.scan_locks(enc_start, enc_end, request.max_version, request.limit)
+        return kvrpcpb_pb2.ScanLockResponse(locks=[lock_info(key, lock) for key, lock in locks])
 
     def _churn(self, enc_start: bytes) -> None:
         """Split the region holding ``enc_start`` in the middle of its keys from there, or move

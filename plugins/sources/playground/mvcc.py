@@ -359,6 +359,21 @@ class MVCCStore:
                 out.append((self._raw[enc], lock))
             return out
 
+    def scan_locks(self, enc_start: bytes, enc_end: bytes, max_ts: int, limit: int) -> list[tuple[bytes, Lock]]:
+        """The locks in encoded range [start, end) of transactions with start ts at or below
+        ``max_ts``: (raw key, lock) in key order, at most ``limit`` of them (0: no limit)."""
+        with self.lock:
+            out: list[tuple[bytes, Lock]] = []
+            below = (enc for enc, ts in self._locked.items() if ts <= max_ts)
+            for enc in sorted(enc for enc in below if self._in_range(enc, enc_start, enc_end)):
+                raw = self._raw[enc]
+                lock = self._keys[raw].lock
+                assert lock is not None
+                out.append((raw, lock))
+                if limit and len(out) >= limit:
+                    break
+            return out
+
     def get(self, key: bytes, ts: int) -> bytes | None:
         """The committed value of ``key`` visible at ``ts`` (None if absent or deleted).
 

@@ -169,3 +169,27 @@ class ResolveLockResponse(_message.Message):
     region_error: _errorpb_pb2.Error
     error: KeyError
     def __init__(self, region_error: _Optional[_Union[_errorpb_pb2.Error, _Mapping]] = ..., error: _Optional[_Union[KeyError, _Mapping]] = ...) -> None: ...
+
+class ScanLockRequest(_message.Message):
+    __slots__ = ("context", "max_version", "start_key", "limit", "end_key")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    MAX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    START_KEY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    END_KEY_FIELD_NUMBER: _ClassVar[int]
+    context: Context
+    max_version: int
+    start_key: bytes
+    limit: int
+    end_key: bytes
+    def __init__(self, context: _Optional[_Union[Context, _Mapping]] = ..., max_version: _Optional[int] = ..., start_key: _Optional[bytes] = ..., limit: _Optional[int] = ..., end_key: _Optional[bytes] = ...) -> None: ...
+
+class ScanLockResponse(_message.Message):
+    __slots__ = ("region_error", "error", "locks")
+    REGION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    region_error: _errorpb_pb2.Error
+    error: KeyError
+    locks: _containers.RepeatedCompositeFieldContainer[LockInfo]
+    def __init__(self, region_error: _Optional[_Union[_errorpb_pb2.Error, _Mapping]] = ..., error: _Optional[_Union[KeyError, _Mapping]] = ..., locks: _Optional[_Iterable[_Union[LockInfo, _Mapping]]] = ...) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import kvrpcpb_pb2 as kvrpcpb__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0ctikvpb.proto\x12\x06tikvpb\x1a\rkvrpcpb.proto2\xe4\x01\n\x04Tikv\x12\x37\n\x06KvScan\x12\x14.kvrpcpb.ScanRequest\x1a\x15.kvrpcpb.ScanResponse\"\x00\x12U\n\x10KvCheckTxnStatus\x12\x1e.kvrpcpb.CheckTxnStatusRequest\x1a\x1f.kvrpcpb.CheckTxnStatusResponse\"\x00\x12L\n\rKvResolveLock\x12\x1b.kvrpcpb.ResolveLockRequest\x1a\x1c.kvrpcpb.ResolveLockResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0ctikvpb.proto\x12\x06tikvpb\x1a\rkvrpcpb.proto2\xa9\x02\n\x04Tikv\x12\x37\n\x06KvScan\x12\x14.kvrpcpb.ScanRequest\x1a\x15.kvrpcpb.ScanResponse\"\x00\x12U\n\x10KvCheckTxnStatus\x12\x1e.kvrpcpb.CheckTxnStatusRequest\x1a\x1f.kvrpcpb.CheckTxnStatusResponse\"\x00\x12L\n\rKvResolveLock\x12\x1b.kvrpcpb.ResolveLockRequest\x1a\x1c.kvrpcpb.ResolveLockResponse\"\x00\x12\x43\n\nKvScanLock\x12\x18.kvrpcpb.ScanLockRequest\x1a\x19.kvrpcpb.ScanLockResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tikvpb_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TIKV']._serialized_start=40
-  _globals['_TIKV']._serialized_end=268
+  _globals['_TIKV']._serialized_end=337
 # @@protoc_insertion_point(module_scope)

@@ -49,6 +49,11 @@ class TikvStub:
                 request_serializer=kvrpcpb__pb2.ResolveLockRequest.SerializeToString,
                 response_deserializer=kvrpcpb__pb2.ResolveLockResponse.FromString,
                 _registered_method=True)
+        self.KvScanLock = channel.unary_unary(
+                '/tikvpb.Tikv/KvScanLock',
+                request_serializer=kvrpcpb__pb2.ScanLockRequest.SerializeToString,
+                response_deserializer=kvrpcpb__pb2.ScanLockResponse.FromString,
+                _registered_method=True)
 
 
 class TikvServicer:
@@ -72,6 +77,12 @@ class TikvServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KvScanLock(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TikvServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +100,11 @@ def add_TikvServicer_to_server(servicer, server):
                     servicer.KvResolveLock,
                     request_deserializer=kvrpcpb__pb2.ResolveLockRequest.FromString,
                     response_serializer=kvrpcpb__pb2.ResolveLockResponse.SerializeToString,
+            ),
+            'KvScanLock': grpc.unary_unary_rpc_method_handler(
+                    servicer.KvScanLock,
+                    request_deserializer=kvrpcpb__pb2.ScanLockRequest.FromString,
+                    response_serializer=kvrpcpb__pb2.ScanLockResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +188,33 @@ class Tikv:
             '/tikvpb.Tikv/KvResolveLock',
             kvrpcpb__pb2.ResolveLockRequest.SerializeToString,
             kvrpcpb__pb2.ResolveLockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KvScanLock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikvpb.Tikv/KvScanLock',
+            kvrpcpb__pb2.ScanLockRequest.SerializeToString,
+            kvrpcpb__pb2.ScanLockResponse.FromString,
             options,
             channel_credentials,
             insecure,

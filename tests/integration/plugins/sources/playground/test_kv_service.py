@@ -1,5 +1,5 @@
 """The playground's ``tikvpb.Tikv`` reads over real gRPC: KvScan at a version, locks
-as KeyError.locked, CheckTxnStatus / ResolveLock, region errors, and the bulk loader."""
+as KeyError.locked, CheckTxnStatus / ResolveLock, ScanLock, region errors, and the bulk loader."""
 
 from __future__ import annotations
 
@@ -191,6 +191,50 @@ def test_resolve_lock_rolls_back_secondaries(pg: Playground, kv: Kv) -> None:
     assert not kv.stub(store).KvResolveLock(req).HasField("region_error")
     assert not pg.locks()
     assert [p.key for p in kv.scan(keys[0], keys[1] + b"\x00", pg.now())] == keys  # rolled back: still there
+
+
+def test_scan_lock_lists_the_region_locks_below_max_version(pg: Playground, kv: Kv) -> None:
+    start, end = _span(pg, "customers")
+    keys = [p.key for p in kv.scan(start, end, pg.now())[20:24]]
+    older = pg.begin(ttl_ms=60_000)
+    for key in keys[:3]:
+        older.delete(key)
+    older.prewrite()
+    newer = pg.begin(ttl_ms=60_000)
+    newer.delete(keys[3])
+    newer.prewrite()
+    try:
+        store, ctx = kv.context(keys[0])
+
+        def scan_lock(max_version: int, limit: int = 0, lo: bytes = start, hi: bytes = end) -> list[Any]:
+            req = kvrpcpb_pb2.ScanLockRequest(
+                context=ctx, max_version=max_version, start_key=lo, end_key=hi, limit=limit
+            )
+            resp = kv.stub(store).KvScanLock(req)
+            assert not resp.HasField("region_error"), resp.region_error
+            return list(resp.locks)
+
+        # Every lock at or below max_version, in key order, with its transaction and primary.
+        locks = scan_lock(newer.start_ts)
+        assert [(lk.key, lk.lock_version) for lk in locks] == [
+            *((k, older.start_ts) for k in keys[:3]),
+            (keys[3], newer.start_ts),
+        ]
+        assert [lk.primary_lock for lk in locks] == [keys[0]] * 3 + [keys[3]]
+        assert all(lk.lock_ttl == 60_000 for lk in locks)
+        # A lock above max_version is not listed; limit and the key bounds cut the answer.
+        assert [lk.key for lk in scan_lock(newer.start_ts - 1)] == keys[:3]
+        assert [lk.key for lk in scan_lock(newer.start_ts, limit=2)] == keys[:2]
+        assert [lk.key for lk in scan_lock(newer.start_ts, lo=keys[1], hi=keys[3])] == keys[1:3]
+        # A request for another store's region is a region error, as for KvScan.
+        other = next(s for s in pg.cluster.store_ids() if s != store)
+        req = kvrpcpb_pb2.ScanLockRequest(context=ctx, max_version=newer.start_ts, start_key=start)
+        assert kv.stub(other).KvScanLock(req).HasField("region_error")
+        assert pg.kv_stats.requests().get("KvScanLock", 0) >= 5
+    finally:
+        older.rollback()
+        newer.rollback()
+    assert not pg.locks()
 
 
 def test_region_errors(pg: Playground, kv: Kv) -> None:
