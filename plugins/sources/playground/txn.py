@@ -62,6 +62,16 @@ class Transaction:
         self.cluster.mvcc.commit(self.keys, self.start_ts, self.commit_ts)
         return self.commit_ts
 
+    def commit_primary(self) -> int:
+        """Phase two for the primary key only, as a client that dies right after it leaves the
+        transaction: committed (its fate is decided), its secondaries still locked until a reader
+        resolves them. Return the commit ts."""
+        if not self._prewritten:
+            raise PlaygroundError("commit before prewrite")
+        self.commit_ts = self.cluster.oracle.next()
+        self.cluster.mvcc.commit(self.keys[:1], self.start_ts, self.commit_ts)
+        return self.commit_ts
+
     def commit(self) -> int:
         """Both phases; return the commit ts."""
         self.prewrite()
