@@ -44,6 +44,14 @@ class TiKVSourceConfig(PluginConfig):
         "keys, one Spark task each; 0: one range per region.",
     )
     snapshot_page_size: int = Field(2048, ge=1, le=1_000_000, description="Initial snapshot: keys per KvScan request.")
+    resolve_lock_interval: float = Field(
+        20.0,
+        ge=0,
+        description="Seconds a region's resolved ts may stand still before the source lists the region's locks "
+        "below the current TSO (KvScanLock) and resolves those of committed or expired transactions, as TiCDC "
+        "does; an abandoned lock otherwise holds the changefeed's checkpoint forever. Live transactions' locks are "
+        "left alone. 0: never (not used with kv-api rawkv).",
+    )
     gc_service_id: str = Field("cdcflow", description="Service id of the GC safepoint kept in PD.")
     ca: str = Field("", description="CA certificate file for TLS to PD and TiKV; empty for plaintext.")
     cert: str = Field("", description="Client certificate file for TLS.")

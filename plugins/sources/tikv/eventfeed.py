@@ -22,6 +22,17 @@ changes until INITIALIZED) is accounted to the client's
 :class:`~cdcflow.plugins.sources.tikv.spill.FeedMemory` and spilled to disk
 past its budget, without changing what is yielded or in which order.
 
+Lock resolution: a region whose resolved ts has not moved for
+``resolve_lock_interval`` seconds (TiCDC's 20 s by default) may be held back by
+an abandoned Percolator lock (a client prewrote and died). The feed's resolver
+lists the region's locks below the current TSO with ``KvScanLock`` and
+resolves those whose transaction is decided — committed, or rolled back
+because its TTL expired — with :class:`~.locks.LockResolver` (the snapshot
+reader's check-then-resolve); a live transaction's lock is left to its owner.
+At most ``resolve_lock_budget`` locks per region per pass; a failed pass is
+logged and retried with backoff (region errors re-locate the range). TiKV's
+resolved ts then moves past the resolved locks. Not for ``rawkv`` (no locks).
+
 A resubscribed range always starts at its own resolved ts, which is at or
 above everything already yielded as resolved: nothing is lost, and only
 changes above the span's frontier may be yielded twice (the Source.feed
@@ -46,6 +57,7 @@ from cdcflow.core.data.events import RawKVEvent, ResolvedEvent, Span
 from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity, UnsupportedProtocolError
 from cdcflow.plugins.sources.tikv.channels import TLSFiles, open_channel
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2
+from cdcflow.plugins.sources.tikv.locks import LockResolver, LockStats, RetryError
 from cdcflow.plugins.sources.tikv.matcher import Committed, Matcher, UnmatchedCommitError, check_commit_ts
 from cdcflow.plugins.sources.tikv.pd import PDClient, PDRejectedError
 from cdcflow.plugins.sources.tikv.rangets import RangeTs
@@ -61,6 +73,7 @@ from cdcflow.plugins.sources.tikv.subscription import (
     error_name,
     max_end,
 )
+from cdcflow.plugins.sources.tikv.tidb.keys import decode_bytes
 
 __all__ = ["KV_APIS", "ClusterIDMismatchError", "EventFeedClient", "FeedEvent"]
 
@@ -112,9 +125,15 @@ class EventFeedClient:
         backoff_max: float = 2.0,
         queue_size: int = 4096,
         memory: FeedMemory | None = None,
+        resolve_lock_interval: float = 20.0,
+        resolve_lock_budget: int = 1024,
     ) -> None:
         if kv_api not in KV_APIS:
             raise ValueError(f"kv_api must be one of {sorted(KV_APIS)}, not {kv_api!r}")
+        if resolve_lock_interval < 0:
+            raise ValueError(f"resolve_lock_interval must be at least 0, got {resolve_lock_interval}")
+        if resolve_lock_budget < 1:
+            raise ValueError(f"resolve_lock_budget must be at least 1, got {resolve_lock_budget}")
         self.pd = pd
         self.kv_api = kv_api
         # TiDB and txnkv keys are stored memcomparable-encoded; rawkv (API v1) keys as they are.
@@ -135,6 +154,18 @@ class EventFeedClient:
         self._subs: set[Subscription] = set()
         #: Changes received while regions were still scanning (before INITIALIZED), for metrics.
         self.incremental_scan_rows = 0
+        #: Seconds a region's resolved ts may stand still before its locks are resolved (0: never).
+        self.resolve_lock_interval = resolve_lock_interval if kv_api != "rawkv" else 0.0
+        self._resolve_lock_budget = resolve_lock_budget
+        self._locks = LockResolver(pd, tls=tls)
+        #: Lock-resolution passes over lagging regions (and failed ones), for metrics and tests.
+        self.resolve_lock_passes = 0
+        self.resolve_lock_failures = 0
+
+    @property
+    def lock_stats(self) -> LockStats:
+        """What the resolver of lagging regions did: locks met, committed, rolled back, left alive."""
+        return self._locks.stats
 
     async def close(self) -> None:
         """Close every stream; open feeds end (their iterators stop)."""
@@ -150,6 +181,7 @@ class EventFeedClient:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        await self._locks.close()
         for sub in list(self._subs):
             for state in list(sub.regions.values()):
                 self._retire(state)
@@ -185,6 +217,8 @@ class EventFeedClient:
         )
         self._subs.add(sub)
         self._spawn(sub, self._subscribe_range(sub, start, end, delay=0.0))
+        if self.resolve_lock_interval > 0:
+            self._spawn(sub, self._resolve_locks_loop(sub))
         try:
             while True:
                 item = await sub.out.get()
@@ -319,6 +353,7 @@ class EventFeedClient:
             stream=stream,
             matcher=Matcher(ts, self.memory),
             resolved_ts=ts,
+            advanced_at=asyncio.get_running_loop().time(),
         )
         sub.regions[region.id] = state
         stream.add(state)
@@ -438,6 +473,7 @@ class EventFeedClient:
             kind = row.type
             if kind == cdcpb_pb2.Event.INITIALIZED:
                 state.initialized = True
+                state.advanced_at = asyncio.get_running_loop().time()
                 # A region subscribed successfully: progress, even while a long transaction's
                 # lock holds the span's resolved ts (and so its frontier) still.
                 state.sub.failures, state.sub.failing_since = 0, None
@@ -501,6 +537,8 @@ class EventFeedClient:
         if state.retired or not state.initialized or ts <= state.resolved_ts:
             return
         state.resolved_ts = ts
+        state.advanced_at = asyncio.get_running_loop().time()
+        state.resolve_backoff = 0.0
         sub = state.sub
         sub.ranges.forward(state.start, state.end, ts)
         frontier = sub.ranges.frontier
@@ -583,6 +621,68 @@ class EventFeedClient:
         else:
             log.warning("region %d: unknown region error %s; reloading from PD", region_id, error)
             await self._retry_later([state])
+
+    # -- resolving the locks of lagging regions ---------------------------------------------
+
+    async def _resolve_locks_loop(self, sub: Subscription) -> None:
+        """Resolve the locks of ``sub``'s regions whose resolved ts stood still for the interval."""
+        interval = self.resolve_lock_interval
+        loop = asyncio.get_running_loop()
+        while not sub.closed:
+            await asyncio.sleep(min(1.0, interval / 4))
+            for state in list(sub.regions.values()):
+                now = loop.time()
+                if state.retired or not state.initialized or sub.closed:
+                    continue
+                if now - state.advanced_at < interval or now < state.resolve_after:
+                    continue
+                await self._resolve_region_locks(state)
+
+    async def _resolve_region_locks(self, state: RegionState) -> None:
+        """One pass over ``state``'s range: resolve the decided locks below the current TSO."""
+        loop = asyncio.get_running_loop()
+        interval = self.resolve_lock_interval
+        self.resolve_lock_passes += 1
+        try:
+            # Below the ts the region should resolve to (now), not below the checkpoint: every
+            # lock that holds the region back is older than that.
+            target = await self.pd.tso()
+            lo, hi = self._raw_range(state)
+            result = await self._locks.resolve_range(lo, hi, target, budget=self._resolve_lock_budget)
+        except (CdcflowError, RetryError, grpc.aio.AioRpcError, ConnectionError) as exc:
+            self.resolve_lock_failures += 1
+            state.resolve_backoff = min(max(2 * state.resolve_backoff, 0.1), interval)
+            state.resolve_after = loop.time() + state.resolve_backoff
+            log.warning(
+                "region %d: resolving locks below its resolved ts %d failed (%s); retrying in %.1fs",
+                state.region_id,
+                state.resolved_ts,
+                exc,
+                state.resolve_backoff,
+            )
+            return
+        state.resolve_backoff = 0.0
+        # Truncated at the budget: go on at the next tick. Otherwise give TiKV an interval to move
+        # the resolved ts past what was resolved (or a live transaction time to finish).
+        state.resolve_after = loop.time() + (0.0 if result.truncated else interval)
+        if result.locks:
+            log.info(
+                "region %d: resolved ts %d stood still for %.0fs; %d lock(s) below %d, %d of live transactions left",
+                state.region_id,
+                state.resolved_ts,
+                loop.time() - state.advanced_at,
+                result.locks,
+                target,
+                result.alive,
+            )
+
+    def _raw_range(self, state: RegionState) -> tuple[bytes, bytes]:
+        """``state``'s region-space range as the raw keys the KV service takes (empty end: +infinity)."""
+        if not self.encoded_keys:
+            return state.start, state.end
+        lo = decode_bytes(state.start)[0] if state.start else b""
+        hi = decode_bytes(state.end)[0] if state.end else b""
+        return lo, hi
 
     async def _subscribe_at(self, sub: Subscription, region: RegionInfo, start: bytes, end: bytes) -> None:
         try:

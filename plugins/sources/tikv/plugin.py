@@ -137,7 +137,9 @@ class TiKVSource(Source[TiKVSourceConfig]):
         self._pd = PDClient(self._pd_endpoints, tls=tls)
         await self._pd.connect()
         memory = FeedMemory(self.memory_budget, self._spill_dir)
-        self._feeds = EventFeedClient(self._pd, kv_api=cfg.kv_api, tls=tls, memory=memory)
+        self._feeds = EventFeedClient(
+            self._pd, kv_api=cfg.kv_api, tls=tls, memory=memory, resolve_lock_interval=cfg.resolve_lock_interval
+        )
 
     def feed_stats(self) -> FeedStats | None:
         feeds = self._feeds

@@ -62,6 +62,12 @@ class RegionState:
     resolved_ts: int = 0
     initialized: bool = False
     retired: bool = False
+    #: Event-loop time at which resolved_ts last moved (or the region was subscribed or
+    #: INITIALIZED): a region that stays behind for the resolve-lock interval has its locks resolved.
+    advanced_at: float = 0.0
+    #: Not before this loop time is the region's next lock-resolution pass (backoff after one).
+    resolve_after: float = 0.0
+    resolve_backoff: float = 0.0
 
     @property
     def request_id(self) -> int:
