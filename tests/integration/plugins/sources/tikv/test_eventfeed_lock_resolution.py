@@ -56,9 +56,9 @@ class Recorder:
 
 
 @asynccontextmanager
-async def feeding(pg: Playground, table: int, start_ts: int, interval: float) -> AsyncIterator[
-    tuple[EventFeedClient, Recorder]
-]:
+async def feeding(
+    pg: Playground, table: int, start_ts: int, interval: float
+) -> AsyncIterator[tuple[EventFeedClient, Recorder]]:
     """A client (``resolve_lock_interval`` = ``interval``; 0: no resolver) feeding ``table`` from ``start_ts``."""
     pd = PDClient([pg.pd_address], retry_timeout=10.0)
     await pd.connect()
@@ -119,6 +119,10 @@ def test_abandoned_lock_is_rolled_back_and_the_resolved_ts_moves_past_it(pg: Pla
 
         await held_without_resolver(pg, table, start, abandoned.start_ts, before)
         assert len(pg.locks()) == 2
+        # The resolver's KV requests meet region errors first: it re-locates and retries.
+        for store in pg.cluster.store_ids():
+            pg.kv_region_error(store, "epoch_not_match")
+            pg.kv_region_error(store, "not_leader")
 
         async with feeding(pg, table, start, INTERVAL) as (client, rec):
             await wait_for(lambda: rec.resolved > abandoned.start_ts)
@@ -130,6 +134,7 @@ def test_abandoned_lock_is_rolled_back_and_the_resolved_ts_moves_past_it(pg: Pla
         assert not pg.locks()
         assert client.lock_stats.resolved_rollback == 2
         assert client.lock_stats.resolved_commit == 0
+        assert client.lock_stats.region_errors.get("epoch_not_match", 0) >= 1
         with pytest.raises(TxnError):
             abandoned.commit_prewritten()  # rolled back: it can never commit now
         assert pg.cluster.mvcc.get(record_key(table, 2), pg.now()) is None
