@@ -194,12 +194,15 @@ def _value_writer(column: ColumnInfo) -> ValueWriter:
     def general(value: Any) -> str:
         return _value_json(encode_column_value(column, value))
 
-    if code in INT_TYPES:
+    if code in INT_TYPES or code in UINT_TYPES:
         return lambda v: int.__repr__(v) if type(v) is int else general(v)
-    if code in CHAR_TYPES and not is_binary_string(column):
+    if (code in CHAR_TYPES and not is_binary_string(column)) or code == TypeCode.JSON:
         return lambda v: encode_basestring(v) if type(v) is str else general(v)
     if code in DECIMAL_TYPES:
         return lambda v: '"' + format(v, "f") + '"' if type(v) is decimal.Decimal else general(v)
+    if code in DATE_TYPES or code in DATETIME_TYPES or code == TypeCode.DURATION:
+        fsp = fsp_of(column)  # read from the column's SQL type once, not per value
+        return lambda v: encode_basestring(format_date_value(code, v, fsp))
     return general
 
 
@@ -207,17 +210,43 @@ def _known(column: ColumnInfo) -> tuple[ColumnInfo, str, ValueWriter]:
     return column, _column_head(column), _value_writer(column)
 
 
+#: A schema's columns sorted by name, each with its JSON head and value writer.
+OrderedColumns = tuple[tuple[str, str, ValueWriter], ...]
+
+
+def _full_image_json(image: Mapping[str, Any] | None, ordered: OrderedColumns) -> str | None:
+    """:func:`_image_json` of an image holding exactly the schema's columns (the usual
+    case), walking the columns already sorted; None for any other image."""
+    if not image or len(image) != len(ordered):
+        return None
+    parts: list[str] = []
+    append = parts.append
+    try:
+        for name, head, writer in ordered:
+            value = image[name]
+            append(head + "null}" if value is None else head + writer(value) + "}")
+    except KeyError:
+        return None
+    return "{" + ",".join(parts) + "}"
+
+
 def _image_json(
     image: Mapping[str, Any] | None,
     known: KnownColumns,
     handle_key_only: bool,
     unchanged_from: Mapping[str, Any] | None = None,
+    ordered: OrderedColumns = (),
 ) -> str:
     """A row image as a Go map of columns, sorted by name.
 
     ``unchanged_from``: leave out columns whose value equals the one there
     (``only-output-updated-columns``), handle-key columns excepted.
+    ``ordered``: the schema's columns sorted by name, for the usual case.
     """
+    if ordered and not handle_key_only and unchanged_from is None:
+        text = _full_image_json(image, ordered)
+        if text is not None:
+            return text
     parts = []
     for name in sorted(image or {}):
         value = image[name]  # type: ignore[index]
@@ -250,7 +279,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def __init__(self, config: OpenProtocolConfig) -> None:
         super().__init__(config)
-        self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns]] = {}
+        self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns, OrderedColumns]] = {}
 
     # -- single events -------------------------------------------------------------
 
@@ -269,31 +298,34 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         if table.partition_id is not None:
             key += ',"ptn":' + str(table.partition_id)
         key += ',"t":1,"ohk":true}' if handle_key_only else ',"t":1}'
-        known = self._schema_columns(row)
+        known, ordered = self._schema_columns(row)
         config = self.config
         if row.op is OpType.DELETE:
             keys_only = handle_key_only or config.delete_only_output_handle_key_columns
-            value = '{"d":' + _image_json(row.before, known, keys_only) + "}"
+            value = '{"d":' + _image_json(row.before, known, keys_only, None, ordered) + "}"
         else:
-            value = '{"u":' + _image_json(row.after, known, handle_key_only)
+            value = '{"u":' + _image_json(row.after, known, handle_key_only, None, ordered)
             if row.op is OpType.UPDATE and row.before is not None and config.output_old_value:
                 unchanged_from = row.after if config.only_output_updated_columns else None
-                value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from)
+                value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from, ordered)
             value += "}"
         return escape_html(key).encode("utf-8"), escape_html(value).encode("utf-8")
 
-    def _schema_columns(self, row: RowChange) -> KnownColumns:
-        """The row's schema columns by name, with their JSON heads; cached per column tuple."""
+    def _schema_columns(self, row: RowChange) -> tuple[KnownColumns, OrderedColumns]:
+        """The row's schema columns by name with their JSON heads, and the same sorted by
+        name; cached per column tuple."""
         schema = row.schema
         if schema is None:
-            return {}
+            return {}, ()
         columns = schema.columns
         hit = self._schemas.get(id(columns))
         if hit is None or hit[0] is not columns:
             if len(self._schemas) > 4096:
                 self._schemas.clear()
-            hit = self._schemas[id(columns)] = (columns, {c.name: _known(c) for c in columns})
-        return hit[1]
+            known = {c.name: _known(c) for c in columns}
+            ordered = tuple((name, head, writer) for name, (_, head, writer) in sorted(known.items()))
+            hit = self._schemas[id(columns)] = (columns, known, ordered)
+        return hit[1], hit[2]
 
     def _fitting_pair(self, row: RowChange) -> tuple[bytes, bytes]:
         key, value = self.row_pair(row)
