@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
-from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName
 from cdcflow.core.data.types import (
     BLOB_TYPES,
     CHAR_TYPES,
@@ -224,10 +224,10 @@ def _full_image_json(image: Mapping[str, Any] | None, ordered: OrderedColumns) -
     try:
         for name, head, writer in ordered:
             value = image[name]
-            append(head + "null}" if value is None else head + writer(value) + "}")
+            append(head + "null" if value is None else head + writer(value))
     except KeyError:
         return None
-    return "{" + ",".join(parts) + "}"
+    return "{" + "},".join(parts) + "}}"
 
 
 def _image_json(
@@ -280,6 +280,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
     def __init__(self, config: OpenProtocolConfig) -> None:
         super().__init__(config)
         self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns, OrderedColumns]] = {}
+        self._key_tails: dict[int, tuple[TableName, str, str]] = {}
 
     # -- single events -------------------------------------------------------------
 
@@ -289,15 +290,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         Written by hand rather than through :func:`go_json`: this is the per-row
         hot path, and the bytes are the same.
         """
-        table = row.table
-        key = '{"ts":' + str(row.commit_ts)
-        if table.schema:
-            key += ',"scm":' + encode_basestring(table.schema)
-        if table.table:
-            key += ',"tbl":' + encode_basestring(table.table)
-        if table.partition_id is not None:
-            key += ',"ptn":' + str(table.partition_id)
-        key += ',"t":1,"ohk":true}' if handle_key_only else ',"t":1}'
+        key = '{"ts":' + str(row.commit_ts) + self._key_tail(row.table, handle_key_only)
         known, ordered = self._schema_columns(row)
         config = self.config
         if row.op is OpType.DELETE:
@@ -309,7 +302,27 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
                 unchanged_from = row.after if config.only_output_updated_columns else None
                 value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from, ordered)
             value += "}"
-        return escape_html(key).encode("utf-8"), escape_html(value).encode("utf-8")
+        return key.encode("utf-8"), escape_html(value).encode("utf-8")
+
+    def _key_tail(self, table: TableName, handle_key_only: bool) -> str:
+        """What follows ``"ts":…`` in a row's key, HTML-escaped; cached per table name."""
+        tails = self._key_tails.get(id(table))
+        if tails is None or tails[0] is not table:
+            tail = ""
+            if table.schema:
+                tail += ',"scm":' + encode_basestring(table.schema)
+            if table.table:
+                tail += ',"tbl":' + encode_basestring(table.table)
+            if table.partition_id is not None:
+                tail += ',"ptn":' + str(table.partition_id)
+            if len(self._key_tails) > 4096:
+                self._key_tails.clear()
+            tails = self._key_tails[id(table)] = (
+                table,
+                escape_html(tail + ',"t":1}'),
+                escape_html(tail + ',"t":1,"ohk":true}'),
+            )
+        return tails[2] if handle_key_only else tails[1]
 
     def _schema_columns(self, row: RowChange) -> tuple[KnownColumns, OrderedColumns]:
         """The row's schema columns by name with their JSON heads, and the same sorted by

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, TableName, TableSchema
 from cdcflow.core.data.types import TypeCode
+from cdcflow.plugins.codecs.columns import format_date_value
 from cdcflow.plugins.codecs.gojson import escape_html
 from cdcflow.plugins.codecs.open_protocol import (
     OpenProtocolCodec,
@@ -104,3 +105,28 @@ def test_images_with_other_columns_than_the_schema_take_the_general_path():
         b'{"u":{"a":{"t":246,"f":64,"v":"1.5"},"b":{"t":15,"f":64,"v":"x"},"id":{"t":3,"h":true,"f":10,"v":1}}}'
     )
     assert codec.row_pair(other)[1] == b'{"u":{"c":{"t":15,"f":64,"v":"y"},"id":{"t":3,"h":true,"f":10,"v":1}}}'
+
+
+def spelled(moment, fsp):
+    """DATETIME text field by field (years below 1000 keep their zeros), fraction per precision."""
+    text = f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
+    text += f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    if fsp is None:
+        return text + (f".{moment.microsecond:06d}" if moment.microsecond else "")
+    return text + (f".{moment.microsecond:06d}"[: fsp + 1] if fsp > 0 else "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(
+        min_value=dt.datetime(1, 1, 2),
+        max_value=dt.datetime(9999, 12, 30),
+        timezones=st.none()
+        | st.just(dt.UTC)
+        | st.integers(-14 * 60, 14 * 60).map(lambda m: dt.timezone(dt.timedelta(minutes=m))),
+    ),
+    st.none() | st.integers(0, 6),
+)
+def test_datetimes_are_spelled_field_by_field_in_utc(value, fsp):
+    moment = value.astimezone(dt.UTC) if value.tzinfo is not None else value
+    assert format_date_value(TypeCode.DATETIME, value, fsp) == spelled(moment, fsp)
