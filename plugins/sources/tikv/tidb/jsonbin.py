@@ -205,6 +205,9 @@ class _Decoder:
         return "{" + ", ".join([_quote(key) + ": " + text for key, text in items.items()]) + "}"
 
 
+_FIXED_SIZES = {LITERAL: 1, INT64: 8, UINT64: 8, FLOAT64: 8, DATE: 8, DATETIME: 8, TIMESTAMP: 8, DURATION: 12}
+
+
 def json_size(data: bytes, offset: int = 0) -> int:
     """Byte length of the type-prefixed JSON value at ``data[offset:]`` (for the v1 datum codec)."""
     buf = memoryview(data)
@@ -213,9 +216,9 @@ def json_size(data: bytes, offset: int = 0) -> int:
     if tp in (OBJECT, ARRAY):
         _need(buf, pos, 8)
         return 1 + int(_HEADER.unpack_from(buf, pos)[1])
-    fixed = {LITERAL: 1, INT64: 8, UINT64: 8, FLOAT64: 8, DATE: 8, DATETIME: 8, TIMESTAMP: 8, DURATION: 12}
-    if tp in fixed:
-        return 1 + fixed[tp]
+    fixed = _FIXED_SIZES.get(tp)
+    if fixed is not None:
+        return 1 + fixed
     if tp == OPAQUE:
         pos += 1
     elif tp != STRING:
