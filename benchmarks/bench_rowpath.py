@@ -13,9 +13,15 @@ in one process:
   ``mount_many`` over the whole list when the mounter has it, else ``mount``
   per event;
 * encode — :class:`OpenProtocolCodec.encode_rows` over the mounted rows, in
-  chunks of 4,096 rows (what a task hands its Kafka writer at a time).
+  chunks of 4,096 rows (what a task hands its Kafka writer at a time);
+* task — the same events as the event store's Arrow record batches (4,096
+  records each) through a write task's :meth:`RowPlan.rows` (Arrow → raw
+  events → mounted, filtered rows) and the codec: a task's CPU work short of
+  the Kafka client.
 
-It prints rows/s of each (median over rounds). The same file runs against
+It prints rows/s of each (median over rounds), by the wall clock and per
+CPU-second of the process (steadier when other work shares the cores). The
+same file runs against
 another checkout by putting a ``cdcflow`` directory whose ``core`` and
 ``plugins`` link to that checkout first on ``PYTHONPATH``, so two builds
 compare under the same machine load. ``--profile`` runs one stage under
@@ -30,11 +36,17 @@ import pickle
 import pstats
 import random
 import statistics
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from cdcflow.core.data.events import RawKVEvent, RowChange, Span
+from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
+from cdcflow.core.data.pipeline.tasks import RowPlan
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sources.playground.catalog import Column
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES, random_value
@@ -113,39 +125,93 @@ def encode_all(codec: OpenProtocolCodec, rows: Sequence[RowChange]) -> int:
     return messages
 
 
+def record_batches(events: Sequence[RawKVEvent]) -> tuple[dict[int, Span], list[pa.RecordBatch]]:
+    """The events as the event store's records (span id = table id), in Arrow batches of CHUNK."""
+    spans = {e.span.table_id: e.span for e in events}
+    records = [record_from_event(e, e.span.table_id, _NoIds()) for e in events]
+    return spans, [records_to_batch(records[i : i + CHUNK]) for i in range(0, len(records), CHUNK)]
+
+
+class _NoIds:
+    def id_of(self, schema: object) -> int:
+        return -1
+
+
+def run_task(plan: RowPlan, batches: Sequence[pa.RecordBatch], codec: OpenProtocolCodec) -> int:
+    rows = 0
+    for mounted in plan.rows(batches):
+        codec.encode_rows(mounted)
+        rows += len(mounted)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--profile", choices=("mount", "encode"), help="profile one stage instead")
+    parser.add_argument("--profile", choices=("mount", "encode", "task"), help="profile one stage instead")
     args = parser.parse_args()
     mounter, events = build(args.rows)
     rows = mount_all(pickle.loads(pickle.dumps(mounter)), events)
+    spans, batches = record_batches(events)
+    with tempfile.TemporaryDirectory() as store_dir:
+
+        def task_plan() -> RowPlan:
+            return RowPlan("bench", store_dir, spans, pickle.loads(pickle.dumps(mounter)), TableFilter())
+
+        measure(args, mounter, events, rows, batches, task_plan)
+
+
+def measure(
+    args: argparse.Namespace,
+    mounter: TiDBBatchMounter,
+    events: list[RawKVEvent],
+    rows: list[RowChange],
+    batches: list[pa.RecordBatch],
+    task_plan: Callable[[], RowPlan],
+) -> None:
     if args.profile:
         profiler = cProfile.Profile()
         codec = OpenProtocolCodec(OpenProtocolConfig())
         profiler.enable()
         if args.profile == "mount":
             mount_all(pickle.loads(pickle.dumps(mounter)), events)
-        else:
+        elif args.profile == "encode":
             encode_all(codec, rows)
+        else:
+            run_task(task_plan(), batches, codec)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         return
-    mount_rates, encode_rates = [], []
+    rates: dict[str, list[float]] = {
+        "mount": [],
+        "encode": [],
+        "task": [],
+        "mount cpu": [],
+        "encode cpu": [],
+        "task cpu": [],
+    }
     for _ in range(args.rounds):
         task_mounter = pickle.loads(pickle.dumps(mounter))  # a new task: nothing cached yet
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         rows = mount_all(task_mounter, events)
-        mount_rates.append(len(events) / (time.perf_counter() - start))
+        rates["mount"].append(len(events) / (time.perf_counter() - start))
+        rates["mount cpu"].append(len(events) / (time.process_time() - cpu))
         codec = OpenProtocolCodec(OpenProtocolConfig())
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         encode_all(codec, rows)
-        encode_rates.append(len(rows) / (time.perf_counter() - start))
-    print(f"rows={args.rows} rounds={args.rounds}")
-    for name, rates in (("mount", mount_rates), ("encode", encode_rates)):
-        rounds = ", ".join(f"{r:,.0f}" for r in rates)
-        print(f"{name + ':':8}{statistics.median(rates):,.0f} rows/s  (rounds: {rounds})")
+        rates["encode"].append(len(rows) / (time.perf_counter() - start))
+        rates["encode cpu"].append(len(rows) / (time.process_time() - cpu))
+        plan = task_plan()
+        start, cpu = time.perf_counter(), time.process_time()
+        if run_task(plan, batches, OpenProtocolCodec(OpenProtocolConfig())) != len(events):
+            raise SystemExit("the task path lost rows")
+        rates["task"].append(len(events) / (time.perf_counter() - start))
+        rates["task cpu"].append(len(events) / (time.process_time() - cpu))
+    print(f"rows={args.rows} rounds={args.rounds} (cpu: rows per CPU-second of this process)")
+    for name, values in rates.items():
+        rounds = ", ".join(f"{r:,.0f}" for r in values)
+        print(f"{name + ':':12}{statistics.median(values):,.0f} rows/s  (rounds: {rounds})")
 
 
 if __name__ == "__main__":
