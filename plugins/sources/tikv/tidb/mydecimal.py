@@ -21,6 +21,7 @@ __all__ = [
     "bin_size",
     "decode_bin",
     "decode_row_decimal",
+    "decode_row_value",
     "encode_bin",
     "encode_row_decimal",
 ]
@@ -156,6 +157,20 @@ def decode_bin(data: bytes, precision: int, frac: int, offset: int = 0) -> tuple
 def encode_row_decimal(value: decimal.Decimal, precision: int, frac: int) -> bytes:
     """``[precision][frac][binary]``: a DECIMAL inside a row value."""
     return bytes([precision, frac]) + encode_bin(value, precision, frac)
+
+
+def decode_row_value(data: bytes) -> decimal.Decimal:
+    """A whole DECIMAL column value of a v2 row (``[precision][frac][binary]``, nothing after).
+
+    :func:`decode_row_decimal` at offset 0 plus the check that the value ends
+    there, in one call: the same Decimal, the same errors.
+    """
+    if len(data) < 2:
+        raise DecimalFormatError("DECIMAL value shorter than its precision and scale bytes")
+    dec, end = decode_bin(data, data[0], data[1], 2)
+    if end != len(data):
+        raise DecimalFormatError(f"{len(data) - end} stray bytes after a DECIMAL value")
+    return dec
 
 
 def decode_row_decimal(data: bytes, offset: int = 0) -> tuple[decimal.Decimal, int]:

@@ -204,12 +204,9 @@ def _decode_time(tp: int, data: bytes) -> dt.date | dt.datetime | str:
 
 def _decode_decimal(data: bytes) -> decimal.Decimal:
     try:
-        dec, end = mydecimal.decode_row_decimal(data)
+        return mydecimal.decode_row_value(data)
     except mydecimal.DecimalFormatError as e:
         raise ValueFormatError(str(e)) from None
-    if end != len(data):
-        raise ValueFormatError(f"{len(data) - end} stray bytes after a DECIMAL value")
-    return dec
 
 
 def _decode_json(data: bytes) -> str:
