@@ -217,17 +217,59 @@ OrderedColumns = tuple[tuple[str, str, ValueWriter], ...]
 def _full_image_json(image: Mapping[str, Any] | None, ordered: OrderedColumns) -> str | None:
     """:func:`_image_json` of an image holding exactly the schema's columns (the usual
     case), walking the columns already sorted; None for any other image."""
-    if not image or len(image) != len(ordered):
+    if not image:
         return None
-    parts: list[str] = []
-    append = parts.append
-    try:
-        for name, head, writer in ordered:
-            value = image[name]
-            append(head + "null" if value is None else head + writer(value))
-    except KeyError:
-        return None
-    return "{" + "},".join(parts) + "}}"
+    return _image_writer(ordered)(image)
+
+
+#: Writes an image holding exactly a schema's columns (None for any other image).
+ImageWriter = Callable[[Mapping[str, Any]], "str | None"]
+
+_IMAGE_WRITERS: dict[int, tuple[OrderedColumns, ImageWriter]] = {}
+
+
+def _image_writer(ordered: OrderedColumns) -> ImageWriter:
+    hit = _IMAGE_WRITERS.get(id(ordered))
+    if hit is None or hit[0] is not ordered:
+        if len(_IMAGE_WRITERS) > 4096:
+            _IMAGE_WRITERS.clear()
+        hit = _IMAGE_WRITERS[id(ordered)] = (ordered, _compile_image_writer(ordered))
+    return hit[1]
+
+
+def _compile_image_writer(ordered: OrderedColumns) -> ImageWriter:
+    """One function per schema writing ``{"a":{…,"v":…},"b":…}`` in a single f-string.
+
+    Column names, heads and writers are bound as the function's globals
+    (``n0``, ``h0``, ``w0`` …), never spelled into its source, so no column
+    name can change the code; the text is what the loop over ``ordered``
+    writes: the heads in order, ``null`` or the writer's text, ``}`` after each.
+    """
+    count = len(ordered)
+    if not count:
+        return lambda image: None
+    namespace: dict[str, Any] = {"KeyError": KeyError, "len": len, "tail": "}}"}
+    values, reads, pieces = [], [], []
+    for i, (name, head, writer) in enumerate(ordered):
+        namespace[f"n{i}"] = name
+        namespace[f"h{i}"] = ("{" if i == 0 else "},") + head
+        namespace[f"w{i}"] = writer
+        values.append(f"v{i}")
+        reads.append(f"image[n{i}]")
+        pieces.append(f"{{h{i}}}{{'null' if v{i} is None else w{i}(v{i})}}")
+    source = (
+        "def write(image):\n"
+        f"    if len(image) != {count}:\n"
+        "        return None\n"
+        "    try:\n"
+        f"        {', '.join(values)}, = {', '.join(reads)},\n"
+        "    except KeyError:\n"
+        "        return None\n"
+        f'    return f"{"".join(pieces)}{{tail}}"\n'
+    )
+    exec(compile(source, "<open-protocol image writer>", "exec"), namespace)
+    compiled: ImageWriter = namespace["write"]
+    return compiled
 
 
 def _image_json(

@@ -130,3 +130,24 @@ def spelled(moment, fsp):
 def test_datetimes_are_spelled_field_by_field_in_utc(value, fsp):
     moment = value.astimezone(dt.UTC) if value.tzinfo is not None else value
     assert format_date_value(TypeCode.DATETIME, value, fsp) == spelled(moment, fsp)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=300, unique=True),
+    st.data(),
+)
+def test_any_column_names_and_counts_encode_as_the_general_path(names, data):
+    """Names with quotes, braces, backslashes or code in them, and wide tables."""
+    hostile = ['"}; raise SystemExit #', "{tail}", "n0", "v0", "image", "'", "\\", "\n"]
+    names = list(dict.fromkeys(hostile + names))
+    columns = tuple(ColumnInfo(name, TypeCode.VARCHAR if i % 2 else TypeCode.LONG, N) for i, name in enumerate(names))
+    schema = TableSchema(TABLE, columns)
+    image = {
+        c.name: data.draw(st.none() | (st.text(max_size=4) if c.type_code == TypeCode.VARCHAR else st.integers()))
+        for c in columns
+    }
+    known = {c.name: _known(c) for c in columns}
+    row = RowChange(TABLE, OpType.INSERT, 10, 9, image, None, schema)
+    expected = escape_html('{"u":' + _image_json(image, known, False) + "}").encode("utf-8")
+    assert OpenProtocolCodec(OpenProtocolConfig()).row_pair(row)[1] == expected
