@@ -72,6 +72,11 @@ class UnsupportedColumnTypeError(RowDecodeError):
     """A column of a type cdcflow does not decode (GEOMETRY, VECTOR, …)."""
 
 
+#: Decodes the image of one v2 value whose header is the layout's: ``(value, handle) -> image``.
+#: Raises ValueError (or struct.error) when the value's offsets or data do not fit.
+_Layout = Callable[[bytes, int], dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class _Column:
     """One column of a plan: its id, name and a value decoder bound to its type."""
@@ -94,30 +99,8 @@ class _Plan:
     #: The PK-is-handle column (its value is the int handle of the key), if any.
     pk_handle: TiDBColumn | None
     pk_unsigned: bool
-    #: Batch decoding: one :class:`_Layout` per column-id header seen (``value[2:ids_end]``).
+    #: Batch decoding: the decoder of each column-id header seen (``value[2:ids_end]``), see :func:`_layout`.
     layouts: dict[bytes, _Layout | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    """How v2 values of one plan with one column-id header decode, computed once per header.
-
-    Rows of one table at one schema version mostly share their header (the
-    same columns set, NULL and absent), so the per-row work is slicing the
-    data by its end offsets and running the columns' decoders.
-    """
-
-    #: Every image column in plan order: the value of absent columns (origin
-    #: default), None for NULL ones and placeholders for the decoded ones.
-    template: dict[str, Any]
-    #: (index of the value among the not-null ones, column name, decoder) for the plan's columns.
-    slots: tuple[tuple[int, str, Callable[[bytes], Any]], ...]
-    #: The end offsets of the not-null values.
-    ends: struct.Struct
-    #: Where the data starts in the value.
-    data_start: int
-    #: The PK-is-handle column when the value does not hold it (filled from the key).
-    handle: str | None
 
 
 def _strictly_ascending(ids: bytes) -> bool:
@@ -125,28 +108,68 @@ def _strictly_ascending(ids: bytes) -> bool:
 
 
 def _layout(plan: _Plan, header: bytes, n_not_null: int) -> _Layout | None:
-    """The layout of ``header`` (counts + one-byte ids of a small v2 value), None when malformed."""
+    """The decoder of values with ``header`` (counts + one-byte ids of a small v2 value),
+    None when the header is malformed.
+
+    Rows of one table at one schema version mostly share their header (the
+    same columns stored, NULL and absent), so this is compiled once per
+    header: one function that unpacks the end offsets, checks them (non-
+    decreasing, the data ending where the value does, or a checksum after
+    it) and returns the image as one dict display in the plan's column
+    order — each stored column's decoder on its slice, None for NULLs, the
+    origin default for absent columns, the key's handle for the PK-is-handle
+    column. Names, decoders and defaults are the function's globals, never
+    part of its source.
+    """
     not_null, nulls = header[4 : 4 + n_not_null], header[4 + n_not_null :]
     if not (_strictly_ascending(not_null) and _strictly_ascending(nulls)) or set(not_null) & set(nulls):
         return None
     position = {cid: i for i, cid in enumerate(not_null)}
     null_ids = set(nulls)
-    template: dict[str, Any] = {}
-    slots = []
-    handle = None
+    ends_at = 2 + len(header)
+    base = ends_at + 2 * n_not_null  # where the data starts
+    ends = [f"e{i}" for i in range(n_not_null)]
+    namespace: dict[str, Any] = {
+        "ValueError": ValueError,
+        "len": len,
+        "check_tail": rowcodec.check_tail,
+        "unpack": struct.Struct(f"<{n_not_null}H").unpack_from,
+    }
+    items = []
     pk = plan.pk_handle
-    for col in plan.columns:
+    for j, col in enumerate(plan.columns):
+        namespace[f"n{j}"] = col.name
         if col.id in position:
-            template[col.name] = None
-            slots.append((position[col.id], col.name, col.decode))
+            i = position[col.id]
+            namespace[f"d{j}"] = col.decode
+            start = f"{base} + e{i - 1}" if i else f"{base}"
+            items.append(f"n{j}: d{j}(value[{start} : {base} + e{i}])")
         elif col.id in null_ids:
-            template[col.name] = None
+            items.append(f"n{j}: None")
         elif pk is not None and col.name == pk.name:
-            template[col.name] = None
-            handle = col.name
+            items.append(f"n{j}: handle")
         else:
-            template[col.name] = col.column.origin_default_value()
-    return _Layout(template, tuple(slots), struct.Struct(f"<{n_not_null}H"), 2 + len(header) + 2 * n_not_null, handle)
+            namespace[f"k{j}"] = col.column.origin_default_value()
+            items.append(f"n{j}: k{j}")
+    end = f"{base} + {ends[-1]}" if ends else f"{base}"
+    lines = ["def decode(value, handle):"]
+    if ends:
+        lines.append(f"    {', '.join(ends)}, = unpack(value, {ends_at})")
+    if len(ends) > 1:
+        lines.append(f"    if not {' <= '.join(ends)}:")
+        lines.append('        raise ValueError("v2 row offsets out of order")')
+    lines += [
+        "    if value[1]:",
+        f"        if {end} > len(value):",
+        '            raise ValueError("v2 row offsets past the data")',
+        f"        check_tail(value[1], value[{end}:])",
+        f"    elif {end} != len(value):",
+        '        raise ValueError("v2 row data length does not match its offsets")',
+        "    return {" + ", ".join(items) + "}",
+    ]
+    exec(compile("\n".join(lines) + "\n", "<v2 row layout>", "exec"), namespace)
+    decode: _Layout = namespace["decode"]
+    return decode
 
 
 class TiDBMounter(Mounter):
@@ -195,7 +218,7 @@ class TiDBMounter(Mounter):
 
     def mount_many(self, events: Sequence[RawKVEvent]) -> list[RowChange | None]:
         """:meth:`mount_row` of each event, in order, decoding rows of one table and
-        schema version with layouts computed once (see :class:`_Layout`).
+        schema version with layouts compiled once (see :func:`_layout`).
 
         The rows are the same as :meth:`mount_row` gives; an event this path does
         not take (common handles, v1 or large values, deletes without old value)
@@ -245,8 +268,7 @@ class TiDBMounter(Mounter):
     @staticmethod
     def _fast_image(plan: _Plan, value: bytes, handle: int) -> dict[str, Any]:
         """The image of a small v2 value (raises a ``_FAST_PATH_ERRORS`` error for anything else)."""
-        flags = value[1]
-        if value[0] != rowcodec.CODEC_VERSION or flags & ~rowcodec.FLAG_CHECKSUM:
+        if value[0] != rowcodec.CODEC_VERSION or value[1] & ~rowcodec.FLAG_CHECKSUM:
             raise ValueError("not a small v2 row value")
         n_not_null, n_null = _COUNTS.unpack_from(value, 2)
         header = value[2 : 6 + n_not_null + n_null]
@@ -258,24 +280,7 @@ class TiDBMounter(Mounter):
             layout = layouts[header] = _layout(plan, header, n_not_null)
         if layout is None:
             raise ValueError("malformed v2 row header")
-        assert isinstance(layout, _Layout)
-        ends = layout.ends.unpack_from(value, 6 + n_not_null + n_null)
-        base = layout.data_start
-        last = ends[-1] if ends else 0
-        if n_not_null > 1 and not all(map(int.__le__, ends, ends[1:])):
-            raise ValueError("v2 row offsets out of order")
-        if flags:
-            if base + last > len(value):
-                raise ValueError("v2 row offsets past the data")
-            rowcodec.check_tail(flags, value[base + last :])
-        elif base + last != len(value):
-            raise ValueError("v2 row data length does not match its offsets")
-        image = layout.template.copy()
-        for i, name, decode in layout.slots:
-            image[name] = decode(value[base + (ends[i - 1] if i else 0) : base + ends[i]])
-        if layout.handle is not None:
-            image[layout.handle] = handle
-        return image
+        return cast(_Layout, layout)(value, handle)
 
     def mount_row(self, event: RawKVEvent) -> RowChange | None:
         """The row change of a record key's event (None for other keys and unknown tables)."""

@@ -203,3 +203,28 @@ def test_batch_mounter_mount_many_after_pickling():
     events = [event(row_key(100, i), value, ts) for i, ts in enumerate((160, 200, 201, 260))]
     assert batch.mount_many(events) == [batch.mount(e) for e in events]
     assert all(r.schema in batch.schemas() for r in batch.mount_many(events))
+
+
+def test_any_column_names_and_a_wide_table_decode_as_one_by_one():
+    """Layouts are compiled per header: column names never reach their code, wide tables compile."""
+    hostile = ['"}; raise SystemExit #', "value", "handle", "n0", "d1", "k2", "e0", "{x}", "'", "\\"]
+    names = ["id", *hostile, *(f"c{i}" for i in range(len(hostile) + 2, 240))]
+    cols = [tj.column(1, "id", 0, tj.field_type(8, tj.NOT_NULL | tj.PRI, 20))]
+    for i, name in enumerate(names[1:], start=2):
+        ft = tj.field_type(15, 0, 64, **tj.UTF8) if i % 3 else tj.field_type(8, 0, 20)
+        cols.append(tj.column(i, name, i - 1, ft, origin_default="7" if i % 5 == 0 else None))
+    m = TiDBMounter(store_with(tj.table(600, "wide", cols, pk_is_handle=True)))
+    events = []
+    for n in range(6):
+        raw = {}
+        for i in range(2, len(names) + 1):
+            if (i + n) % 7 == 0:
+                continue  # absent: its origin default
+            if (i + n) % 11 == 0:
+                raw[i] = None
+            else:
+                raw[i] = f"v{i}-{n}".encode() if i % 3 else refcodec.le_int(i * n - 50, True)
+        events.append(event(row_key(600, n), refcodec.row_v2(raw), 10 + n))
+    rows = assert_same_as_one_by_one(m, events)
+    assert list(rows[0].after) == names
+    assert rows[1].after['"}; raise SystemExit #'] == "v2-1" and rows[1].after["value"] == 3 * 1 - 50
