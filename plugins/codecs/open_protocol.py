@@ -322,7 +322,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
     def __init__(self, config: OpenProtocolConfig) -> None:
         super().__init__(config)
         self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns, OrderedColumns]] = {}
-        self._key_tails: dict[int, tuple[TableName, str, str]] = {}
+        self._key_tails: dict[tuple[str, str, int | None], tuple[str, str]] = {}
 
     # -- single events -------------------------------------------------------------
 
@@ -347,9 +347,11 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         return key.encode("utf-8"), escape_html(value).encode("utf-8")
 
     def _key_tail(self, table: TableName, handle_key_only: bool) -> str:
-        """What follows ``"ts":…`` in a row's key, HTML-escaped; cached per table name."""
-        tails = self._key_tails.get(id(table))
-        if tails is None or tails[0] is not table:
+        """What follows ``"ts":…`` in a row's key, HTML-escaped; cached per table name
+        (by value: rows decoded from records carry a name object each)."""
+        name = (table.schema, table.table, table.partition_id)
+        tails = self._key_tails.get(name)
+        if tails is None:
             tail = ""
             if table.schema:
                 tail += ',"scm":' + encode_basestring(table.schema)
@@ -359,12 +361,8 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
                 tail += ',"ptn":' + str(table.partition_id)
             if len(self._key_tails) > 4096:
                 self._key_tails.clear()
-            tails = self._key_tails[id(table)] = (
-                table,
-                escape_html(tail + ',"t":1}'),
-                escape_html(tail + ',"t":1,"ohk":true}'),
-            )
-        return tails[2] if handle_key_only else tails[1]
+            tails = self._key_tails[name] = (escape_html(tail + ',"t":1}'), escape_html(tail + ',"t":1,"ohk":true}'))
+        return tails[1] if handle_key_only else tails[0]
 
     def _schema_columns(self, row: RowChange) -> tuple[KnownColumns, OrderedColumns]:
         """The row's schema columns by name with their JSON heads, and the same sorted by
