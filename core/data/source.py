@@ -117,6 +117,15 @@ class BatchMounter(abc.ABC):
         :class:`~cdcflow.core.errors.CdcflowError` naming table, key and commit ts
         when the value cannot be decoded."""
 
+    def mount_many(self, events: Sequence[RawKVEvent]) -> list[RowChange | None]:
+        """:meth:`mount` of each event, in order (one list entry per event).
+
+        Tasks hand a mounter all the raw events of an Arrow batch at once; a
+        mounter that decodes many rows of one table and schema version faster
+        together overrides this. The default mounts one event at a time.
+        """
+        return [self.mount(event) for event in events]
+
     @abc.abstractmethod
     def schemas(self) -> Sequence[TableSchema]:
         """Every table schema that the rows :meth:`mount` returns may carry (the

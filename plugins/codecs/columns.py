@@ -148,10 +148,9 @@ def format_date_value(code: int, value: Any, fsp: int | None = None) -> str:
         return value
     if isinstance(value, dt.datetime):
         moment: dt.datetime = value.astimezone(dt.UTC) if value.tzinfo is not None else value
-        # not strftime: %Y drops the leading zeros of years before 1000
-        m = moment
-        text = f"{m.year:04d}-{m.month:02d}-{m.day:02d} {m.hour:02d}:{m.minute:02d}:{m.second:02d}"
-        return text + _fraction(m.microsecond, fsp)
+        # not strftime: %Y drops the leading zeros of years before 1000; isoformat keeps
+        # them (YYYY-MM-DD HH:MM:SS, then the UTC offset of an aware value, cut off)
+        return moment.isoformat(" ", "seconds")[:19] + _fraction(moment.microsecond, fsp)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dt.time):

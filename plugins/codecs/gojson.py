@@ -42,9 +42,26 @@ def _shortest_digits(value: float, bits: int) -> str:
     target = struct.pack("<f", value)
     for precision in range(1, 10):
         text = f"{value:.{precision}g}"
-        if struct.pack("<f", float(text)) == target:
+        if _pack_float32(float(text)) == target:
             return text
     return repr(value)
+
+
+#: The largest float32, and the bound below which larger numbers still round to it
+#: (half a unit in the last place above it, 2**103).
+_FLOAT32_MAX = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
+_FLOAT32_ROUNDS_TO_MAX = _FLOAT32_MAX + 2.0**103
+
+
+def _pack_float32(number: float) -> bytes:
+    """``number`` rounded to float32 as Go's ParseFloat(…, 32) rounds it: texts just above
+    the largest float32 (``3.4028235e+38``) round to it, where ``struct`` refuses them."""
+    try:
+        return struct.pack("<f", number)
+    except OverflowError:
+        if abs(number) < _FLOAT32_ROUNDS_TO_MAX:
+            return struct.pack("<f", math.copysign(_FLOAT32_MAX, number))
+        return b""  # rounds to infinity: never the bytes of a finite float32
 
 
 def go_float(value: float, bits: int = 64) -> str:

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
-from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange
+from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName
 from cdcflow.core.data.types import (
     BLOB_TYPES,
     CHAR_TYPES,
@@ -194,12 +194,15 @@ def _value_writer(column: ColumnInfo) -> ValueWriter:
     def general(value: Any) -> str:
         return _value_json(encode_column_value(column, value))
 
-    if code in INT_TYPES:
+    if code in INT_TYPES or code in UINT_TYPES:
         return lambda v: int.__repr__(v) if type(v) is int else general(v)
-    if code in CHAR_TYPES and not is_binary_string(column):
+    if (code in CHAR_TYPES and not is_binary_string(column)) or code == TypeCode.JSON:
         return lambda v: encode_basestring(v) if type(v) is str else general(v)
     if code in DECIMAL_TYPES:
         return lambda v: '"' + format(v, "f") + '"' if type(v) is decimal.Decimal else general(v)
+    if code in DATE_TYPES or code in DATETIME_TYPES or code == TypeCode.DURATION:
+        fsp = fsp_of(column)  # read from the column's SQL type once, not per value
+        return lambda v: encode_basestring(format_date_value(code, v, fsp))
     return general
 
 
@@ -207,17 +210,85 @@ def _known(column: ColumnInfo) -> tuple[ColumnInfo, str, ValueWriter]:
     return column, _column_head(column), _value_writer(column)
 
 
+#: A schema's columns sorted by name, each with its JSON head and value writer.
+OrderedColumns = tuple[tuple[str, str, ValueWriter], ...]
+
+
+def _full_image_json(image: Mapping[str, Any] | None, ordered: OrderedColumns) -> str | None:
+    """:func:`_image_json` of an image holding exactly the schema's columns (the usual
+    case), walking the columns already sorted; None for any other image."""
+    if not image:
+        return None
+    return _image_writer(ordered)(image)
+
+
+#: Writes an image holding exactly a schema's columns (None for any other image).
+ImageWriter = Callable[[Mapping[str, Any]], "str | None"]
+
+_IMAGE_WRITERS: dict[int, tuple[OrderedColumns, ImageWriter]] = {}
+
+
+def _image_writer(ordered: OrderedColumns) -> ImageWriter:
+    hit = _IMAGE_WRITERS.get(id(ordered))
+    if hit is None or hit[0] is not ordered:
+        if len(_IMAGE_WRITERS) > 4096:
+            _IMAGE_WRITERS.clear()
+        hit = _IMAGE_WRITERS[id(ordered)] = (ordered, _compile_image_writer(ordered))
+    return hit[1]
+
+
+def _compile_image_writer(ordered: OrderedColumns) -> ImageWriter:
+    """One function per schema writing ``{"a":{…,"v":…},"b":…}`` in a single f-string.
+
+    Column names, heads and writers are bound as the function's globals
+    (``n0``, ``h0``, ``w0`` …), never spelled into its source, so no column
+    name can change the code; the text is what the loop over ``ordered``
+    writes: the heads in order, ``null`` or the writer's text, ``}`` after each.
+    """
+    count = len(ordered)
+    if not count:
+        return lambda image: None
+    namespace: dict[str, Any] = {"KeyError": KeyError, "len": len, "tail": "}}"}
+    values, reads, pieces = [], [], []
+    for i, (name, head, writer) in enumerate(ordered):
+        namespace[f"n{i}"] = name
+        namespace[f"h{i}"] = ("{" if i == 0 else "},") + head
+        namespace[f"w{i}"] = writer
+        values.append(f"v{i}")
+        reads.append(f"image[n{i}]")
+        pieces.append(f"{{h{i}}}{{'null' if v{i} is None else w{i}(v{i})}}")
+    source = (
+        "def write(image):\n"
+        f"    if len(image) != {count}:\n"
+        "        return None\n"
+        "    try:\n"
+        f"        {', '.join(values)}, = {', '.join(reads)},\n"
+        "    except KeyError:\n"
+        "        return None\n"
+        f'    return f"{"".join(pieces)}{{tail}}"\n'
+    )
+    exec(compile(source, "<open-protocol image writer>", "exec"), namespace)
+    compiled: ImageWriter = namespace["write"]
+    return compiled
+
+
 def _image_json(
     image: Mapping[str, Any] | None,
     known: KnownColumns,
     handle_key_only: bool,
     unchanged_from: Mapping[str, Any] | None = None,
+    ordered: OrderedColumns = (),
 ) -> str:
     """A row image as a Go map of columns, sorted by name.
 
     ``unchanged_from``: leave out columns whose value equals the one there
     (``only-output-updated-columns``), handle-key columns excepted.
+    ``ordered``: the schema's columns sorted by name, for the usual case.
     """
+    if ordered and not handle_key_only and unchanged_from is None:
+        text = _full_image_json(image, ordered)
+        if text is not None:
+            return text
     parts = []
     for name in sorted(image or {}):
         value = image[name]  # type: ignore[index]
@@ -250,7 +321,8 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def __init__(self, config: OpenProtocolConfig) -> None:
         super().__init__(config)
-        self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns]] = {}
+        self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns, OrderedColumns]] = {}
+        self._key_tails: dict[tuple[str, str, int | None], tuple[str, str]] = {}
 
     # -- single events -------------------------------------------------------------
 
@@ -260,40 +332,53 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         Written by hand rather than through :func:`go_json`: this is the per-row
         hot path, and the bytes are the same.
         """
-        table = row.table
-        key = '{"ts":' + str(row.commit_ts)
-        if table.schema:
-            key += ',"scm":' + encode_basestring(table.schema)
-        if table.table:
-            key += ',"tbl":' + encode_basestring(table.table)
-        if table.partition_id is not None:
-            key += ',"ptn":' + str(table.partition_id)
-        key += ',"t":1,"ohk":true}' if handle_key_only else ',"t":1}'
-        known = self._schema_columns(row)
+        key = '{"ts":' + str(row.commit_ts) + self._key_tail(row.table, handle_key_only)
+        known, ordered = self._schema_columns(row)
         config = self.config
         if row.op is OpType.DELETE:
             keys_only = handle_key_only or config.delete_only_output_handle_key_columns
-            value = '{"d":' + _image_json(row.before, known, keys_only) + "}"
+            value = '{"d":' + _image_json(row.before, known, keys_only, None, ordered) + "}"
         else:
-            value = '{"u":' + _image_json(row.after, known, handle_key_only)
+            value = '{"u":' + _image_json(row.after, known, handle_key_only, None, ordered)
             if row.op is OpType.UPDATE and row.before is not None and config.output_old_value:
                 unchanged_from = row.after if config.only_output_updated_columns else None
-                value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from)
+                value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from, ordered)
             value += "}"
-        return escape_html(key).encode("utf-8"), escape_html(value).encode("utf-8")
+        return key.encode("utf-8"), escape_html(value).encode("utf-8")
 
-    def _schema_columns(self, row: RowChange) -> KnownColumns:
-        """The row's schema columns by name, with their JSON heads; cached per column tuple."""
+    def _key_tail(self, table: TableName, handle_key_only: bool) -> str:
+        """What follows ``"ts":…`` in a row's key, HTML-escaped; cached per table name
+        (by value: rows decoded from records carry a name object each)."""
+        name = (table.schema, table.table, table.partition_id)
+        tails = self._key_tails.get(name)
+        if tails is None:
+            tail = ""
+            if table.schema:
+                tail += ',"scm":' + encode_basestring(table.schema)
+            if table.table:
+                tail += ',"tbl":' + encode_basestring(table.table)
+            if table.partition_id is not None:
+                tail += ',"ptn":' + str(table.partition_id)
+            if len(self._key_tails) > 4096:
+                self._key_tails.clear()
+            tails = self._key_tails[name] = (escape_html(tail + ',"t":1}'), escape_html(tail + ',"t":1,"ohk":true}'))
+        return tails[1] if handle_key_only else tails[0]
+
+    def _schema_columns(self, row: RowChange) -> tuple[KnownColumns, OrderedColumns]:
+        """The row's schema columns by name with their JSON heads, and the same sorted by
+        name; cached per column tuple."""
         schema = row.schema
         if schema is None:
-            return {}
+            return {}, ()
         columns = schema.columns
         hit = self._schemas.get(id(columns))
         if hit is None or hit[0] is not columns:
             if len(self._schemas) > 4096:
                 self._schemas.clear()
-            hit = self._schemas[id(columns)] = (columns, {c.name: _known(c) for c in columns})
-        return hit[1]
+            known = {c.name: _known(c) for c in columns}
+            ordered = tuple((name, head, writer) for name, (_, head, writer) in sorted(known.items()))
+            hit = self._schemas[id(columns)] = (columns, known, ordered)
+        return hit[1], hit[2]
 
     def _fitting_pair(self, row: RowChange) -> tuple[bytes, bytes]:
         key, value = self.row_pair(row)

@@ -181,14 +181,32 @@ class RowPlan:
             return None
         return row
 
+    def mount_many(self, events: Sequence[RawKVEvent]) -> list[RowChange | None]:
+        """:meth:`mount` of each event, the mounter decoding them together."""
+        if self.mounter is None:
+            raise CdcflowError(
+                f"changefeed {self.changefeed_id}: the source yields raw key-value events but gave no batch mounter"
+            )
+        matches = self.table_filter.matches
+        return [
+            row if row is not None and matches(row.table.schema, row.table.table) else None
+            for row in self.mounter.mount_many(events)
+        ]
+
     def rows(self, batches: Iterable[pa.RecordBatch]) -> Iterator[list[RowChange]]:
         """The rows of ``batches``, in their order, a list per record batch."""
         registry = self.lazy_registry()
+        span_of = self.spans.__getitem__
         for batch in batches:
+            events = [event_from_record(record, span_of, registry) for record in batch_to_records(batch)]
+            raw = [e for e in events if isinstance(e, RawKVEvent)]
+            if not raw:
+                yield [e for e in events if isinstance(e, RowChange)]
+                continue
+            mounted = iter(self.mount_many(raw))
             rows: list[RowChange] = []
-            for record in batch_to_records(batch):
-                event = event_from_record(record, self.spans.__getitem__, registry)
-                row = self.mount(event) if isinstance(event, RawKVEvent) else event
+            for e in events:
+                row = next(mounted) if isinstance(e, RawKVEvent) else e
                 if row is not None:
                     rows.append(row)
             yield rows
@@ -196,14 +214,20 @@ class RowPlan:
     def mounted_records(self, batch: pa.RecordBatch) -> list[Record]:
         """The records of ``batch`` with every raw record mounted into a row record."""
         ids = _FrozenSchemaIds(self.schema_ids)
+        records = list(batch_to_records(batch))
+        raw: list[RawKVEvent] = []
+        for record in records:
+            if record[3] == KIND_RAW:
+                event = event_from_record(record, self.spans.__getitem__, _NO_SCHEMAS)
+                assert isinstance(event, RawKVEvent)
+                raw.append(event)
+        mounted = iter(self.mount_many(raw) if raw else ())
         out: list[Record] = []
-        for record in batch_to_records(batch):
+        for record in records:
             if record[3] != KIND_RAW:
                 out.append(record)
                 continue
-            event = event_from_record(record, self.spans.__getitem__, _NO_SCHEMAS)
-            assert isinstance(event, RawKVEvent)
-            row = self.mount(event)
+            row = next(mounted)
             if row is not None:
                 out.append(record_from_event(row, record[4], ids))
         return out

@@ -45,13 +45,6 @@ class JSONFormatError(ValueError):
     """Bytes that are not TiDB binary JSON."""
 
 
-class _Raw:
-    """A JSON fragment already in text form (dates, opaque values)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
 # --------------------------------------------------------------------------- decoding
 
 
@@ -71,8 +64,7 @@ def decode_json(data: bytes) -> str:
     if size != len(data):
         raise JSONFormatError(f"JSON value says it is {size} bytes long but the column holds {len(data)}")
     buf = memoryview(data)[1:]
-    value = _Decoder(buf).decode(data[0], 0, 1)
-    return _to_text(value)
+    return _Decoder(buf).decode(data[0], 0, 1)
 
 
 def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
@@ -93,21 +85,32 @@ def _need(buf: memoryview, pos: int, n: int) -> None:
         raise JSONFormatError(f"JSON value truncated: need {n} bytes at {pos}, have {len(buf) - pos}")
 
 
-def _literal(b: int) -> Any:
-    if b == _NULL:
-        return None
-    if b == _TRUE:
-        return True
-    if b == _FALSE:
-        return False
-    raise JSONFormatError(f"unknown JSON literal 0x{b:02x}")
+#: Literal value byte → its JSON text.
+_LITERALS = {_NULL: "null", _TRUE: "true", _FALSE: "false"}
 
 
-_FIXED_FORMATS = {INT64: "<q", UINT64: "<Q", FLOAT64: "<d"}
+def _literal(b: int) -> str:
+    text = _LITERALS.get(b)
+    if text is None:
+        raise JSONFormatError(f"unknown JSON literal 0x{b:02x}")
+    return text
+
+
+_INT64 = struct.Struct("<q")
+_UINT64 = struct.Struct("<Q")
+_FLOAT64 = struct.Struct("<d")
+
+#: JSON string literal of a str, exactly as ``json.dumps(s, ensure_ascii=False)`` spells it.
+_quote: Callable[[str], str] = json.encoder.encode_basestring
 
 
 class _Decoder:
-    """One document's decoding: its bytes, and how many of them values have not claimed yet."""
+    """One document's decoding into JSON text: its bytes, and how many of them values have not claimed yet.
+
+    Values are written as text as they are decoded (one pass): containers as
+    ``{"k": v, …}`` / ``[v, …]``, strings quoted as ``json.dumps`` quotes them,
+    numbers and literals as ``json.dumps`` writes them.
+    """
 
     __slots__ = ("buf", "left")
 
@@ -123,48 +126,53 @@ class _Decoder:
                 f"JSON values overlap: the document of {len(self.buf)} bytes decodes to more values than it holds"
             )
 
-    def decode(self, tp: int, pos: int, depth: int) -> Any:
+    def decode(self, tp: int, pos: int, depth: int) -> str:
         buf = self.buf
         if tp in (OBJECT, ARRAY):
             if depth > MAX_DEPTH:
                 raise JSONFormatError(f"JSON value nested deeper than {MAX_DEPTH} levels")
             return self._container(tp, pos, depth)
-        if tp == LITERAL:
-            _need(buf, pos, 1)
-            self._claim(1)
-            return _literal(buf[pos])
-        if tp in _FIXED_FORMATS:
-            _need(buf, pos, 8)
-            self._claim(8)
-            return struct.unpack_from(_FIXED_FORMATS[tp], buf, pos)[0]
         if tp == STRING:
             n, end = _uvarint(buf, pos)
             _need(buf, end, n)
             self._claim(end - pos + n)
             try:
-                return bytes(buf[end : end + n]).decode("utf-8")
+                return _quote(bytes(buf[end : end + n]).decode("utf-8"))
             except UnicodeDecodeError as e:
                 raise JSONFormatError(f"JSON string is not UTF-8: {e}") from None
+        if tp in (INT64, UINT64):
+            _need(buf, pos, 8)
+            self._claim(8)
+            number: int = (_INT64 if tp == INT64 else _UINT64).unpack_from(buf, pos)[0]
+            return int.__repr__(number)
+        if tp == LITERAL:
+            _need(buf, pos, 1)
+            self._claim(1)
+            return _literal(buf[pos])
+        if tp == FLOAT64:
+            _need(buf, pos, 8)
+            self._claim(8)
+            return json.dumps(_FLOAT64.unpack_from(buf, pos)[0])  # NaN and ±Infinity as json spells them
         if tp == OPAQUE:
             _need(buf, pos, 1)
             mysql_type = buf[pos]
             n, end = _uvarint(buf, pos + 1)
             _need(buf, end, n)
             self._claim(end - pos + n)
-            return _Raw(json.dumps(f"base64:type{mysql_type}:" + base64.b64encode(buf[end : end + n]).decode()))
+            return json.dumps(f"base64:type{mysql_type}:" + base64.b64encode(buf[end : end + n]).decode())
         if tp in (DATE, DATETIME, TIMESTAMP):
             _need(buf, pos, 8)
             self._claim(8)
             packed = struct.unpack_from("<Q", buf, pos)[0]
-            return _Raw(json.dumps(timecodec.packed_text(packed, date_only=tp == DATE)))
+            return json.dumps(timecodec.packed_text(packed, date_only=tp == DATE))
         if tp == DURATION:
             _need(buf, pos, 12)
             self._claim(12)
             ns, fsp = struct.unpack_from("<qI", buf, pos)
-            return _Raw(json.dumps(timecodec.duration_text(ns, fsp)))
+            return json.dumps(timecodec.duration_text(ns, fsp))
         raise JSONFormatError(f"unknown JSON type code 0x{tp:02x}")
 
-    def _container(self, tp: int, base: int, depth: int) -> Any:
+    def _container(self, tp: int, base: int, depth: int) -> str:
         buf = self.buf
         _need(buf, base, 8)
         count, size = _HEADER.unpack_from(buf, base)
@@ -183,8 +191,8 @@ class _Decoder:
                     raise JSONFormatError(f"JSON value offset {off} outside its container of {size} bytes")
                 values.append(self.decode(vtp, base + off, depth + 1))
         if tp == ARRAY:
-            return values
-        out: dict[str, Any] = {}
+            return "[" + ", ".join(values) + "]"
+        items: dict[str, str] = {}  # a repeated key keeps its first place and its last value
         for i in range(count):
             koff, klen = _KEY_ENTRY.unpack_from(buf, key_entries + i * _KEY_ENTRY.size)
             _need(buf, base + koff, klen)
@@ -193,27 +201,11 @@ class _Decoder:
                 key = bytes(buf[base + koff : base + koff + klen]).decode("utf-8")
             except UnicodeDecodeError as e:
                 raise JSONFormatError(f"JSON key is not UTF-8: {e}") from None
-            out[key] = values[i]
-        return out
+            items[key] = values[i]
+        return "{" + ", ".join([_quote(key) + ": " + text for key, text in items.items()]) + "}"
 
 
-#: JSON string literal of a str, exactly as ``json.dumps(s, ensure_ascii=False)`` spells it.
-_quote: Callable[[str], str] = json.encoder.encode_basestring
-
-
-def _to_text(value: Any) -> str:
-    if isinstance(value, _Raw):
-        return value.text
-    if isinstance(value, dict):
-        return "{" + ", ".join(_quote(k) + ": " + _to_text(v) for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_to_text(v) for v in value) + "]"
-    kind = type(value)
-    if kind is str:
-        return _quote(value)
-    if kind is int:
-        return int.__repr__(value)
-    return json.dumps(value, ensure_ascii=False)  # floats (non-finite spelled as json does), literals
+_FIXED_SIZES = {LITERAL: 1, INT64: 8, UINT64: 8, FLOAT64: 8, DATE: 8, DATETIME: 8, TIMESTAMP: 8, DURATION: 12}
 
 
 def json_size(data: bytes, offset: int = 0) -> int:
@@ -224,9 +216,9 @@ def json_size(data: bytes, offset: int = 0) -> int:
     if tp in (OBJECT, ARRAY):
         _need(buf, pos, 8)
         return 1 + int(_HEADER.unpack_from(buf, pos)[1])
-    fixed = {LITERAL: 1, INT64: 8, UINT64: 8, FLOAT64: 8, DATE: 8, DATETIME: 8, TIMESTAMP: 8, DURATION: 12}
-    if tp in fixed:
-        return 1 + fixed[tp]
+    fixed = _FIXED_SIZES.get(tp)
+    if fixed is not None:
+        return 1 + fixed
     if tp == OPAQUE:
         pos += 1
     elif tp != STRING:

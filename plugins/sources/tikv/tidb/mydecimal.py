@@ -21,6 +21,7 @@ __all__ = [
     "bin_size",
     "decode_bin",
     "decode_row_decimal",
+    "decode_row_value",
     "encode_bin",
     "encode_row_decimal",
 ]
@@ -99,36 +100,77 @@ def _layout(precision: int, frac: int) -> tuple[int, tuple[tuple[int, ...], tupl
     return bin_size(precision, frac), (tuple(_sizes(precision - frac, True)), tuple(_sizes(frac, False)))
 
 
-def decode_bin(data: bytes, precision: int, frac: int, offset: int = 0) -> tuple[decimal.Decimal, int]:
-    """Decode the binary form at ``data[offset:]``; returns (value, end offset)."""
+#: One word of a binary decimal: (shift from the right, mask, 10**digits, digits).
+_Word = tuple[int, int, int, int]
+
+
+@functools.lru_cache(maxsize=256)
+def _words(precision: int, frac: int) -> tuple[int, tuple[_Word, ...], tuple[_Word, ...]]:
+    """Byte size, and per side the words as (shift from the right, mask, 10**digits, digits), in storage order."""
     size, sides = _layout(precision, frac)
-    raw = bytearray(data[offset : offset + size])
+    shift = size * 8
+    out: list[tuple[_Word, ...]] = []
+    for words in sides:
+        side = []
+        for n in words:
+            bits = _DIG2BYTES[n] * 8
+            shift -= bits
+            side.append((shift, (1 << bits) - 1, 10**n, n))
+        out.append(tuple(side))
+    return size, out[0], out[1]
+
+
+def decode_bin(data: bytes, precision: int, frac: int, offset: int = 0) -> tuple[decimal.Decimal, int]:
+    """Decode the binary form at ``data[offset:]``; returns (value, end offset).
+
+    The form is read as one big-endian integer and split into its words by
+    shifts; the value is spelled as its digits and parsed, so the Decimal is
+    the one the text ``[-]int.frac`` gives (``-0.00`` included).
+    """
+    size, int_words, frac_words = _words(precision, frac)
+    raw = data[offset : offset + size]
     if len(raw) != size:
         raise DecimalFormatError(f"DECIMAL({precision},{frac}) needs {size} bytes, have {len(raw)}")
-    negative = not raw[0] & 0x80
-    raw[0] ^= 0x80
+    bits = size * 8
+    number = int.from_bytes(raw, "big") ^ (1 << (bits - 1))
+    negative = bool(number >> (bits - 1))  # the sign bit was clear: negative, stored inverted
     if negative:
-        raw = bytearray(b ^ 0xFF for b in raw)
-    pos = 0
-    parts: list[str] = []
-    for side, words in zip(("int", "frac"), sides, strict=True):
-        text = ""
-        for n in words:
-            nbytes = _DIG2BYTES[n]
-            word = int.from_bytes(raw[pos : pos + nbytes], "big")
-            pos += nbytes
-            if word >= 10**n:
-                raise DecimalFormatError(f"corrupt DECIMAL({precision},{frac}) {side} word {word}")
-            text += str(word).rjust(n, "0")
-        parts.append(text)
-    literal = (parts[0].lstrip("0") or "0") + ("." + parts[1] if frac else "")
-    result = decimal.Decimal(("-" if negative else "") + literal)
-    return result, offset + size
+        number ^= (1 << bits) - 1
+    whole = 0
+    for shift, mask, limit, _ in int_words:
+        word = (number >> shift) & mask
+        if word >= limit:
+            raise DecimalFormatError(f"corrupt DECIMAL({precision},{frac}) int word {word}")
+        whole = whole * limit + word
+    text = ("-" if negative else "") + str(whole)
+    if frac:
+        fraction = 0
+        for shift, mask, limit, _ in frac_words:
+            word = (number >> shift) & mask
+            if word >= limit:
+                raise DecimalFormatError(f"corrupt DECIMAL({precision},{frac}) frac word {word}")
+            fraction = fraction * limit + word
+        text += f".{fraction:0{frac}d}"
+    return decimal.Decimal(text), offset + size
 
 
 def encode_row_decimal(value: decimal.Decimal, precision: int, frac: int) -> bytes:
     """``[precision][frac][binary]``: a DECIMAL inside a row value."""
     return bytes([precision, frac]) + encode_bin(value, precision, frac)
+
+
+def decode_row_value(data: bytes) -> decimal.Decimal:
+    """A whole DECIMAL column value of a v2 row (``[precision][frac][binary]``, nothing after).
+
+    :func:`decode_row_decimal` at offset 0 plus the check that the value ends
+    there, in one call: the same Decimal, the same errors.
+    """
+    if len(data) < 2:
+        raise DecimalFormatError("DECIMAL value shorter than its precision and scale bytes")
+    dec, end = decode_bin(data, data[0], data[1], 2)
+    if end != len(data):
+        raise DecimalFormatError(f"{len(data) - end} stray bytes after a DECIMAL value")
+    return dec
 
 
 def decode_row_decimal(data: bytes, offset: int = 0) -> tuple[decimal.Decimal, int]:

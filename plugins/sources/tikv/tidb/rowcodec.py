@@ -42,6 +42,7 @@ __all__ = [
     "RawRow",
     "RowFormatError",
     "V1Row",
+    "check_tail",
     "decode_column",
     "decode_row",
     "encode_row",
@@ -140,7 +141,7 @@ def _decode_v2(data: bytes) -> dict[int, bytes | None]:
         if cid in row:
             raise RowFormatError(f"v2 row lists column {cid} as both null and not null")
         row[cid] = None
-    _check_tail(flags, payload[start:])
+    check_tail(flags, payload[start:])
     return row
 
 
@@ -148,7 +149,8 @@ def _ascending(ids: tuple[int, ...]) -> bool:
     return all(a < b for a, b in itertools.pairwise(ids))
 
 
-def _check_tail(flags: int, tail: bytes) -> None:
+def check_tail(flags: int, tail: bytes) -> None:
+    """Check what follows the last value of a v2 row: nothing, or exactly its checksum."""
     if not flags & FLAG_CHECKSUM:
         if tail:
             raise RowFormatError(f"{len(tail)} stray bytes after the v2 row data")

@@ -156,7 +156,19 @@ def value_decoder(ft: FieldType) -> Callable[[bytes], Any]:
     if tp in TIME_TYPES:
         date_only = tp in (TypeCode.DATE, TypeCode.NEWDATE)
         utc = tp == TypeCode.TIMESTAMP
-        return lambda data: _decode_time_as(data, date_only, utc)
+        packed_unpackers = {size: struct.Struct(fmt).unpack for size, fmt in _UINT_FORMATS.items()}
+        unpack_time = timecodec.unpack_time
+
+        def decode_time(data: bytes) -> dt.date | dt.datetime | str:
+            unpack = packed_unpackers.get(len(data))
+            if unpack is None:
+                raise ValueFormatError(f"an integer value must be 1, 2, 4 or 8 bytes, got {len(data)}")
+            try:
+                return unpack_time(unpack(data)[0], date_only=date_only, utc=utc)
+            except timecodec.TimeFormatError as e:
+                raise ValueFormatError(str(e)) from None
+
+        return decode_time
     decoder = _DECODERS.get(tp)
     if decoder is not None:
         return decoder
@@ -168,13 +180,6 @@ def _decode_utf8(data: bytes) -> str:
         return bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueFormatError(f"string value is not valid UTF-8 ({e})") from None
-
-
-def _decode_time_as(data: bytes, date_only: bool, utc: bool) -> dt.date | dt.datetime | str:
-    try:
-        return timecodec.unpack_time(_decode_int(data, True), date_only=date_only, utc=utc)
-    except timecodec.TimeFormatError as e:
-        raise ValueFormatError(str(e)) from None
 
 
 def _decode_string(ft: FieldType, data: bytes) -> str | bytes:
@@ -199,12 +204,9 @@ def _decode_time(tp: int, data: bytes) -> dt.date | dt.datetime | str:
 
 def _decode_decimal(data: bytes) -> decimal.Decimal:
     try:
-        dec, end = mydecimal.decode_row_decimal(data)
+        return mydecimal.decode_row_value(data)
     except mydecimal.DecimalFormatError as e:
         raise ValueFormatError(str(e)) from None
-    if end != len(data):
-        raise ValueFormatError(f"{len(data) - end} stray bytes after a DECIMAL value")
-    return dec
 
 
 def _decode_json(data: bytes) -> str:

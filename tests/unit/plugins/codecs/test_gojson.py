@@ -32,6 +32,14 @@ def test_float32_uses_float32_shortest_digits():
     assert go_json(0.10000000149011612) == b"0.10000000149011612"
 
 
+def test_the_largest_float32_is_written_as_go_writes_it():
+    # strconv.FormatFloat(math.MaxFloat32, 'e', -1, 32): its shortest text is above the
+    # value itself, and still parses back to it as a float32.
+    largest = 3.4028234663852886e38
+    assert go_json([GoFloat32(largest), GoFloat32(-largest)]) == b"[3.4028235e+38,-3.4028235e+38]"
+    assert go_json(GoFloat32(3.4e38)) == b"3.4e+38"
+
+
 def test_nan_and_inf_are_zero():
     assert go_json([math.nan, math.inf, -math.inf]) == b"[0,0,0]"
 

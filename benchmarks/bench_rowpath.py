@@ -1,0 +1,218 @@
+"""Per-row CPU cost of a task: mounting the playground's shop rows, and encoding them as Open Protocol.
+
+Run:  .venv/bin/python benchmarks/bench_rowpath.py [--rows N] [--rounds R] [--profile mount|encode]
+
+Builds ``N`` raw writes spread over the three ``shop`` tables (the
+playground workload's schema: ints, unsigned, varchar, decimal, double,
+datetime, timestamp, duration, enum, JSON, nullable columns; one insert in
+two, then updates with old values and deletes), all committed in one batch's
+ts range with two schema versions of each table, and measures in each round,
+in one process:
+
+* mount — the batch mounter a Spark task gets (:class:`TiDBBatchMounter`):
+  ``mount_many`` over the whole list when the mounter has it, else ``mount``
+  per event;
+* encode — :class:`OpenProtocolCodec.encode_rows` over the mounted rows, in
+  chunks of 4,096 rows (what a task hands its Kafka writer at a time);
+* task — the same events as the event store's Arrow record batches (4,096
+  records each) through a write task's :meth:`RowPlan.rows` (Arrow → raw
+  events → mounted, filtered rows) and the codec: a task's CPU work short of
+  the Kafka client.
+
+It prints rows/s of each (median over rounds), by the wall clock and per
+CPU-second of the process (steadier when other work shares the cores). The
+same file runs against
+another checkout by putting a ``cdcflow`` directory whose ``core`` and
+``plugins`` link to that checkout first on ``PYTHONPATH``, so two builds
+compare under the same machine load. ``--profile`` runs one stage under
+cProfile and prints its top costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pickle
+import pstats
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from cdcflow.core.data.events import RawKVEvent, RowChange, Span
+from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
+from cdcflow.core.data.pipeline.tasks import RowPlan
+from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
+from cdcflow.plugins.sources.playground.catalog import Column
+from cdcflow.plugins.sources.playground.shop import SHOP_TABLES, random_value
+from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
+from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBBatchMounter
+from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBDatabase, TiDBTable
+from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
+
+#: Rows handed to a task's writers at a time (core.data.pipeline.tasks).
+CHUNK = 4_096
+FIRST_TABLE_ID = 100
+
+
+def build(rows: int, seed: int = 7) -> tuple[TiDBBatchMounter, list[RawKVEvent]]:
+    """A batch mounter over the shop tables (two versions each) and ``rows`` raw writes."""
+    rng = random.Random(seed)
+    store = SchemaStore()
+    store.add_database(TiDBDatabase(1, "shop"))
+    tables: list[tuple[int, list[Column]]] = []
+    for i, (name, spec) in enumerate(sorted(SHOP_TABLES.items())):
+        table_id = FIRST_TABLE_ID + i
+        columns = [Column(n + 1, col_name, ft) for n, (col_name, ft) in enumerate(spec)]
+        tidb = TiDBTable(
+            table_id,
+            name,
+            tuple(TiDBColumn(c.id, c.name, offset, c.ft) for offset, c in enumerate(columns)),
+            pk_is_handle=True,
+        )
+        for ts in (10, 1_000 + rows):  # a second version mid-batch: rows above it use it
+            store.add_table(1, "shop", tidb, ts)
+        tables.append((table_id, columns))
+    snapshot = store.snapshot(0, 10_000 + 4 * rows)
+    events: list[RawKVEvent] = []
+    live: dict[int, list[tuple[int, bytes]]] = {tid: [] for tid, _ in tables}
+    for n in range(rows):
+        table_id, columns = tables[n % len(tables)]
+        span = Span(table_id, *keys.table_record_span(table_id))
+        commit_ts = 2_000 + 2 * n
+        rows_of = live[table_id]
+        choice = rng.random()
+        value = rowcodec.encode_row({c.id: (c.ft, random_value(rng, c)) for c in columns[1:]})
+        if not rows_of or choice < 0.5:
+            handle = len(rows_of) + 1 + 1_000_000 * n
+            rows_of.append((handle, value))
+            events.append(RawKVEvent(span, keys.record_key(table_id, handle), value, b"", commit_ts - 1, commit_ts))
+        elif choice < 0.85:
+            i = rng.randrange(len(rows_of))
+            handle, old = rows_of[i]
+            rows_of[i] = (handle, value)
+            key = keys.record_key(table_id, handle)
+            events.append(RawKVEvent(span, key, value, old, commit_ts - 1, commit_ts))
+        else:
+            handle, old = rows_of.pop(rng.randrange(len(rows_of)))
+            key = keys.record_key(table_id, handle)
+            events.append(RawKVEvent(span, key, b"", old, commit_ts - 1, commit_ts, delete=True))
+    return snapshot_mounter(snapshot), events
+
+
+def snapshot_mounter(snapshot: SchemaStore) -> TiDBBatchMounter:
+    return TiDBBatchMounter(snapshot)
+
+
+def mount_all(mounter: TiDBBatchMounter, events: Sequence[RawKVEvent]) -> list[RowChange]:
+    many = getattr(mounter, "mount_many", None)
+    mounted: list[Any] = many(events) if many is not None else [mounter.mount(e) for e in events]
+    rows = [r for r in mounted if r is not None]
+    if len(rows) != len(events):
+        raise SystemExit(f"{len(events) - len(rows)} events did not mount")
+    return rows
+
+
+def encode_all(codec: OpenProtocolCodec, rows: Sequence[RowChange]) -> int:
+    messages = 0
+    for i in range(0, len(rows), CHUNK):
+        messages += len(codec.encode_rows(rows[i : i + CHUNK]))
+    return messages
+
+
+def record_batches(events: Sequence[RawKVEvent]) -> tuple[dict[int, Span], list[pa.RecordBatch]]:
+    """The events as the event store's records (span id = table id), in Arrow batches of CHUNK."""
+    spans = {e.span.table_id: e.span for e in events}
+    records = [record_from_event(e, e.span.table_id, _NoIds()) for e in events]
+    return spans, [records_to_batch(records[i : i + CHUNK]) for i in range(0, len(records), CHUNK)]
+
+
+class _NoIds:
+    def id_of(self, schema: object) -> int:
+        return -1
+
+
+def run_task(plan: RowPlan, batches: Sequence[pa.RecordBatch], codec: OpenProtocolCodec) -> int:
+    rows = 0
+    for mounted in plan.rows(batches):
+        codec.encode_rows(mounted)
+        rows += len(mounted)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=60_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", choices=("mount", "encode", "task"), help="profile one stage instead")
+    args = parser.parse_args()
+    mounter, events = build(args.rows)
+    rows = mount_all(pickle.loads(pickle.dumps(mounter)), events)
+    spans, batches = record_batches(events)
+    with tempfile.TemporaryDirectory() as store_dir:
+
+        def task_plan() -> RowPlan:
+            return RowPlan("bench", store_dir, spans, pickle.loads(pickle.dumps(mounter)), TableFilter())
+
+        measure(args, mounter, events, rows, batches, task_plan)
+
+
+def measure(
+    args: argparse.Namespace,
+    mounter: TiDBBatchMounter,
+    events: list[RawKVEvent],
+    rows: list[RowChange],
+    batches: list[pa.RecordBatch],
+    task_plan: Callable[[], RowPlan],
+) -> None:
+    if args.profile:
+        profiler = cProfile.Profile()
+        codec = OpenProtocolCodec(OpenProtocolConfig())
+        profiler.enable()
+        if args.profile == "mount":
+            mount_all(pickle.loads(pickle.dumps(mounter)), events)
+        elif args.profile == "encode":
+            encode_all(codec, rows)
+        else:
+            run_task(task_plan(), batches, codec)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return
+    rates: dict[str, list[float]] = {
+        "mount": [],
+        "encode": [],
+        "task": [],
+        "mount cpu": [],
+        "encode cpu": [],
+        "task cpu": [],
+    }
+    for _ in range(args.rounds):
+        task_mounter = pickle.loads(pickle.dumps(mounter))  # a new task: nothing cached yet
+        start, cpu = time.perf_counter(), time.process_time()
+        rows = mount_all(task_mounter, events)
+        rates["mount"].append(len(events) / (time.perf_counter() - start))
+        rates["mount cpu"].append(len(events) / (time.process_time() - cpu))
+        codec = OpenProtocolCodec(OpenProtocolConfig())
+        start, cpu = time.perf_counter(), time.process_time()
+        encode_all(codec, rows)
+        rates["encode"].append(len(rows) / (time.perf_counter() - start))
+        rates["encode cpu"].append(len(rows) / (time.process_time() - cpu))
+        plan = task_plan()
+        start, cpu = time.perf_counter(), time.process_time()
+        if run_task(plan, batches, OpenProtocolCodec(OpenProtocolConfig())) != len(events):
+            raise SystemExit("the task path lost rows")
+        rates["task"].append(len(events) / (time.perf_counter() - start))
+        rates["task cpu"].append(len(events) / (time.process_time() - cpu))
+    print(f"rows={args.rows} rounds={args.rounds} (cpu: rows per CPU-second of this process)")
+    for name, values in rates.items():
+        rounds = ", ".join(f"{r:,.0f}" for r in values)
+        print(f"{name + ':':12}{statistics.median(values):,.0f} rows/s  (rounds: {rounds})")
+
+
+if __name__ == "__main__":
+    main()
