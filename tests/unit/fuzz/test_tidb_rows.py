@@ -369,3 +369,23 @@ def test_json_column_nested_too_deep_is_a_row_decode_error() -> None:
     with pytest.raises(RowDecodeError, match="nested deeper than") as info:
         MOUNTER.mount_row(RawKVEvent(SPAN, key, rowcodec.encode_row_raw({17: doc}), b"", 900, 77, False))
     assert info.value.detail["key"] == key.hex() and info.value.detail["commit_ts"] == 77
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # v1: column 1 (the PK-is-handle `id`) given as NULL in the value.
+        bytes.fromhex("03" + "00" * 8 + "00" + "03" + "8000000000000001" + "00"),
+        # v2: column 1 given as NULL, column 2 with a value.
+        rowcodec.encode_row_raw({1: None, 2: b"\x05"}),
+        # v2: column 1 given with another value than the key's handle.
+        rowcodec.encode_row_raw({1: (99).to_bytes(8, "little", signed=True)}),
+    ],
+    ids=["v1-null", "v2-null", "v2-other"],
+)
+def test_the_pk_handle_column_is_the_keys_handle_whatever_the_value_holds(value: bytes) -> None:
+    """TiDB does not write the PK-is-handle column into the value and reads it from the key
+    (as TiCDC's mounter does): a value that holds it does not change it."""
+    change = _mount(row_key(7), value)
+    assert change is not None and change.after is not None
+    assert change.after["id"] == 7

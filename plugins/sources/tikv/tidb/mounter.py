@@ -139,15 +139,17 @@ def _layout(plan: _Plan, header: bytes, n_not_null: int) -> _Layout | None:
     pk = plan.pk_handle
     for j, col in enumerate(plan.columns):
         namespace[f"n{j}"] = col.name
-        if col.id in position:
+        if pk is not None and col.name == pk.name:
+            # The key's handle, also when the value holds the column (TiDB does not
+            # write it there; a value that does is not what TiDB reads back).
+            items.append(f"n{j}: handle")
+        elif col.id in position:
             i = position[col.id]
             namespace[f"d{j}"] = col.decode
             start = f"{base} + e{i - 1}" if i else f"{base}"
             items.append(f"n{j}: d{j}(value[{start} : {base} + e{i}])")
         elif col.id in null_ids:
             items.append(f"n{j}: None")
-        elif pk is not None and col.name == pk.name:
-            items.append(f"n{j}: handle")
         else:
             namespace[f"k{j}"] = col.column.origin_default_value()
             items.append(f"n{j}: k{j}")
@@ -318,10 +320,13 @@ class TiDBMounter(Mounter):
             raise self._error(RowDecodeError, "malformed row value", event, version, e) from e
         from_key: dict[str, Any] | None = None  # only built when a column is not in the value
         image: dict[str, Any] = {}
+        # The PK-is-handle column is the key's handle, whatever the value holds for it
+        # (TiDB does not write it there; TiDB and TiCDC read it from the key).
+        pk_name = plan.pk_handle.name if plan.pk_handle is not None and isinstance(record.handle, int) else None
         col = None
         try:
             for col in plan.columns:
-                raw = row.get(col.id, _MISSING)
+                raw = _MISSING if col.name == pk_name else row.get(col.id, _MISSING)
                 if raw is None:
                     image[col.name] = None
                 elif raw is _MISSING:
