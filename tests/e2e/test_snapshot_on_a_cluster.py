@@ -196,19 +196,25 @@ def test_a_capture_killed_mid_snapshot_has_its_ranges_read_by_the_other(env: Env
         until_sync(lambda: all(ranges_read(s) for s in servers), timeout=CATCH_UP, interval=0.5, message="both reading")
         survivor = maintainer_of(servers)
         victim = next(s for s in servers if s is not survivor)
+        survivor_id = survivor.status()["id"]  # type: ignore[index]
         before = ranges_read(survivor)
         victim.kill()
         in_flight = ranges_read(victim)
         assert in_flight and not in_flight & before, (in_flight, before)
-        # The dead capture's ranges are placed on the survivor, which starts reading them.
-        until_sync(
-            lambda: in_flight <= ranges_read(survivor), timeout=CATCH_UP, interval=0.5, message="ranges re-placed"
-        )
+
+        def all_on_survivor() -> bool:
+            items = survivor.get(f"/api/v2/changefeeds/{CF}/tables")["items"]
+            ranges = [i for i in items if i["table_id"] < 0]  # snapshot ranges: the table id negated
+            return bool(ranges) and all(i["primary"] == survivor_id and i["state"] == "replicating" for i in ranges)
+
+        # The dead capture's ranges are placed on the survivor (reads still wait on the stores).
+        until_sync(all_on_survivor, timeout=CATCH_UP, interval=0.5, message="ranges placed on the survivor")
         env.pg.kv_faults.clear()
         env.pg.start_workload(RATE)
         time.sleep(3)
         env.pg.stop_workload()
         checkpoint = wait_checkpoint(env, [survivor], env.pg.now())
+        assert in_flight <= ranges_read(survivor), "the survivor read the ranges the dead capture was reading"
         assert_files_equal(env, out, checkpoint)
     finally:
         env.pg.kv_faults.clear()

@@ -45,6 +45,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -101,6 +102,8 @@ _BACKPRESSURE_POLL = 0.05
 DEFAULT_PUBLISH_INTERVAL = 0.1
 #: Seconds without a span joining before an initial snapshot plans its spans.
 _SNAPSHOT_SETTLE = 1.0
+#: Snapshot ranges read and delivered at once on one capture (Spark runs their parts as it has cores).
+_RANGE_THREADS = 4
 #: See :attr:`PipelineContext.stall_timeout`.
 DEFAULT_STALL_TIMEOUT = 30.0
 
@@ -302,6 +305,10 @@ class PipelineSpanExecutor(SpanExecutor):
         #: A pipeline built (sinks open) to deliver snapshot ranges, its query not started yet.
         self._built: ChangefeedPipeline | None = None
         self._build_lock = threading.Lock()
+        #: Threads of their own for the ranges' reads and deliveries, which wait on Spark for
+        #: as long as a range takes: in the event loop's default pool they would starve the
+        #: capture's other work there (its metastore session's keepalive among it).
+        self._range_threads: ThreadPoolExecutor | None = None
 
     # -- SpanExecutor ----------------------------------------------------------------
 
@@ -427,6 +434,9 @@ class PipelineSpanExecutor(SpanExecutor):
         built, self._built = self._built, None
         if pipeline is None and built is not None:
             pipeline = built  # delivered snapshot ranges only: its sinks are closed below
+        if self._range_threads is not None:
+            self._range_threads.shutdown(wait=False, cancel_futures=True)
+            self._range_threads = None
         tasks = [s.feed for s in self._spans.values() if s.feed is not None]
         if self._publisher is not None:
             tasks.append(self._publisher)
@@ -709,7 +719,11 @@ class PipelineSpanExecutor(SpanExecutor):
                         await asyncio.to_thread(snapshot.keep_plan, plan, spans)
                     else:
                         plan, spans = kept
-                    await asyncio.to_thread(self._deliver_range, loop, read.span, snapshot, plan, spans)
+                    if self._range_threads is None:
+                        self._range_threads = ThreadPoolExecutor(_RANGE_THREADS, thread_name_prefix="snapshot-range")
+                    await loop.run_in_executor(
+                        self._range_threads, self._deliver_range, loop, read.span, snapshot, plan, spans
+                    )
                 read.done = True
                 self._range_error = None
                 return
