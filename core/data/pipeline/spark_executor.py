@@ -140,6 +140,10 @@ class _LoadedRange:
     done: bool = False
     snapshot: InitialSnapshot | None = None
 
+    def stopping(self) -> bool:
+        """Whether it is being removed (set by the event loop while its read runs)."""
+        return self.state is SpanState.STOPPING
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineContext:
@@ -421,7 +425,7 @@ class PipelineSpanExecutor(SpanExecutor):
     async def close(self) -> None:
         self._closing.set()  # a start being retried gives up
         for span in list(self._ranges):
-            await self._remove_range(span)
+            await self._remove_range(span, closing=True)
         if self._starting is not None:
             if self.snapshot is not None and self._spark is not None and not self._starting.done():
                 self.snapshot.cancel(self._spark)  # a snapshot being read: its parts read so far stay
@@ -686,14 +690,20 @@ class PipelineSpanExecutor(SpanExecutor):
             read.task = asyncio.create_task(self._read_range(read), name=f"snapshot {span}")
         return True
 
-    async def _remove_range(self, span: Span) -> int | None:
+    async def _remove_range(self, span: Span, *, closing: bool = False) -> int | None:
+        """Stop reading the range: its Spark job is cancelled (the parts read so far stay
+        read). Stopped once its read or delivery in progress ended (None until then), so
+        that no delivery of it can follow its removal; when the executor closes, at once."""
         read = self._ranges.get(span)
         if read is None:
             return self._removed.get(span)
-        read.state = SpanState.STOPPING
+        if read.state is not SpanState.STOPPING:
+            read.state = SpanState.STOPPING
+            if read.task is not None and not read.task.done() and read.snapshot is not None and self._spark is not None:
+                read.snapshot.cancel(self._spark)
         if read.task is not None and not read.task.done():
-            if read.snapshot is not None and self._spark is not None:
-                read.snapshot.cancel(self._spark)  # the parts read so far stay read
+            if not closing:
+                return None
             read.task.cancel()
             await asyncio.gather(read.task, return_exceptions=True)
         del self._ranges[span]
@@ -709,7 +719,7 @@ class PipelineSpanExecutor(SpanExecutor):
         read.snapshot = snapshot
         loop = asyncio.get_running_loop()
         delay = FIRST_RETRY_DELAY
-        while not self._closing.is_set():
+        while not self._closing.is_set() and not read.stopping():
             try:
                 if not snapshot.done:
                     kept = snapshot.plan()
@@ -721,16 +731,16 @@ class PipelineSpanExecutor(SpanExecutor):
                         plan, spans = kept
                     if self._range_threads is None:
                         self._range_threads = ThreadPoolExecutor(_RANGE_THREADS, thread_name_prefix="snapshot-range")
-                    await loop.run_in_executor(
-                        self._range_threads, self._deliver_range, loop, read.span, snapshot, plan, spans
-                    )
+                    await loop.run_in_executor(self._range_threads, self._deliver_range, loop, read, plan, spans)
+                if read.stopping():
+                    return
                 read.done = True
                 self._range_error = None
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self._closing.is_set() or read.state is SpanState.STOPPING:
+                if self._closing.is_set() or read.stopping():
                     return
                 self._range_error = exc
                 if not is_retryable(exc):
@@ -743,16 +753,16 @@ class PipelineSpanExecutor(SpanExecutor):
                 delay = min(delay * 2, MAX_RETRY_DELAY)
 
     def _deliver_range(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        span: Span,
-        snapshot: InitialSnapshot,
-        plan: SnapshotPlan,
-        spans: dict[int, Span],
+        self, loop: asyncio.AbstractEventLoop, read: _LoadedRange, plan: SnapshotPlan, spans: dict[int, Span]
     ) -> None:
+        snapshot = read.snapshot
+        assert snapshot is not None
         pipeline = self.pipeline or self._build_pipeline(loop)
         rows = snapshot.read(self._spark, plan)
-        written = pipeline.deliver_snapshot(snapshot.frame(self._spark), snapshot.ts, rows, spans, range_batch_id(span))
+        if read.stopping():
+            return  # removed while it was read: its new capture delivers it
+        frame = snapshot.frame(self._spark)
+        written = pipeline.deliver_snapshot(frame, snapshot.ts, rows, spans, range_batch_id(read.span))
         snapshot.delivered(written)
 
     def _start_session(self) -> Any:
