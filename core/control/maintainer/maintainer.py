@@ -35,7 +35,9 @@ balance, and a capture's unfinished ranges placed again when it dies: the new
 capture reads them from scratch); each capture reads the ranges it is given
 in Spark tasks and delivers each to every sink at T, then reports it done.
 Only when every range is done does the maintainer give the scheduler the
-tables' spans, added from T: their changes above T reach the sinks after every
+tables' spans, added from T (a new maintainer that finds a table's span
+running on a capture knows an earlier one got that far, and places the tables
+at once): their changes above T reach the sinks after every
 snapshot row of their table, which is what upserting sinks need (a snapshot
 row delivered late would overwrite a newer value). Meanwhile the checkpoint
 stays T, so the GC safepoint protects T. The requests carry the changefeed
@@ -60,15 +62,16 @@ from typing import Any
 
 from cdcflow.core.control.changefeed import ChangeFeedInfo
 from cdcflow.core.control.coordinator.spec import connector_for
-from cdcflow.core.control.maintainer.placement import Placement
+from cdcflow.core.control.maintainer.placement import Placement, decode
 from cdcflow.core.control.maintainer.tables import ChangefeedTables
 from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.messages import MaintainerStatus, SchedulingMessage, Topic
-from cdcflow.core.control.scheduling import ReplicationState, Scheduler, SpanReplication, Watermark
+from cdcflow.core.control.scheduling import HeartbeatResponse, ReplicationState, Scheduler, SpanReplication, Watermark
 from cdcflow.core.data.events import ResolvedEvent, Span, TableSetChange
 from cdcflow.core.data.filter import TableFilter
-from cdcflow.core.data.snapshot_ranges import range_done_ts, snapshot_range
+from cdcflow.core.data.snapshot_ranges import is_snapshot_range, range_done_ts, snapshot_range
 from cdcflow.core.data.source import Source
+from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError, NotAvailableError
 from cdcflow.core.plugin.manager import PluginManager
 
@@ -76,6 +79,8 @@ __all__ = ["Maintainer"]
 
 log = logging.getLogger(__name__)
 TICK = 0.1
+#: Span states that do not show a span runs on a capture.
+_IDLE = frozenset({SpanState.ABSENT, SpanState.STOPPING, SpanState.STOPPED})
 
 
 class Maintainer:
@@ -321,7 +326,25 @@ class Maintainer:
         if message.error is not None:
             self._fail(message.error)
         elif message.payload is not None:
+            if self.snapshot_ranges is not None:
+                self._streaming_seen(message.payload)
             self.placement.receive(message.payload)
+
+    def _streaming_seen(self, payload: dict[str, Any]) -> None:
+        """A capture reports a table's span of this changefeed loaded: an earlier maintainer
+        placed the tables, which it does only once every range is delivered, so the snapshot
+        is done and its ranges are not placed again (their rows would follow changes above T)."""
+        assert self.placement is not None and self.tables is not None
+        message = decode(payload)
+        if not isinstance(message, HeartbeatResponse) or not self.placement.scheduler.accepts(message):
+            return
+        if any(not is_snapshot_range(s.span) and s.state not in _IDLE for s in message.spans):
+            log.info(
+                "changefeed %s: capture %s already runs its tables: the snapshot was delivered; placing the tables",
+                *(self.info.id, message.capture_id),
+            )
+            self.snapshot_ranges = None
+            self.placement.set_spans(self.tables.spans())
 
     def move_table(self, table_id: int, target_capture: str) -> list[Span]:
         """Queue a move of the table's spans (``Scheduler.move_table``); the next ticks carry it out."""
