@@ -11,6 +11,12 @@ another capture, so a new maintainer adopts the running spans. Every tick
 maintainer that sent the newest request. An executor error is reported to it
 instead (the maintainer, then the coordinator, decide what it means).
 
+A newer maintainer whose requests declare the changefeed with
+``initial_snapshot`` the other way than the executor was made with (the
+snapshot taken by each capture for its spans, or its ranges placed on the
+cluster: :mod:`cdcflow.core.control.maintainer.maintainer`) gets a fresh
+executor, as one after an executor error does.
+
 Requests carry the changefeed's barrier (``SchedulingMessage.barrier_ts``);
 the agent passes it to the executor before it acts on the request, so a span
 it adds never publishes past it: the newest epoch's barrier replaces an older
@@ -56,6 +62,8 @@ class _Run:
     error_sent: bool = False
     #: The newest barrier taken, as (epoch, ts): the executor publishes nothing above ts.
     barrier: tuple[int, int] | None = None
+    #: Whether the executor was made to take an initial snapshot of its own spans.
+    initial_snapshot: bool = False
 
 
 class SpanHost:
@@ -97,7 +105,7 @@ class SpanHost:
         if message.epoch <= self._removed.get(message.changefeed_id, 0):
             return
         run = self.runs.get(message.changefeed_id)
-        if run is not None and message.epoch > run.epoch and run.executor.error() is not None:
+        if run is not None and message.epoch > run.epoch and self._replaced(run, message):
             await self._close(message.changefeed_id)  # a new incarnation starts on a fresh executor
             run = None
         if run is None:
@@ -113,6 +121,17 @@ class SpanHost:
         removed = isinstance(request, DispatchTableRequest) and isinstance(request.task, RemoveSpan)
         if removed and not run.executor.spans() and not run.agent.pending:
             await self._close(message.changefeed_id)
+
+    @staticmethod
+    def _replaced(run: _Run, message: SchedulingMessage) -> bool:
+        """Whether a newer maintainer's request needs a fresh executor: the running one
+        failed, or it was made for the other way of taking the initial snapshot (its
+        own spans, or the ranges the maintainer places on the cluster)."""
+        if run.executor.error() is not None:
+            return True
+        if message.info is None:
+            return False
+        return bool(message.info.get("initial_snapshot", False)) != run.initial_snapshot
 
     @staticmethod
     async def _take_barrier(run: _Run, message: SchedulingMessage) -> None:
@@ -141,6 +160,7 @@ class SpanHost:
             self.center.send(message.sender, Topic.MAINTAINER, reply)
             return None
         run = _Run(Agent(message.changefeed_id, self.capture_id, executor), executor, message.sender, message.epoch)
+        run.initial_snapshot = info.initial_snapshot
         self.runs[message.changefeed_id] = run
         return run
 

@@ -89,6 +89,13 @@ class SnapshotTask(abc.ABC):
         plan was asked for. Raises a CdcflowError (retryable when the upstream may
         recover: the phase is retried, the parts already read are kept)."""
 
+    def key_range(self) -> Span | None:
+        """The table and raw key range ``[start, end)`` this part reads, or None when the
+        source cannot say. A changefeed on a cluster of captures places the parts of its
+        snapshot on the captures by these ranges (:mod:`cdcflow.core.data.snapshot_ranges`);
+        a plan with a part that names none is read by one capture."""
+        return None
+
 
 @dataclass(frozen=True)
 class SnapshotPlan:

@@ -24,6 +24,28 @@ not after the coordinator persisted it (``CheckpointTsMessage``): persisting
 decides where a restart resumes, not whether rows were written, and the
 persisted value is never above it.
 
+**An initial snapshot shared by a cluster.** A changefeed with
+``initial-snapshot: true`` whose checkpoint is still its start ts T, started
+while more than one capture is alive, has its snapshot read by all of them:
+the maintainer has the source plan the snapshot (one part per region or key
+range, each naming its key range: ``SnapshotTask.key_range``) and gives the
+scheduler those ranges (:mod:`cdcflow.core.data.snapshot_ranges`) instead of
+the tables' spans. The scheduler places them like spans (two-phase add,
+balance, and a capture's unfinished ranges placed again when it dies: the new
+capture reads them from scratch); each capture reads the ranges it is given
+in Spark tasks and delivers each to every sink at T, then reports it done.
+Only when every range is done does the maintainer give the scheduler the
+tables' spans, added from T (a new maintainer that finds a table's span
+running on a capture knows an earlier one got that far, and places the tables
+at once): their changes above T reach the sinks after every
+snapshot row of their table, which is what upserting sinks need (a snapshot
+row delivered late would overwrite a newer value). Meanwhile the checkpoint
+stays T, so the GC safepoint protects T. The requests carry the changefeed
+with ``initial_snapshot`` off, so that no executor takes a snapshot of its own
+spans on top. With one capture alive (``cdcflow run``), or a source that cannot
+name its parts' key ranges, the capture running the spans copies them before
+streaming them, as before (:mod:`cdcflow.core.data.pipeline.snapshot`).
+
 Errors of the source, the scheduler or an executor are kept as the
 maintainer's error and reported in its status; the coordinator decides what
 they mean for the changefeed.
@@ -33,20 +55,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from cdcflow.core.control.changefeed import ChangeFeedInfo
 from cdcflow.core.control.coordinator.spec import connector_for
-from cdcflow.core.control.maintainer.placement import Placement
+from cdcflow.core.control.maintainer.placement import Placement, decode
 from cdcflow.core.control.maintainer.tables import ChangefeedTables
 from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.messages import MaintainerStatus, SchedulingMessage, Topic
-from cdcflow.core.control.scheduling import Scheduler, SpanReplication, Watermark
+from cdcflow.core.control.scheduling import HeartbeatResponse, ReplicationState, Scheduler, SpanReplication, Watermark
 from cdcflow.core.data.events import ResolvedEvent, Span, TableSetChange
 from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.snapshot_ranges import is_snapshot_range, range_done_ts, snapshot_range
 from cdcflow.core.data.source import Source
+from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError, NotAvailableError
 from cdcflow.core.plugin.manager import PluginManager
 
@@ -54,6 +79,8 @@ __all__ = ["Maintainer"]
 
 log = logging.getLogger(__name__)
 TICK = 0.1
+#: Span states that do not show a span runs on a capture.
+_IDLE = frozenset({SpanState.ABSENT, SpanState.STOPPING, SpanState.STOPPED})
 
 
 class Maintainer:
@@ -85,6 +112,11 @@ class Maintainer:
         self._sent_barrier: int | None = None
         #: What blocks progress now (BlockStatus), "" when nothing does.
         self.block_reason = ""
+        #: The snapshot ranges placed instead of the tables' spans until all are done
+        #: (None: no snapshot shared by the cluster, or it is done).
+        self.snapshot_ranges: frozenset[Span] | None = None
+        #: The changefeed as the agents are told it (initial_snapshot off while ranges are placed).
+        self._agent_info = info
 
     @property
     def changefeed_id(self) -> str:
@@ -145,13 +177,48 @@ class Maintainer:
             listed = await source.tables_at(self.checkpoint_ts)
         tables = {t: await source.spans_for(t) for t in listed if table_filter.matches(t.schema, t.table)}
         self.tables = ChangefeedTables(table_filter, tables, trigger, self.checkpoint_ts)
+        ranges = await self._plan_snapshot(source, trigger)
         if changes is None:
             await self._release_source()
         else:
             self._follower = asyncio.create_task(
                 self._follow(source, changes, table_filter), name=f"table-changes-{self.info.id}-{self.epoch}"
             )
-        return Placement(scheduler, self.info.id, self.epoch, self.tables.spans())
+        return Placement(scheduler, self.info.id, self.epoch, ranges or self.tables.spans())
+
+    async def _plan_snapshot(self, source: Source[Any], trigger: Span | None) -> list[Span]:
+        """The snapshot ranges to place on the cluster (see the module docs), or [] when
+        the capture running each span copies it itself."""
+        info = self.info
+        if not info.initial_snapshot or self.checkpoint_ts != info.start_ts or len(self.live_captures()) < 2:
+            return []
+        assert self.tables is not None
+        spans = {i: span for i, span in enumerate(self.tables.spans()) if span != trigger and span.table_id > 0}
+        if not spans:
+            return []
+        plan = await source.snapshot_plan(spans, self.checkpoint_ts)
+        keys = [task.key_range() for task in plan.tasks]
+        if any(k is None or k.table_id <= 0 for k in keys):
+            return []
+        ranges = [snapshot_range(k) for k in keys if k is not None]
+        self.snapshot_ranges = frozenset(ranges)
+        self._agent_info = dataclasses.replace(info, initial_snapshot=False)
+        log.info(
+            "changefeed %s: initial snapshot at %d placed on the cluster: %d %ss of %d spans",
+            *(info.id, self.checkpoint_ts, len(ranges), plan.unit, len(spans)),
+        )
+        return ranges
+
+    def _snapshot_done(self) -> bool:
+        """Whether every snapshot range is delivered (then the tables' spans are placed)."""
+        assert self.placement is not None and self.snapshot_ranges is not None
+        done_ts = range_done_ts(self.info.start_ts)
+        done = {
+            r.span
+            for r in self.placement.scheduler.replication_status()
+            if r.span in self.snapshot_ranges and r.state is ReplicationState.REPLICATING and r.resolved_ts >= done_ts
+        }
+        return done >= self.snapshot_ranges
 
     async def _follow(
         self,
@@ -189,7 +256,13 @@ class Maintainer:
     def _tick(self, *, stopping: bool = False) -> None:
         assert self.placement is not None
         tables = self.tables
-        if tables is not None and not stopping and tables.apply_due(self.checkpoint_ts):
+        if self.snapshot_ranges is not None and not stopping and self._snapshot_done():
+            log.info("changefeed %s: every snapshot range delivered; placing the tables", self.info.id)
+            self.snapshot_ranges = None
+            if tables is not None:
+                self.placement.set_spans(tables.spans())
+        due = tables is not None and not stopping and tables.apply_due(self.checkpoint_ts)
+        if due and tables is not None and self.snapshot_ranges is None:
             self.placement.set_spans(tables.spans())
         requests, watermark = self.placement.tick(self.checkpoint_ts, self.live_captures(), stopping=stopping)
         statuses: dict[Span, SpanReplication] = {}
@@ -208,7 +281,7 @@ class Maintainer:
     def _send(self, requests: list[tuple[str, dict[str, Any]]], barrier: int | None) -> None:
         """The scheduler's requests, each with the barrier; a new barrier alone to the
         captures that get no request this tick."""
-        info = self.info.to_json()
+        info = self._agent_info.to_json()
         for capture, payload in requests:
             message = SchedulingMessage(self.capture_id, self.info.id, self.epoch, payload, info, barrier_ts=barrier)
             self.center.send(capture, Topic.MAINTAINER_MANAGER, message)
@@ -222,6 +295,8 @@ class Maintainer:
 
     def _blocked(self) -> str:
         assert self.placement is not None
+        if self.snapshot_ranges is not None:
+            return f"initial snapshot: {len(self.snapshot_ranges)} range(s) placed on the captures, not all delivered"
         absent = self.placement.absent()
         if absent:
             return f"{absent} span(s) not replicating: waiting for a capture to run them"
@@ -251,7 +326,25 @@ class Maintainer:
         if message.error is not None:
             self._fail(message.error)
         elif message.payload is not None:
+            if self.snapshot_ranges is not None:
+                self._streaming_seen(message.payload)
             self.placement.receive(message.payload)
+
+    def _streaming_seen(self, payload: dict[str, Any]) -> None:
+        """A capture reports a table's span of this changefeed loaded: an earlier maintainer
+        placed the tables, which it does only once every range is delivered, so the snapshot
+        is done and its ranges are not placed again (their rows would follow changes above T)."""
+        assert self.placement is not None and self.tables is not None
+        message = decode(payload)
+        if not isinstance(message, HeartbeatResponse) or not self.placement.scheduler.accepts(message):
+            return
+        if any(not is_snapshot_range(s.span) and s.state not in _IDLE for s in message.spans):
+            log.info(
+                "changefeed %s: capture %s already runs its tables: the snapshot was delivered; placing the tables",
+                *(self.info.id, message.capture_id),
+            )
+            self.snapshot_ranges = None
+            self.placement.set_spans(self.tables.spans())
 
     def move_table(self, table_id: int, target_capture: str) -> list[Span]:
         """Queue a move of the table's spans (``Scheduler.move_table``); the next ticks carry it out."""

@@ -347,12 +347,16 @@ class ChangefeedPipeline:
         plan = self._plan(start_ts, end_ts) if expected else None
         return self._deliver_frame(frame, batch_id, start_ts, end_ts, ddl, expected, plan)
 
-    def deliver_snapshot(self, frame: Any, ts: int, expected: int, spans: Mapping[int, Span]) -> int:
+    def deliver_snapshot(
+        self, frame: Any, ts: int, expected: int, spans: Mapping[int, Span], batch_id: int = SNAPSHOT_BATCH_ID
+    ) -> int:
         """Write an initial snapshot — ``frame``: the records (event store's format) of every
         row as of ``ts``, with commit ts ``ts``, of ``spans`` (id → span) — to every sink as
-        one batch with id :data:`SNAPSHOT_BATCH_ID` and ts range ``ts..ts``, mounted with the
-        schema at ``ts``, committed like any batch (``commit_batch``, ``cdcflow_batch_flushed``).
-        Called before :meth:`start`; the store's checkpoint stays ``ts``. Returns the rows written."""
+        one batch with id ``batch_id`` (:data:`SNAPSHOT_BATCH_ID`; a snapshot range placed on
+        a cluster has its own, :func:`~cdcflow.core.data.snapshot_ranges.range_batch_id`) and
+        ts range ``ts..ts``, mounted with the schema at ``ts``, committed like any batch
+        (``commit_batch``, ``cdcflow_batch_flushed``). Called before :meth:`start`; the
+        store's checkpoint stays ``ts``. Returns the rows written."""
         plan = dataclasses.replace(self._plan(ts - 1, ts), spans=dict(spans))
         creates = self._create_tables(plan, ts - 1)
         with self._delivery_lock:
@@ -360,10 +364,10 @@ class ChangefeedPipeline:
                 # Before the rows, in a batch of its own ending below them: sinks apply a batch's
                 # DDL after its rows, and the snapshot's tables must exist before them.
                 self._deliver_frame(None, SNAPSHOT_DDL_BATCH_ID, ts - 1, ts - 1, creates, 0, None)
-            rows = self._deliver_frame(frame, SNAPSHOT_BATCH_ID, ts, ts, (), expected, plan if expected else None)
+            rows = self._deliver_frame(frame, batch_id, ts, ts, (), expected, plan if expected else None)
         self.rows_flushed += rows
         if self.plugins is not None:
-            self.plugins.batch_flushed(self.changefeed_id, SNAPSHOT_BATCH_ID, ts, rows)
+            self.plugins.batch_flushed(self.changefeed_id, batch_id, ts, rows)
         return rows
 
     def _create_tables(self, plan: RowPlan, commit_ts: int) -> tuple[DDLEvent, ...]:

@@ -37,6 +37,15 @@ the snapshot is delivered). The changefeed's ``snapshot_done`` (REST,
 passed the start ts, which it cannot do before every capture delivered its
 snapshot.
 
+On a cluster the snapshot is shared instead: the maintainer places the plan's
+parts as snapshot ranges on the captures (:mod:`cdcflow.core.data.snapshot_ranges`),
+and each range placed on a capture goes through the same four steps with files
+of its own, ``snapshot/ranges/<range>/`` (``InitialSnapshot(...,
+range_name=...)``), delivered as a batch with the range's own negative id; the
+range's ``done`` file is what a restart of that capture finds, and the range
+is reported done to the maintainer, which places the tables' spans only when
+every range is.
+
 Progress (parts and rows read, of the plan's total) is reported every second
 through the ``cdcflow_snapshot_progress`` hook (``cdcflow run`` shows it).
 """
@@ -185,8 +194,21 @@ class SnapshotProgress:
 class InitialSnapshot:
     """The files and steps of one changefeed's snapshot on this capture (see the module docs)."""
 
-    def __init__(self, changefeed_dir: Path, changefeed_id: str, ts: int, plugins: PluginManager | None = None) -> None:
+    def __init__(
+        self,
+        changefeed_dir: Path,
+        changefeed_id: str,
+        ts: int,
+        plugins: PluginManager | None = None,
+        *,
+        range_name: str | None = None,
+    ) -> None:
+        #: One snapshot range placed here by the scheduler (``range_name``) keeps its files
+        #: under ``snapshot/ranges/<name>/``; this capture's whole snapshot under ``snapshot/``.
+        self.range_name = range_name
         self.directory = Path(changefeed_dir) / "snapshot"
+        if range_name is not None:
+            self.directory = self.directory / "ranges" / range_name
         self.parts_dir = self.directory / "parts"
         self.journal = self.directory / "reads.log"
         self.changefeed_id = changefeed_id
@@ -276,8 +298,8 @@ class InitialSnapshot:
         )
         self.progress = progress
         log.info(
-            "changefeed %s: initial snapshot at %d: %d %ss, %d read before, %d to read",
-            *(self.changefeed_id, self.ts, len(plan.tasks), plan.unit, len(done), len(pending)),
+            "changefeed %s: initial snapshot at %d%s: %d %ss, %d read before, %d to read",
+            *(self.changefeed_id, self.ts, self._range_label, len(plan.tasks), plan.unit, len(done), len(pending)),
         )
         if pending:
             stop = threading.Event()
@@ -310,7 +332,8 @@ class InitialSnapshot:
 
     @property
     def job_group(self) -> str:
-        return f"cdcflow-snapshot-{self.changefeed_id}"
+        suffix = f"-{self.range_name}" if self.range_name is not None else ""
+        return f"cdcflow-snapshot-{self.changefeed_id}{suffix}"
 
     def cancel(self, spark: Any) -> None:
         """Cancel the read's Spark job (the executor closes): parts read so far stay read."""
@@ -349,4 +372,11 @@ class InitialSnapshot:
         if self.progress is not None:
             self.progress.phase = "done"
             self._report()
-        log.info("changefeed %s: initial snapshot at %d done: %d rows", self.changefeed_id, self.ts, rows)
+        log.info(
+            "changefeed %s: initial snapshot at %d%s done: %d rows",
+            *(self.changefeed_id, self.ts, self._range_label, rows),
+        )
+
+    @property
+    def _range_label(self) -> str:
+        return f", range {self.range_name}" if self.range_name is not None else ""

@@ -22,6 +22,12 @@ T, read in Spark tasks and delivered as one batch: :mod:`.snapshot`), then
 starts the streaming query from T. Spans that reach this capture later at T
 (moved here before their capture delivered its snapshot, or added after the
 pipeline started) are not copied here: see docs/how-to/start-from-a-full-copy.md.
+On a cluster the maintainer places the snapshot's ranges instead
+(:mod:`cdcflow.core.data.snapshot_ranges`) and declares the changefeed here
+with ``initial_snapshot`` off: a range added to replicate is read and
+delivered in the background through a pipeline built with its sinks open but
+its query not started (the query starts on it when the tables' spans come,
+after every range of the cluster is delivered).
 
 Files live under ``<data-dir>/changefeeds/<changefeed-id>/``: ``store/`` (the
 event store), ``spark-checkpoint/`` (the query's checkpoint) and
@@ -36,8 +42,10 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -60,6 +68,13 @@ from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS
 from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TASK_ROWS, ChangefeedPipeline
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
 from cdcflow.core.data.sink import Sink, SinkContext
+from cdcflow.core.data.snapshot_ranges import (
+    is_snapshot_range,
+    range_batch_id,
+    range_done_ts,
+    range_keys,
+    range_name,
+)
 from cdcflow.core.data.source import SnapshotPlan, Source
 from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.data.transform import TransformChain
@@ -87,6 +102,8 @@ _BACKPRESSURE_POLL = 0.05
 DEFAULT_PUBLISH_INTERVAL = 0.1
 #: Seconds without a span joining before an initial snapshot plans its spans.
 _SNAPSHOT_SETTLE = 1.0
+#: Snapshot ranges read and delivered at once on one capture (Spark runs their parts as it has cores).
+_RANGE_THREADS = 4
 #: See :attr:`PipelineContext.stall_timeout`.
 DEFAULT_STALL_TIMEOUT = 30.0
 
@@ -108,6 +125,24 @@ class _LoadedSpan:
     #: The checkpoint the span was (last) added with.
     checkpoint_ts: int
     feed: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _LoadedRange:
+    """A snapshot range placed here (:mod:`cdcflow.core.data.snapshot_ranges`): read and
+    delivered by ``task`` once it is to replicate; ``done`` once it is in every sink."""
+
+    span: Span
+    state: SpanState
+    #: The snapshot ts.
+    ts: int
+    task: asyncio.Task[None] | None = None
+    done: bool = False
+    snapshot: InitialSnapshot | None = None
+
+    def stopping(self) -> bool:
+        """Whether it is being removed (set by the event loop while its read runs)."""
+        return self.state is SpanState.STOPPING
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,10 +303,22 @@ class PipelineSpanExecutor(SpanExecutor):
         self.snapshot_ts = context.snapshot_ts
         #: The initial snapshot of this run (None: none taken here).
         self.snapshot: InitialSnapshot | None = None
+        #: Snapshot ranges placed here (a changefeed's snapshot shared by a cluster).
+        self._ranges: dict[Span, _LoadedRange] = {}
+        self._range_error: BaseException | None = None
+        #: A pipeline built (sinks open) to deliver snapshot ranges, its query not started yet.
+        self._built: ChangefeedPipeline | None = None
+        self._build_lock = threading.Lock()
+        #: Threads of their own for the ranges' reads and deliveries, which wait on Spark for
+        #: as long as a range takes: in the event loop's default pool they would starve the
+        #: capture's other work there (its metastore session's keepalive among it).
+        self._range_threads: ThreadPoolExecutor | None = None
 
     # -- SpanExecutor ----------------------------------------------------------------
 
     async def add_span(self, span: Span, checkpoint_ts: int, *, prepare: bool) -> bool:
+        if is_snapshot_range(span):
+            return await self._add_range(span, checkpoint_ts, prepare=prepare)
         loaded = self._spans.get(span)
         if loaded is not None and loaded.state is SpanState.STOPPING:
             return False
@@ -297,6 +344,8 @@ class PipelineSpanExecutor(SpanExecutor):
         return self._refresh_prepared(loaded) is SpanState.PREPARED
 
     async def remove_span(self, span: Span) -> int | None:
+        if is_snapshot_range(span):
+            return await self._remove_range(span)
         loaded = self._spans.pop(span, None)
         if loaded is None:
             return self._removed.get(span)
@@ -311,6 +360,10 @@ class PipelineSpanExecutor(SpanExecutor):
         return final
 
     def status(self, span: Span) -> SpanStatus:
+        read = self._ranges.get(span)
+        if read is not None:
+            resolved = range_done_ts(read.ts) if read.done else read.ts
+            return SpanStatus(span, read.state, read.ts, resolved)
         loaded = self._spans.get(span)
         if loaded is None:
             final = self._removed.get(span)
@@ -335,7 +388,7 @@ class PipelineSpanExecutor(SpanExecutor):
         return SpanStatus(loaded.span, loaded.state, checkpoint, resolved)
 
     def spans(self) -> list[Span]:
-        return list(self._spans)
+        return [*self._spans, *self._ranges]
 
     def stats(self) -> ExecutorStats:
         store = self.store.stats()
@@ -371,6 +424,8 @@ class PipelineSpanExecutor(SpanExecutor):
 
     async def close(self) -> None:
         self._closing.set()  # a start being retried gives up
+        for span in list(self._ranges):
+            await self._remove_range(span, closing=True)
         if self._starting is not None:
             if self.snapshot is not None and self._spark is not None and not self._starting.done():
                 self.snapshot.cancel(self._spark)  # a snapshot being read: its parts read so far stay
@@ -380,6 +435,12 @@ class PipelineSpanExecutor(SpanExecutor):
         pipeline, self.pipeline = self.pipeline, None
         if pipeline is not None:
             await asyncio.to_thread(pipeline.stop)
+        built, self._built = self._built, None
+        if pipeline is None and built is not None:
+            pipeline = built  # delivered snapshot ranges only: its sinks are closed below
+        if self._range_threads is not None:
+            self._range_threads.shutdown(wait=False, cancel_futures=True)
+            self._range_threads = None
         tasks = [s.feed for s in self._spans.values() if s.feed is not None]
         if self._publisher is not None:
             tasks.append(self._publisher)
@@ -414,6 +475,8 @@ class PipelineSpanExecutor(SpanExecutor):
                 return self.pipeline.last_error
         if self._start_error is not None:
             return self._start_error
+        if self._range_error is not None:
+            return self._range_error
         return next(iter(self.feed_errors.values()), None)
 
     # -- internals ---------------------------------------------------------------------
@@ -555,6 +618,23 @@ class PipelineSpanExecutor(SpanExecutor):
             raise
 
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop, snapshot: _SnapshotWork | None) -> ChangefeedPipeline:
+        pipeline = self._build_pipeline(loop)
+        self._built = None
+        if snapshot is not None:
+            self._take_snapshot(pipeline, *snapshot)
+        pipeline.start()
+        return pipeline
+
+    def _build_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
+        """The changefeed's pipeline with its sinks open, its query not started: the one
+        built to deliver snapshot ranges, or a new one."""
+        with self._build_lock:
+            if self._built is not None:
+                return self._built
+            self._built = self._new_pipeline(loop)
+            return self._built
+
+    def _new_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
             self._spark = self._start_session()
         context = SinkContext(
@@ -582,9 +662,6 @@ class PipelineSpanExecutor(SpanExecutor):
             on_checkpoint=self._on_checkpoint,
             metrics=self.metrics,
         )
-        if snapshot is not None:
-            self._take_snapshot(pipeline, *snapshot)
-        pipeline.start()
         return pipeline
 
     def _take_snapshot(
@@ -593,6 +670,99 @@ class PipelineSpanExecutor(SpanExecutor):
         """Read the parts not read yet, deliver the whole snapshot as one batch, mark it done."""
         rows = snapshot.read(self._spark, plan)
         written = pipeline.deliver_snapshot(snapshot.frame(self._spark), snapshot.ts, rows, spans)
+        snapshot.delivered(written)
+
+    # -- snapshot ranges ----------------------------------------------------------------
+
+    async def _add_range(self, span: Span, ts: int, *, prepare: bool) -> bool:
+        """A snapshot range: prepared at once (there is nothing to catch up); told to
+        replicate, it is read and delivered in the background."""
+        read = self._ranges.get(span)
+        if read is not None and read.state is SpanState.STOPPING:
+            return False
+        if read is None:
+            await self._open_source(ts)
+            self._removed.pop(span, None)
+            read = _LoadedRange(span, SpanState.PREPARED, ts)
+            self._ranges[span] = read
+        if not prepare and read.task is None:
+            read.state = SpanState.REPLICATING
+            read.task = asyncio.create_task(self._read_range(read), name=f"snapshot {span}")
+        return True
+
+    async def _remove_range(self, span: Span, *, closing: bool = False) -> int | None:
+        """Stop reading the range: its Spark job is cancelled (the parts read so far stay
+        read). Stopped once its read or delivery in progress ended (None until then), so
+        that no delivery of it can follow its removal; when the executor closes, at once."""
+        read = self._ranges.get(span)
+        if read is None:
+            return self._removed.get(span)
+        if read.state is not SpanState.STOPPING:
+            read.state = SpanState.STOPPING
+            if read.task is not None and not read.task.done() and read.snapshot is not None and self._spark is not None:
+                read.snapshot.cancel(self._spark)
+        if read.task is not None and not read.task.done():
+            if not closing:
+                return None
+            read.task.cancel()
+            await asyncio.gather(read.task, return_exceptions=True)
+        del self._ranges[span]
+        self._removed[span] = read.ts
+        return read.ts
+
+    async def _read_range(self, read: _LoadedRange) -> None:
+        """Plan the range (kept, so a restart reads the same parts), read the parts not
+        read yet, deliver them as one batch of the range's own id; retried with backoff
+        while the error is retryable."""
+        keys = range_keys(read.span)
+        snapshot = InitialSnapshot(self.directory, self.changefeed_id, read.ts, range_name=range_name(read.span))
+        read.snapshot = snapshot
+        loop = asyncio.get_running_loop()
+        delay = FIRST_RETRY_DELAY
+        while not self._closing.is_set() and not read.stopping():
+            try:
+                if not snapshot.done:
+                    kept = snapshot.plan()
+                    if kept is None:
+                        spans = {0: keys}
+                        plan = await self.source.snapshot_plan(spans, read.ts)
+                        await asyncio.to_thread(snapshot.keep_plan, plan, spans)
+                    else:
+                        plan, spans = kept
+                    if self._range_threads is None:
+                        self._range_threads = ThreadPoolExecutor(_RANGE_THREADS, thread_name_prefix="snapshot-range")
+                    await loop.run_in_executor(self._range_threads, self._deliver_range, loop, read, plan, spans)
+                if read.stopping():
+                    return
+                read.done = True
+                self._range_error = None
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._closing.is_set() or read.stopping():
+                    return
+                self._range_error = exc
+                if not is_retryable(exc):
+                    log.exception("changefeed %s: snapshot range %s failed", self.changefeed_id, keys)
+                    return
+                log.warning(
+                    "changefeed %s: snapshot range %s: %s; retry in %.1fs", self.changefeed_id, keys, exc, delay
+                )
+                await self._pause(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+
+    def _deliver_range(
+        self, loop: asyncio.AbstractEventLoop, read: _LoadedRange, plan: SnapshotPlan, spans: dict[int, Span]
+    ) -> None:
+        snapshot = read.snapshot
+        assert snapshot is not None
+        pipeline = self.pipeline or self._build_pipeline(loop)
+        rows = snapshot.read(self._spark, plan)
+        if read.stopping():
+            return  # removed while it was read: its new capture delivers it
+        frame = snapshot.frame(self._spark)
+        written = pipeline.deliver_snapshot(frame, snapshot.ts, rows, spans, range_batch_id(read.span))
         snapshot.delivered(written)
 
     def _start_session(self) -> Any:

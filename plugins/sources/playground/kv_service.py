@@ -144,6 +144,11 @@ class KvFaults:
         with self._lock:
             self._pending[store_id].extend([kind] * count)
 
+    def clear(self) -> None:
+        """Drop every fault not served yet."""
+        with self._lock:
+            self._pending.clear()
+
     def take(self, store_id: int) -> str | None:
         with self._lock:
             pending = self._pending.get(store_id)

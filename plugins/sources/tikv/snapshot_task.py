@@ -157,6 +157,12 @@ class TiKVSnapshotTask(SnapshotTask):
     def read(self) -> Iterator[pa.RecordBatch]:
         return self.scan.read([self.range])
 
+    def key_range(self) -> Span | None:
+        span = self.scan.spans.get(self.range.span_id)
+        if span is None:
+            return None
+        return Span(span.table_id, self.range.start, self.range.end)
+
 
 async def _next(pages: Any) -> list[tuple[Any, ...]] | None:
     try:

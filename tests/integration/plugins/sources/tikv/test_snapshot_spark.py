@@ -5,6 +5,7 @@ equals the playground's snapshot of every table at T."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +13,17 @@ from typing import Any
 
 import pytest
 
-from cdcflow.core.data.events import OpType, RowChange, TableName
+from cdcflow.core.data.events import OpType, RowChange, Span, TableName
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, batch_to_records, event_from_record
 from cdcflow.core.data.pipeline.tasks import MountTask, RowPlan, check_mounted
+from cdcflow.core.data.snapshot_ranges import (
+    is_snapshot_range,
+    range_batch_id,
+    range_keys,
+    range_name,
+    snapshot_range,
+)
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.tikv import TiKVSource, TiKVSourceConfig
 from cdcflow.plugins.sources.tikv.snapshot_task import RangeScanTask, snapshot_frame, snapshot_ranges
@@ -131,3 +139,35 @@ def test_ranges_of_a_configured_size_with_a_workload_locks_and_splits(
     got = _by_table(rows)
     for table in TABLES:
         assert got[table] == pg.snapshot(table, ts), table
+
+
+def test_each_part_of_a_plan_names_its_key_range(pg: Playground) -> None:
+    """The parts' key ranges (what a cluster places on its captures) cover each span
+    exactly, in key order, each within its span's table; as snapshot ranges they are
+    told apart from the tables' spans and give the same keys back."""
+
+    async def plan() -> tuple[dict[int, Span], list[Span | None]]:
+        source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+        await source.open()
+        try:
+            ts = await source.current_ts()
+            tables = [t for t in await source.list_tables() if t.schema == "shop" and t.table in TABLES]
+            spans = {i: span for i, span in enumerate([s for t in tables for s in await source.spans_for(t)])}
+            snapshot = await source.snapshot_plan(spans, ts)
+            return spans, [task.key_range() for task in snapshot.tasks]
+        finally:
+            await source.close()
+
+    spans, keys = asyncio.run(plan())
+    assert all(k is not None for k in keys)
+    named = [k for k in keys if k is not None]
+    assert len(named) > len(spans), "the tables span several regions"
+    for span in spans.values():
+        parts = [k for k in named if k.table_id == span.table_id and span.start <= k.start < (span.end or b"\xff")]
+        assert parts[0].start == span.start and parts[-1].end == span.end
+        assert all(a.end == b.start for a, b in itertools.pairwise(parts)), "gaps or overlaps"
+    placed = [snapshot_range(k) for k in named]
+    assert all(is_snapshot_range(r) and not is_snapshot_range(k) for r, k in zip(placed, named, strict=True))
+    assert [range_keys(r) for r in placed] == named
+    assert len({range_batch_id(r) for r in placed}) == len(placed)
+    assert len({range_name(r) for r in placed}) == len(placed)

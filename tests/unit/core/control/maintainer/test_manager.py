@@ -4,6 +4,7 @@ checks, deduplicated heartbeats, and the changefeed checkpoint as the minimum ov
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import sys
 from itertools import pairwise
@@ -263,5 +264,44 @@ def test_the_changefeed_checkpoint_reaches_the_executor_with_heartbeats(tmp_path
         assert all(n == 3 for _, n, _ in later)  # nothing past the start while a span was absent
         assert all(t <= lowest for t, _, lowest in later)  # never past a span's own checkpoint
         assert executor.changefeed_checkpoint == ts[-1]  # written to the sinks
+
+    asyncio.run(main())
+
+
+def test_a_new_maintainer_declaring_the_snapshot_the_other_way_gets_a_fresh_executor(tmp_path):
+    """A maintainer that places the snapshot ranges on the cluster declares the changefeed with
+    initial_snapshot off; one that lets each capture copy its spans, on. An executor made one way
+    is kept by a newer maintainer declaring it the same way, and closed for one declaring it the
+    other way, which starts a fresh one (else spans could be copied twice, or not at all). The
+    ticker source refuses initial-snapshot, so here the fresh start fails and its error goes to
+    the maintainer, as for any changefeed whose executor cannot be made."""
+
+    async def main():
+        center = MessageCenter("c1")
+        errors: list[SchedulingMessage] = []
+
+        async def maintainer(message: SchedulingMessage) -> None:
+            if message.error is not None:
+                errors.append(message)
+
+        center.register(Topic.MAINTAINER, maintainer)
+        host = SpanHost("c1", center, executor_factory, plugins(), str(tmp_path), lambda: ["c1"])
+
+        def heartbeat(epoch, snapshot):
+            declared = dataclasses.replace(info(epoch, tmp_path), initial_snapshot=snapshot).to_json()
+            payload = {"type": "heartbeat-request", "changefeed_id": "cf", "capture_id": "c1", "epoch": epoch}
+            return SchedulingMessage("c1", "cf", epoch, payload, declared)
+
+        await host.on_request(heartbeat(2, False))
+        first = host.runs["cf"]
+        assert not first.initial_snapshot
+        await host.on_request(heartbeat(3, False))  # declared the same way: kept
+        assert host.runs["cf"] is first
+        await host.on_request(heartbeat(4, True))  # the other way: closed, a fresh start tried
+        assert "cf" not in host.runs
+        await until(lambda: errors, timeout=10, interval=0.05)
+        assert "initial-snapshot" in str(errors[0].error)
+        await host.close()
+        await center.close()
 
     asyncio.run(main())

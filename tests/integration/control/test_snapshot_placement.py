@@ -1,0 +1,134 @@
+"""The maintainer of a changefeed with ``initial-snapshot`` on a cluster, against the playground.
+
+With two live captures the maintainer plans the snapshot (one range per region of the
+bulk-loaded table) and gives the scheduler those ranges instead of the tables' spans; the
+tables' spans follow once every range is reported delivered (resolved ts T + 1), or at once
+when a capture reports a table's span running (an earlier maintainer placed them). With one
+live capture it places the tables' spans as before (each capture copies its own). The agents'
+side is played by heartbeat responses sent to the maintainer as a capture's agent sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdcflow.core.control.changefeed import ChangeFeedInfo
+from cdcflow.core.control.maintainer.maintainer import Maintainer
+from cdcflow.core.control.maintainer.placement import encode
+from cdcflow.core.control.messaging.center import MessageCenter
+from cdcflow.core.control.messaging.messages import SchedulingMessage
+from cdcflow.core.control.scheduling import HeartbeatResponse
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.snapshot_ranges import is_snapshot_range, range_done_ts
+from cdcflow.core.data.span_executor import SpanState, SpanStatus
+from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.testing import until
+from cdcflow.plugins.sources.playground import Playground
+
+pytestmark = pytest.mark.integration
+
+EPOCH = 2
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Playground]:
+    with Playground(stores=2, split_keys=300, ddl_every=0, seed=3) as playground:
+        playground.bulk_load("customers", 1000)
+        yield playground
+
+
+def changefeed(pg: Playground, tmp: Path, start_ts: int) -> ChangeFeedInfo:
+    source = {"type": "tikv", "playground": False, "pd": [pg.pd_address], "tidb-status": pg.status_address}
+    sink = {"type": "file", "path": str(tmp / "out"), "protocol": "json"}
+    return ChangeFeedInfo(
+        "cf", source, [sink], filter_rules=["shop.customers"], start_ts=start_ts, initial_snapshot=True, epoch=EPOCH
+    )
+
+
+def heartbeat(capture: str, seq: int, *statuses: SpanStatus) -> SchedulingMessage:
+    response = HeartbeatResponse("cf", capture, EPOCH, tuple(statuses), seq=seq)
+    return SchedulingMessage(capture, "cf", EPOCH, encode(response))
+
+
+async def started(pg: Playground, tmp: Path, captures: list[str]) -> tuple[Maintainer, MessageCenter, int]:
+    center = MessageCenter(captures[0])
+    start_ts = pg.now()
+    maintainer = Maintainer(
+        captures[0], center, changefeed(pg, tmp, start_ts), start_ts, PluginManager.default(), lambda: captures
+    )
+    maintainer.start()
+    await until(lambda: maintainer.placement is not None or maintainer.error, timeout=30, interval=0.05)
+    assert maintainer.error is None, maintainer.error
+    return maintainer, center, start_ts
+
+
+def table_spans(maintainer: Maintainer) -> list[Span]:
+    assert maintainer.tables is not None
+    return maintainer.tables.spans()
+
+
+def test_ranges_first_then_the_tables_once_every_range_is_delivered(pg: Playground, tmp_path: Path) -> None:
+    async def main() -> None:
+        maintainer, center, ts = await started(pg, tmp_path, ["c1", "c2"])
+        try:
+            ranges = maintainer.snapshot_ranges
+            assert ranges is not None and len(ranges) >= 3, "one range per region of the table"
+            assert all(is_snapshot_range(r) for r in ranges)
+            assert maintainer.placement is not None and set(maintainer.placement.spans) == ranges
+            await until(lambda: "initial snapshot" in maintainer.block_reason, timeout=10, interval=0.05)
+            reading = [SpanStatus(r, SpanState.REPLICATING, ts, ts) for r in sorted(ranges)]
+            done = [SpanStatus(r, SpanState.REPLICATING, ts, range_done_ts(ts)) for r in sorted(ranges)]
+            half = len(done) // 2
+            # Both captures report their ranges; some still being read: the ranges stay.
+            maintainer.on_scheduling(heartbeat("c1", 1, *done[:half]))
+            maintainer.on_scheduling(heartbeat("c2", 1, *reading[half:]))
+            await asyncio.sleep(0.5)
+            assert maintainer.snapshot_ranges == ranges
+            assert set(maintainer.placement.spans) == ranges
+            # Every range delivered: the tables' spans are placed, from T.
+            maintainer.on_scheduling(heartbeat("c2", 2, *done[half:]))
+            await until(lambda: maintainer.snapshot_ranges is None, timeout=10, interval=0.05)
+            assert maintainer.placement.spans == table_spans(maintainer)
+            assert maintainer.checkpoint_ts == ts
+        finally:
+            await maintainer.close()
+            await center.close()
+
+    asyncio.run(main())
+
+
+def test_a_new_maintainer_finding_a_table_span_running_places_the_tables(pg: Playground, tmp_path: Path) -> None:
+    async def main() -> None:
+        maintainer, center, ts = await started(pg, tmp_path, ["c1", "c2"])
+        try:
+            ranges = maintainer.snapshot_ranges
+            assert ranges
+            running = next(s for s in table_spans(maintainer) if s.table_id > 0)
+            # Ranges alone reported: nothing learnt.
+            maintainer.on_scheduling(heartbeat("c1", 1, SpanStatus(min(ranges), SpanState.REPLICATING, ts, ts)))
+            assert maintainer.snapshot_ranges == ranges
+            maintainer.on_scheduling(heartbeat("c2", 1, SpanStatus(running, SpanState.REPLICATING, ts, ts)))
+            assert maintainer.snapshot_ranges is None
+            assert maintainer.placement is not None and maintainer.placement.spans == table_spans(maintainer)
+        finally:
+            await maintainer.close()
+            await center.close()
+
+    asyncio.run(main())
+
+
+def test_one_capture_places_the_tables_and_copies_them_itself(pg: Playground, tmp_path: Path) -> None:
+    async def main() -> None:
+        maintainer, center, _ = await started(pg, tmp_path, ["c1"])
+        try:
+            assert maintainer.snapshot_ranges is None
+            assert maintainer.placement is not None and maintainer.placement.spans == table_spans(maintainer)
+        finally:
+            await maintainer.close()
+            await center.close()
+
+    asyncio.run(main())
