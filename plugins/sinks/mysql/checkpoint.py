@@ -34,8 +34,11 @@ short: its replay upserts. The rows are deleted when the batch is flushed
 (``mark_flushed``); until then their highest end ts counts as ``applying_ts``.
 
 Before a batch's first statement the sink records it as *applying*; after
-its last, as *flushed*. A replayed batch whose end ts is at or below
-``flushed_ts`` is recognised and skipped; after a crash, rows up to
+its last, as *flushed*. A replayed batch (its id at or below
+``flushed_batch_id``: Spark replays batch ids) whose end ts is at or below
+``flushed_ts`` is recognised and skipped; a newer batch's rows at or below
+``flushed_ts`` are of a span that joined behind the others, not downstream
+yet, and are written as upserts. After a crash, rows up to
 ``applying_ts`` may be partly applied, so they are applied as upserts.
 """
 

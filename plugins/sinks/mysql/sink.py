@@ -17,8 +17,11 @@ On Spark, a batch's rows are written by Spark tasks, one connection per task
 3. A replay of the batch (Spark retrying a task, the runtime retrying the
    batch, a restart) skips the rows of every table a flushed partition of the
    batch listed; a partition found *applying* was cut short and is rewritten
-   with upserts. Rows at or below the checkpoint table's flushed ts are
-   skipped, and a batch at or below it is skipped whole.
+   with upserts. In a batch flushed before (its id at or below the flushed
+   batch's), rows at or below the checkpoint table's flushed ts are skipped,
+   and a batch at or below it is skipped whole. In a newer batch, such rows
+   are of a span that joined behind the others (a table moved here, or added
+   after the first batches): they are written, as upserts.
 4. Once every partition flushed, ``commit_batch`` on the driver runs the DDL
    (after recording the rows flushed just below it, as in step 4 below) and
    records the batch as flushed, which drops its partitions' records.
@@ -26,8 +29,9 @@ On Spark, a batch's rows are written by Spark tasks, one connection per task
 Batches written from the driver (``write_batch``: the test kit, sources whose
 rows cannot be mounted in tasks) are applied this way:
 
-1. A batch whose end ts is at or below the checkpoint table's flushed ts was
-   applied before: it is skipped (replay recognised).
+1. A batch whose id and end ts are at or below the flushed batch's was
+   applied before: it is skipped (replay recognised). A newer batch's rows at
+   or below the flushed ts (a span that joined behind) are upserts.
 2. The batch is recorded as *applying* in the checkpoint table.
 3. Its rows are split into units — one upstream transaction on one table —
    and units that share a primary/unique key value (old or new image) are
@@ -176,7 +180,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
     def write_batch(self, batch: MicroBatch) -> None:
         downstream, _ = self._require_open()
         downstream.abort.clear()  # a new attempt: an earlier batch's failure must not cut retries short
-        if 0 < batch.end_ts <= self._state.flushed_ts:
+        if self._flushed_before(batch):
             log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
             return
         if batch.end_ts <= self._begun_ts:
@@ -185,7 +189,10 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             self._safe_until = max(self._safe_until, batch.end_ts)
         # Rows at or below the flushed ts are applied: a batch with DDL records its rows
         # before its DDL, so that a replay never writes them against the changed table.
-        rows = [row for row in batch.rows if row.commit_ts > self._state.flushed_ts]
+        # A replayed batch's rows at or below it are downstream; a newer batch's are of a
+        # span that joined behind the others, and are upserts (see _upsert).
+        below = self._state.flushed_ts if self._replayed(batch) else 0
+        rows = [row for row in batch.rows if row.commit_ts > below]
         if rows or batch.ddl:
             self._record(batch.batch_id, batch.end_ts, applying=True)
             self._begun_ts = max(self._begun_ts, batch.end_ts)
@@ -214,7 +221,11 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         self._state = CheckpointState(state.flushed_batch_id, state.flushed_ts)
         self._safe_until = max(self._safe_until, state.applying_ts)
         return MySQLTaskWriter(
-            self.config, checkpoint.changefeed_id, flushed_ts=state.flushed_ts, safe_until=self._safe_until
+            self.config,
+            checkpoint.changefeed_id,
+            flushed_ts=state.flushed_ts,
+            safe_until=self._safe_until,
+            flushed_batch_id=state.flushed_batch_id,
         )
 
     def commit_batch(self, batch: MicroBatch) -> None:
@@ -222,7 +233,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         the first one), then the batch's flushed mark."""
         downstream, _ = self._require_open()
         downstream.abort.clear()
-        if 0 < batch.end_ts <= self._state.flushed_ts:
+        if self._flushed_before(batch):
             log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
             return
         if batch.ddl:
@@ -236,6 +247,15 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             for ddl in batch.ddl:
                 self._apply_ddl(ddl)
         self._record(batch.batch_id, batch.end_ts, applying=False)
+
+    def _replayed(self, batch: MicroBatch) -> bool:
+        """``batch`` is one this sink flushed before, or began (Spark replays a batch id
+        after a crash); a newer batch id is a new batch, whatever its ts."""
+        return batch.batch_id <= self._state.flushed_batch_id
+
+    def _flushed_before(self, batch: MicroBatch) -> bool:
+        """Every row and DDL of ``batch`` is downstream: a replayed batch at or below the flushed ts."""
+        return self._replayed(batch) and 0 < batch.end_ts <= self._state.flushed_ts
 
     def _record(self, batch_id: int, ts: int, *, applying: bool) -> None:
         """Record a batch as begun (``applying``) or everything up to ``ts`` as flushed."""
@@ -294,7 +314,8 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         return segments_of(group, self._metas.__getitem__, self._upsert)
 
     def _upsert(self, row: RowChange) -> bool:
-        return self.config.safe_mode or row.commit_ts <= self._safe_until
+        # At or below the flushed ts in a batch not replayed: a span that joined behind.
+        return self.config.safe_mode or row.commit_ts <= max(self._safe_until, self._state.flushed_ts)
 
     def _transaction(self, segments: list[Segment]) -> Callable[[pymysql.connections.Connection[Any], bool], None]:
         """The work of one downstream transaction; a retried one upserts every row."""

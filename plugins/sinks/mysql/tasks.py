@@ -8,9 +8,13 @@ not connections), the changefeed id, the flushed ts and the restart point
 
 1. connects (one connection, retried with backoff like the driver's workers)
    and reads what the checkpoint schema says of the batch's partitions;
-2. drops rows at or below the flushed ts (a batch with DDL records its rows
-   flushed below its DDL) and rows of tables a flushed partition of the batch
-   listed (the batch is partitioned by table: those are all downstream);
+2. in a batch flushed before (its id at or below the flushed batch's: Spark
+   replays it after a crash), drops rows at or below the flushed ts (a batch
+   with DDL records its rows flushed below its DDL); in any batch, rows of
+   tables a flushed partition of the batch listed (the batch is partitioned by
+   table: those are all downstream). A newer batch's rows at or below the
+   flushed ts are of a span that joined behind the others (moved here, or
+   added after the first batches): they are written, as upserts;
 3. records its partition as *applying* before its first statement;
 4. splits the rows into units (one upstream transaction on one table) and
    applies them in order, consecutive units packed into downstream
@@ -49,11 +53,22 @@ log = logging.getLogger(__name__)
 class MySQLTaskWriter(TaskWriter):
     """What a Spark task needs to write a partition: settings and the driver's decisions."""
 
-    def __init__(self, config: MySQLSinkConfig, changefeed_id: str, *, flushed_ts: int, safe_until: int) -> None:
+    def __init__(
+        self,
+        config: MySQLSinkConfig,
+        changefeed_id: str,
+        *,
+        flushed_ts: int,
+        safe_until: int,
+        flushed_batch_id: int = -1,
+    ) -> None:
         self.config = config
         self.changefeed_id = changefeed_id
-        #: Every change at or below it is downstream (the checkpoint table's flushed ts).
+        #: Every change at or below it of the batches flushed so far is downstream (the
+        #: checkpoint table's flushed ts) ...
         self.flushed_ts = flushed_ts
+        #: ... and the batch that recorded it: a batch id above it is not a replay.
+        self.flushed_batch_id = flushed_batch_id
         #: Rows at or below it may be downstream already: they are upserts.
         self.safe_until = safe_until
 
@@ -101,8 +116,13 @@ class MySQLPartitionWriter(PartitionWriter):
         self._tables: set[TableName] = set()
         self._begun = False
         self.rows_applied = 0
+        #: A batch flushed before (Spark replays a batch id after a crash): rows at or
+        #: below the flushed ts are downstream. A newer batch may hold rows below it too —
+        #: of a span that joined behind the others (moved here, added late): those are
+        #: not downstream, and are written as upserts.
+        self._replayed = batch.batch_id <= target.flushed_batch_id
         #: The whole batch is downstream: nothing to do.
-        self.skipped = 0 < batch.end_ts <= target.flushed_ts
+        self.skipped = self._replayed and 0 < batch.end_ts <= target.flushed_ts
         self._done: frozenset[TableName] = frozenset()
         self._flushed_before: frozenset[TableName] = frozenset()
         #: The partition was begun before: every row is an upsert.
@@ -125,7 +145,7 @@ class MySQLPartitionWriter(PartitionWriter):
     def write(self, rows: Sequence[RowChange]) -> None:
         if self.skipped:
             return
-        flushed_ts, done = self._target.flushed_ts, self._done
+        flushed_ts, done = self._target.flushed_ts if self._replayed else 0, self._done
         for row in rows:
             if row.commit_ts <= flushed_ts:
                 continue
@@ -174,7 +194,13 @@ class MySQLPartitionWriter(PartitionWriter):
         self._begun = True
 
     def _upsert(self, row: RowChange) -> bool:
-        return self._config.safe_mode or self.replay or row.commit_ts <= self._target.safe_until
+        target = self._target
+        return (
+            self._config.safe_mode
+            or self.replay
+            or row.commit_ts <= target.safe_until
+            or row.commit_ts <= target.flushed_ts  # a span that joined behind: see _replayed
+        )
 
     def _meta(self, table: TableName) -> TableMeta:
         meta = self._metas.get(table)
