@@ -151,18 +151,16 @@ class LockResolver:
                 current_ts=await self.pd.tso(),
                 rollback_if_not_exist=True,
             )
-            response = await self.call(region, "KvCheckTxnStatus", request)
-            if response.HasField("region_error"):
-                try:
-                    self.on_region_error(region, response.region_error)
-                except RetryError:
-                    await asyncio.sleep(_RELOCATE_DELAY)
-                    continue
-            if response.HasField("error"):
-                raise CdcflowError(
-                    f"TiKV could not check transaction {lock.lock_version}: {response.error}",
-                    detail={"start_ts": lock.lock_version, "primary": lock.primary_lock.hex()},
-                )
+            response = await self._answer(
+                region,
+                "KvCheckTxnStatus",
+                request,
+                f"check transaction {lock.lock_version}",
+                {"start_ts": lock.lock_version, "primary": lock.primary_lock.hex()},
+            )
+            if response is None:
+                await asyncio.sleep(_RELOCATE_DELAY)
+                continue
             result: kvrpcpb_pb2.CheckTxnStatusResponse = response
             return result
 
@@ -176,20 +174,32 @@ class LockResolver:
             request = kvrpcpb_pb2.ResolveLockRequest(
                 context=self.context(region), start_version=start_ts, commit_version=commit_ts, keys=here
             )
-            response = await self.call(region, "KvResolveLock", request)
-            if response.HasField("region_error"):
-                try:
-                    self.on_region_error(region, response.region_error)
-                except RetryError:
-                    await asyncio.sleep(_RELOCATE_DELAY)
-                    continue
-            if response.HasField("error"):
-                raise CdcflowError(
-                    f"TiKV could not resolve the locks of transaction {start_ts}: {response.error}",
-                    detail={"start_ts": start_ts, "commit_ts": commit_ts},
-                )
+            response = await self._answer(
+                region,
+                "KvResolveLock",
+                request,
+                f"resolve the locks of transaction {start_ts}",
+                {"start_ts": start_ts, "commit_ts": commit_ts},
+            )
+            if response is None:
+                await asyncio.sleep(_RELOCATE_DELAY)
+                continue
             done = set(here)
             pending = [k for k in pending if k not in done]
+
+    async def _answer(self, region: RegionInfo, method: str, request: object, what: str, detail: dict[str, Any]) -> Any:
+        """``method``'s answer to ``request`` from ``region``'s leader; None after a region
+        error the cache was updated for (locate again and retry); a key error raises
+        CdcflowError saying TiKV could not do ``what``."""
+        response = await self.call(region, method, request)
+        if response.HasField("region_error"):
+            try:
+                self.on_region_error(region, response.region_error)
+            except RetryError:
+                return None
+        if response.HasField("error"):
+            raise CdcflowError(f"TiKV could not {what}: {response.error}", detail=detail)
+        return response
 
     async def scan_locks(
         self, start: bytes, end: bytes, max_version: int, limit: int
