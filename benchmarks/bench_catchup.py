@@ -76,17 +76,19 @@ def catch_up(
     commit_ts: list[int],
     *,
     metrics: bool = True,
+    scrape: bool = False,
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
 
         with start_spark_cluster(cores=2) as spark:
+            conf = spark.driver_conf()
             run = _catch_up(
-                pg, cluster, spark.master_url, start_ts, last_ts, commit_ts, spark.driver_conf(), metrics=metrics
+                pg, cluster, spark.master_url, start_ts, last_ts, commit_ts, conf, metrics=metrics, scrape=scrape
             )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
-    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, metrics=metrics)
+    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, metrics=metrics, scrape=scrape)
 
 
 def _catch_up(
@@ -99,6 +101,7 @@ def _catch_up(
     spark_conf: dict[str, str] | None = None,
     *,
     metrics: bool = True,
+    scrape: bool = False,
 ) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
@@ -128,7 +131,7 @@ def _catch_up(
             first_move = time.perf_counter()
             sampler = LagSampler(capture)
             sampler.start()
-            scraper = Scraper(capture) if metrics else None
+            scraper = Scraper(capture) if metrics and scrape else None
             if scraper is not None:
                 scraper.start()
             checkpoints: set[int] = set()
@@ -211,7 +214,7 @@ def metrics_overhead(rows: int, master: str, rounds: int) -> dict[str, Any]:
             pg, recorder, start_ts, last_ts, _ = backlog(rows)
             try:
                 commit_ts = [e.commit_ts for e in recorder.events]
-                run = catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, metrics=metrics)
+                run = catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, metrics=metrics, scrape=True)
             finally:
                 pg.stop()
             runs.append({"round": round_, **run})
