@@ -136,22 +136,23 @@ def decode_bin(data: bytes, precision: int, frac: int, offset: int = 0) -> tuple
     negative = bool(number >> (bits - 1))  # the sign bit was clear: negative, stored inverted
     if negative:
         number ^= (1 << bits) - 1
-    whole = 0
-    for shift, mask, limit, _ in int_words:
-        word = (number >> shift) & mask
-        if word >= limit:
-            raise DecimalFormatError(f"corrupt DECIMAL({precision},{frac}) int word {word}")
-        whole = whole * limit + word
+    whole = _join_words(number, int_words, precision, frac, "int")
     text = ("-" if negative else "") + str(whole)
     if frac:
-        fraction = 0
-        for shift, mask, limit, _ in frac_words:
-            word = (number >> shift) & mask
-            if word >= limit:
-                raise DecimalFormatError(f"corrupt DECIMAL({precision},{frac}) frac word {word}")
-            fraction = fraction * limit + word
-        text += f".{fraction:0{frac}d}"
+        text += f".{_join_words(number, frac_words, precision, frac, 'frac'):0{frac}d}"
     return decimal.Decimal(text), offset + size
+
+
+def _join_words(number: int, words: tuple[_Word, ...], precision: int, frac: int, part: str) -> int:
+    """The digits of the ``part`` words of ``number`` (see :func:`_words`) as one integer;
+    DecimalFormatError for a word out of its range."""
+    value = 0
+    for shift, mask, limit, _ in words:
+        word = (number >> shift) & mask
+        if word >= limit:
+            raise DecimalFormatError(f"corrupt DECIMAL({precision},{frac}) {part} word {word}")
+        value = value * limit + word
+    return value
 
 
 def encode_row_decimal(value: decimal.Decimal, precision: int, frac: int) -> bytes:
