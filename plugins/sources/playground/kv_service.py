@@ -194,15 +194,9 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
         with self.cluster.lock:
             if not request.key_only:
                 self._churn(enc_start)
-            checked = self._check(request.context, enc_start)
-            self.stats.count("KvScan", checked.error)
-            if checked.error is not None:
-                return kvrpcpb_pb2.ScanResponse(region_error=checked.error)
-            region = checked.region
-            assert region is not None
-            # A store reads its region only: the client goes on from the region's end.
-            if region.end and (not enc_end or enc_end > region.end):
-                enc_end = region.end
+            error, enc_end = self._range_here("KvScan", request.context, enc_start, enc_end)
+            if error is not None:
+                return kvrpcpb_pb2.ScanResponse(region_error=error)
             entries = self.cluster.mvcc.read_range(
                 enc_start, enc_end, request.version, request.limit, key_only=request.key_only
             )
@@ -258,15 +252,9 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
         enc_start = encode_key(request.start_key)
         enc_end = encode_key(request.end_key) if request.end_key else b""
         with self.cluster.lock:
-            checked = self._check(request.context, enc_start)
-            self.stats.count("KvScanLock", checked.error)
-            if checked.error is not None:
-                return kvrpcpb_pb2.ScanLockResponse(region_error=checked.error)
-            region = checked.region
-            assert region is not None
-            # Like KvScan: the store answers for its region only.
-            if region.end and (not enc_end or enc_end > region.end):
-                enc_end = region.end
+            error, enc_end = self._range_here("KvScanLock", request.context, enc_start, enc_end)
+            if error is not None:
+                return kvrpcpb_pb2.ScanLockResponse(region_error=error)
             locks = self.cluster.mvcc.scan_locks(enc_start, enc_end, request.max_version, request.limit)
         return kvrpcpb_pb2.ScanLockResponse(locks=[lock_info(key, lock) for key, lock in locks])
 
@@ -289,6 +277,22 @@ class KvService(tikvpb_pb2_grpc.TikvServicer):
         stores = list(self.cluster.store_ids())
         regions.transfer_leader(region.id, stores[(stores.index(region.leader_store) + 1) % len(stores)])
         self.faults.churned_one("leader")
+
+    def _range_here(
+        self, method: str, ctx: kvrpcpb_pb2.Context, enc_start: bytes, enc_end: bytes
+    ) -> tuple[errorpb_pb2.Error | None, bytes]:
+        """For a scan of ``method`` from ``enc_start``: (the region error, or None, and the
+        end this store answers up to). A store reads its region only: the client goes on
+        from the region's end. Counted in :attr:`stats`."""
+        checked = self._check(ctx, enc_start)
+        self.stats.count(method, checked.error)
+        if checked.error is not None:
+            return checked.error, enc_end
+        region = checked.region
+        assert region is not None
+        if region.end and (not enc_end or enc_end > region.end):
+            enc_end = region.end
+        return None, enc_end
 
     def _check(self, ctx: kvrpcpb_pb2.Context, enc_key: bytes | None) -> _Checked:
         """The region of ``ctx`` if this store may serve it for ``enc_key``, else the region error."""
