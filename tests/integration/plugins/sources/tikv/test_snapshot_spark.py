@@ -5,9 +5,10 @@ equals the playground's snapshot of every table at T."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +46,27 @@ def pg() -> Iterator[Playground]:
         yield playground
 
 
+@contextlib.asynccontextmanager
+async def _shop_source(pg: Playground) -> AsyncIterator[tuple[TiKVSource, int, dict[int, Span]]]:
+    """An open tikv source on ``pg``, a fresh ts, and the spans of the shop tables by id."""
+    source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
+    await source.open()
+    try:
+        ts = await source.current_ts()
+        tables = [t for t in await source.list_tables() if t.schema == "shop" and t.table in TABLES]
+        spans = {i: span for i, span in enumerate([s for t in tables for s in await source.spans_for(t)])}
+        yield source, ts, spans
+    finally:
+        await source.close()
+
+
 def _read(
     pg: Playground, spark: Any, tmp_path: Path, *, range_keys: int = 0, during: Any = None
 ) -> tuple[int, list[RowChange], int]:
     """(T, the mounted rows of the snapshot at T, the number of ranges)."""
 
     async def plan() -> tuple[int, RowPlan, RangeScanTask, list[Any]]:
-        source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
-        await source.open()
-        try:
-            ts = await source.current_ts()
-            tables = [t for t in await source.list_tables() if t.schema == "shop" and t.table in TABLES]
-            spans = {i: span for i, span in enumerate([s for t in tables for s in await source.spans_for(t)])}
+        async with _shop_source(pg) as (source, ts, spans):
             ranges = await snapshot_ranges(source.pd, spans, ts, range_keys=range_keys)
             mounter = source.mounter()
             assert mounter is not None
@@ -65,8 +75,6 @@ def _read(
             ids = {schema: i for i, schema in enumerate(batch.schemas())}
             row_plan = RowPlan("snap", str(tmp_path), spans, batch, TableFilter(["shop.*"]), ids)
             return ts, row_plan, RangeScanTask((pg.pd_address,), ts, spans, page_size=128), ranges
-        finally:
-            await source.close()
 
     ts, row_plan, task, ranges = asyncio.run(plan())
     if during is not None:
@@ -147,16 +155,9 @@ def test_each_part_of_a_plan_names_its_key_range(pg: Playground) -> None:
     told apart from the tables' spans and give the same keys back."""
 
     async def plan() -> tuple[dict[int, Span], list[Span | None]]:
-        source = TiKVSource(TiKVSourceConfig(pd=[pg.pd_address], tidb_status=pg.status_address))
-        await source.open()
-        try:
-            ts = await source.current_ts()
-            tables = [t for t in await source.list_tables() if t.schema == "shop" and t.table in TABLES]
-            spans = {i: span for i, span in enumerate([s for t in tables for s in await source.spans_for(t)])}
+        async with _shop_source(pg) as (source, ts, spans):
             snapshot = await source.snapshot_plan(spans, ts)
             return spans, [task.key_range() for task in snapshot.tasks]
-        finally:
-            await source.close()
 
     spans, keys = asyncio.run(plan())
     assert all(k is not None for k in keys)
