@@ -50,7 +50,7 @@ from typing import Any
 
 import pymysql
 
-from cdcflow.core.data.events import TableName
+from cdcflow.core.data.events import MicroBatch, TableName
 from cdcflow.plugins.sinks.mysql.dml import quote, quote_param
 
 __all__ = ["CheckpointState", "CheckpointTable", "PartitionRecord"]
@@ -64,6 +64,16 @@ class CheckpointState:
     flushed_ts: int = 0
     applying_batch_id: int | None = None
     applying_ts: int = 0
+
+    def replays(self, batch: MicroBatch) -> bool:
+        """``batch`` is one flushed or begun before (Spark replays a batch id after a
+        crash; ids only grow): its rows at or below ``flushed_ts`` are downstream. A newer
+        batch's rows below it are of a span that joined behind the others: not downstream."""
+        return batch.batch_id <= self.flushed_batch_id
+
+    def has_all_of(self, batch: MicroBatch) -> bool:
+        """Every row and DDL of ``batch`` is downstream: a replay at or below the flushed ts."""
+        return self.replays(batch) and 0 < batch.end_ts <= self.flushed_ts
 
 
 @dataclass(frozen=True, slots=True)

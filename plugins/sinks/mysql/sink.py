@@ -180,7 +180,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
     def write_batch(self, batch: MicroBatch) -> None:
         downstream, _ = self._require_open()
         downstream.abort.clear()  # a new attempt: an earlier batch's failure must not cut retries short
-        if self._flushed_before(batch):
+        if self._state.has_all_of(batch):
             log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
             return
         if batch.end_ts <= self._begun_ts:
@@ -191,7 +191,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         # before its DDL, so that a replay never writes them against the changed table.
         # A replayed batch's rows at or below it are downstream; a newer batch's are of a
         # span that joined behind the others, and are upserts (see _upsert).
-        below = self._state.flushed_ts if self._replayed(batch) else 0
+        below = self._state.flushed_ts if self._state.replays(batch) else 0
         rows = [row for row in batch.rows if row.commit_ts > below]
         if rows or batch.ddl:
             self._record(batch.batch_id, batch.end_ts, applying=True)
@@ -233,7 +233,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         the first one), then the batch's flushed mark."""
         downstream, _ = self._require_open()
         downstream.abort.clear()
-        if self._flushed_before(batch):
+        if self._state.has_all_of(batch):
             log.info("MySQL sink: batch %d (end ts %d) was flushed before; skipped", batch.batch_id, batch.end_ts)
             return
         if batch.ddl:
@@ -247,15 +247,6 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             for ddl in batch.ddl:
                 self._apply_ddl(ddl)
         self._record(batch.batch_id, batch.end_ts, applying=False)
-
-    def _replayed(self, batch: MicroBatch) -> bool:
-        """``batch`` is one this sink flushed before, or began (Spark replays a batch id
-        after a crash); a newer batch id is a new batch, whatever its ts."""
-        return batch.batch_id <= self._state.flushed_batch_id
-
-    def _flushed_before(self, batch: MicroBatch) -> bool:
-        """Every row and DDL of ``batch`` is downstream: a replayed batch at or below the flushed ts."""
-        return self._replayed(batch) and 0 < batch.end_ts <= self._state.flushed_ts
 
     def _record(self, batch_id: int, ts: int, *, applying: bool) -> None:
         """Record a batch as begun (``applying``) or everything up to ``ts`` as flushed."""

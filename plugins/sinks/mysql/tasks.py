@@ -40,7 +40,7 @@ from cdcflow.core.data.sink import PartitionWriter, TaskWriter
 from cdcflow.plugins.sinks.mysql.apply import all_upserts, apply_transaction, segments_of
 from cdcflow.plugins.sinks.mysql.catalog import load_table_meta
 from cdcflow.plugins.sinks.mysql.causality import group_for_transactions, split_units
-from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointTable
+from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointState, CheckpointTable
 from cdcflow.plugins.sinks.mysql.config import MySQLSinkConfig
 from cdcflow.plugins.sinks.mysql.dml import TableMeta
 from cdcflow.plugins.sinks.mysql.downstream import Downstream
@@ -64,13 +64,15 @@ class MySQLTaskWriter(TaskWriter):
     ) -> None:
         self.config = config
         self.changefeed_id = changefeed_id
-        #: Every change at or below it of the batches flushed so far is downstream (the
-        #: checkpoint table's flushed ts) ...
-        self.flushed_ts = flushed_ts
-        #: ... and the batch that recorded it: a batch id above it is not a replay.
-        self.flushed_batch_id = flushed_batch_id
+        #: What the checkpoint table said was flushed (see :meth:`CheckpointState.replays`).
+        self.flushed = CheckpointState(flushed_batch_id, flushed_ts)
         #: Rows at or below it may be downstream already: they are upserts.
         self.safe_until = safe_until
+
+    @property
+    def flushed_ts(self) -> int:
+        """Every change at or below it of the batches flushed so far is downstream."""
+        return self.flushed.flushed_ts
 
     def open(self, batch: MicroBatch, partition: int) -> MySQLPartitionWriter:
         return MySQLPartitionWriter(self, batch, partition)
@@ -120,9 +122,9 @@ class MySQLPartitionWriter(PartitionWriter):
         #: below the flushed ts are downstream. A newer batch may hold rows below it too —
         #: of a span that joined behind the others (moved here, added late): those are
         #: not downstream, and are written as upserts.
-        self._replayed = batch.batch_id <= target.flushed_batch_id
+        self._replayed = target.flushed.replays(batch)
         #: The whole batch is downstream: nothing to do.
-        self.skipped = self._replayed and 0 < batch.end_ts <= target.flushed_ts
+        self.skipped = target.flushed.has_all_of(batch)
         self._done: frozenset[TableName] = frozenset()
         self._flushed_before: frozenset[TableName] = frozenset()
         #: The partition was begun before: every row is an upsert.
