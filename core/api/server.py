@@ -21,7 +21,7 @@ from aiohttp import web
 
 from cdcflow.core.api.security import ApiSecurity, ForbiddenError, UnauthenticatedError
 from cdcflow.core.api.statistics import add_statistics_routes
-from cdcflow.core.api.status_page import add_status_routes
+from cdcflow.core.api.status_page import add_status_routes, snapshot_progress_json
 from cdcflow.core.api.tables import add_table_routes
 from cdcflow.core.config.sourcecheck import check_transforms, source_issues
 from cdcflow.core.control.capture import Capture
@@ -102,7 +102,11 @@ def body_depth(raw: bytes) -> int:
     return deepest
 
 
-def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str, Any]:
+def changefeed_json(
+    info: ChangeFeedInfo, status: ChangeFeedStatus, snapshot: dict[str, Any] | None = None, now: float | None = None
+) -> dict[str, Any]:
+    """A changefeed's REST status; ``snapshot``: its maintainer's snapshot progress, as the
+    coordinator holds it (``snapshot_progress``, see :func:`snapshot_progress_json`)."""
     return {
         "id": info.id,
         "state": info.state.value,
@@ -117,11 +121,17 @@ def changefeed_json(info: ChangeFeedInfo, status: ChangeFeedStatus) -> dict[str,
         "error": info.error,
         # The checkpoint passes the start ts only once every capture delivered its snapshot.
         "snapshot_done": bool(info.initial_snapshot) and status.checkpoint_ts > info.start_ts,
+        "snapshot_progress": snapshot_progress_json(snapshot, time.time() if now is None else now),
         "source": redact(info.source),
         "sinks": redact(info.sinks),
         "scheduler": info.scheduler,
         **info.options(),
     }
+
+
+def _snapshot_known(info: ChangeFeedInfo) -> bool:
+    """Whether the coordinator may hold an initial snapshot's progress for the changefeed."""
+    return bool(info.initial_snapshot) and info.state.runs
 
 
 class ApiServer:
@@ -219,11 +229,16 @@ class ApiServer:
 
     async def list_changefeeds(self, request: web.Request) -> web.Response:
         wanted = request.query.get("state", "")
-        items = [
-            changefeed_json(info, status)
+        records = [
+            (info, status)
             for info, status in await self.capture.store.list_changefeeds()
             if wanted in ("", "all") or info.state.value == wanted
         ]
+        if any(_snapshot_known(info) for info, _ in records):
+            forwarded = await self._read_at_owner(request)
+            if forwarded is not None:
+                return forwarded
+        items = [changefeed_json(info, status, self.snapshot_progress(info.id)) for info, status in records]
         return web.json_response({"total": len(items), "items": items})
 
     async def get_changefeed(self, request: web.Request) -> web.Response:
@@ -231,7 +246,30 @@ class ApiServer:
         record = await self.capture.store.get_changefeed(cf)
         if record is None:
             raise ChangefeedNotFoundError(f"changefeed {cf} does not exist", detail={"changefeed_id": cf})
-        return web.json_response(changefeed_json(*record))
+        if _snapshot_known(record[0]):
+            forwarded = await self._read_at_owner(request)
+            if forwarded is not None:
+                return forwarded
+        return web.json_response(changefeed_json(*record, self.snapshot_progress(cf)))
+
+    def snapshot_progress(self, changefeed_id: str) -> dict[str, Any] | None:
+        """The snapshot progress the coordinator holds for the changefeed (None on a capture
+        that is not the owner, or when none is known)."""
+        coordinator = self.capture.coordinator if self.capture.is_owner else None
+        runtime = coordinator.controller.changefeeds.get(changefeed_id) if coordinator is not None else None
+        return runtime.snapshot if runtime is not None else None
+
+    async def _read_at_owner(self, request: web.Request) -> web.Response | None:
+        """The owner's answer to a read that carries the coordinator's view (the snapshot's
+        progress); None on the owner, or when no owner answers (then this capture answers
+        from the metastore, without that view)."""
+        if self.capture.is_owner or request.headers.get(FORWARDED):
+            return None
+        try:
+            return await self._forward(request)
+        except (NotAvailableError, aiohttp.ClientError, TimeoutError) as exc:
+            log.debug("answering %s without the owner: %s", request.path, exc)
+            return None
 
     async def metrics(self, request: web.Request) -> web.Response:
         """Prometheus exposition of this capture's metrics (docs/reference/metrics.md):

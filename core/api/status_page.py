@@ -1,6 +1,8 @@
 """The status page: a small HTML page at ``/`` of every capture's REST API.
 
-It shows the changefeeds (state, checkpoint, lags, rows/s, last error), the
+It shows the changefeeds (state, checkpoint, lags, rows/s, last error, and the
+initial snapshot's progress bar while one runs: the coordinator's view, see
+:func:`snapshot_progress_json`), the
 captures and the spans each one runs, and a chart of checkpoint lag and
 throughput over the last hour. The page is three static files shipped inside
 the package (``core/api/status/``: HTML, JavaScript, CSS; no build step, no
@@ -63,6 +65,7 @@ __all__ = [
     "StatusHistory",
     "add_status_routes",
     "session_value",
+    "snapshot_progress_json",
 ]
 
 log = logging.getLogger(__name__)
@@ -217,6 +220,12 @@ class StatusHistory:
         """Rows and batches flushed per changefeed, added up over every capture."""
         return _add_up(await self.cluster_parts())
 
+    def _snapshot(self, changefeed_id: str) -> dict[str, Any] | None:
+        """The coordinator's snapshot progress of the changefeed (the overview is the owner's)."""
+        coordinator = self.capture.coordinator
+        runtime = coordinator.controller.changefeeds.get(changefeed_id) if coordinator is not None else None
+        return runtime.snapshot if runtime is not None else None
+
     async def overview(self) -> dict[str, Any]:
         """The page's document: changefeeds, captures with their spans, and the history."""
         now = time.time()
@@ -262,6 +271,9 @@ class StatusHistory:
                     "rows_per_second": latest.get(info.id, {}).get("rows_per_second", 0.0),
                     "rows_flushed": flushed.get(info.id, {}).get("rows", 0),
                     "error": info.error,
+                    "initial_snapshot": bool(info.initial_snapshot),
+                    "snapshot_done": bool(info.initial_snapshot) and status.checkpoint_ts > info.start_ts,
+                    "snapshot_progress": snapshot_progress_json(self._snapshot(info.id), now),
                 }
             )
         me = self.capture.info
@@ -278,6 +290,38 @@ class StatusHistory:
                 "samples": list(self.samples),
             },
         }
+
+
+def snapshot_progress_json(raw: dict[str, Any] | None, now: float) -> dict[str, Any] | None:
+    """The REST form of a changefeed's snapshot progress (``MaintainerStatus.snapshot``):
+    the counts, ``started`` (UTC), and, from the time since it started, the rows per
+    second and the ETA (seconds; None before any part is read, 0 once done)."""
+    if raw is None:
+        return None
+    started = float(raw.get("started_at") or now)
+    finished = raw.get("finished_at")
+    elapsed = max(0.0, (float(finished) if finished is not None else now) - started)
+    fraction = float(raw.get("fraction", 0.0))
+    if raw.get("phase") == "done":
+        eta: float | None = 0.0
+    elif 0 < fraction < 1:
+        eta = round(elapsed / fraction * (1 - fraction), 1)
+    else:
+        eta = None
+    rows = int(raw.get("rows_done", 0))
+    return {
+        "unit": raw.get("unit", "range"),
+        "phase": raw.get("phase", "read"),
+        "parts_done": int(raw.get("parts_done", 0)),
+        "parts_total": int(raw.get("parts_total", 0)),
+        "rows_done": rows,
+        "rows_estimate": int(raw.get("rows_estimate", 0)),
+        "captures": int(raw.get("captures", 0)),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "elapsed_seconds": round(elapsed, 1),
+        "rows_per_second": round(rows / elapsed, 1) if elapsed > 0 else 0.0,
+        "eta_seconds": eta,
+    }
 
 
 def _add_up(parts: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

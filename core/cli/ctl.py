@@ -359,6 +359,23 @@ def _span_table(items: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def snapshot_progress_line(p: dict[str, Any]) -> str:
+    """One line for the REST ``snapshot_progress`` object: parts and rows, rate and ETA."""
+    done, total = int(p["parts_done"]), int(p["parts_total"])
+    percent = 100.0 * done / total if total else 100.0
+    line = (
+        f"{p['phase']}, {done}/{total} {p['unit']}s ({percent:.0f}%), "
+        f"{int(p['rows_done']):,}/~{max(int(p['rows_done']), int(p['rows_estimate'])):,} rows, "
+        f"{float(p['rows_per_second']):,.0f} rows/s"
+    )
+    if p.get("captures", 0) > 1:
+        line += f", on {p['captures']} captures"
+    eta = p.get("eta_seconds")
+    if p["phase"] != "done":
+        line += f", ETA {eta:.0f}s" if eta is not None else ", ETA unknown"
+    return line + f" (started {p['started']} UTC)"
+
+
 def _changefeed_detail(i: dict[str, Any]) -> str:
     lines = [
         f"state:       {i['state']}",
@@ -368,6 +385,9 @@ def _changefeed_detail(i: dict[str, Any]) -> str:
     ]
     if i.get("initial_snapshot"):
         lines.append(f"snapshot:    {'done' if i.get('snapshot_done') else 'in progress'} (at {i['start_ts']})")
+        progress = i.get("snapshot_progress")
+        if progress:
+            lines.append(f"progress:    {snapshot_progress_line(progress)}")
     if i.get("error"):
         lines.append(f"error:       {json.dumps(i['error'])}")
     return "\n".join(lines) + "\n"

@@ -49,6 +49,7 @@ __all__ = [
     "ExecutorFactory",
     "ExecutorRegistrar",
     "ExecutorRegistry",
+    "SnapshotReport",
     "SpanExecutor",
     "SpanState",
     "SpanStatus",
@@ -86,6 +87,29 @@ class SpanStatus:
     resolved_ts: int
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotReport:
+    """Where an initial snapshot read on one capture is, sent to the maintainer with the
+    capture's heartbeat (:class:`~cdcflow.core.control.scheduling.HeartbeatResponse`).
+
+    ``span``: the snapshot range placed on the capture that this report is about
+    (:mod:`cdcflow.core.data.snapshot_ranges`), or None for the snapshot the capture
+    takes of its own spans. ``unit`` names a part (``region``, ``range``); ``phase`` is
+    ``read``, ``deliver`` or ``done``; ``started_at`` is the wall-clock second the read
+    started (``time.time()``); ``rows_estimate`` extrapolates the rows of all the parts
+    from those read.
+    """
+
+    span: Span | None
+    unit: str
+    phase: str
+    parts_done: int
+    parts_total: int
+    rows_done: int
+    rows_estimate: int
+    started_at: float
+
+
 class SpanExecutor(abc.ABC):
     """Runs a changefeed's spans that are placed on this capture."""
 
@@ -112,6 +136,12 @@ class SpanExecutor(abc.ABC):
 
         Two calls with no add/remove in between return the same spans.
         """
+
+    def snapshot_reports(self) -> list[SnapshotReport]:
+        """Where the initial snapshots read here are (its own spans', and each snapshot
+        range's); sent with every heartbeat. None by default: an executor that takes no
+        snapshot has nothing to report."""
+        return []
 
     async def set_barrier(self, ts: int) -> None:  # noqa: B027 - optional hook
         """Do not write changes with commit ts above ``ts`` downstream until the

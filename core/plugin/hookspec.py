@@ -183,7 +183,8 @@ def cdcflow_snapshot_progress(
     Called about once a second while its parts are read, once after the read
     and once when the snapshot is delivered. ``unit`` names a part
     (``region``, ``range``); ``rows_estimate`` extrapolates the rows of the
-    whole snapshot from the parts read; ``phase`` is ``read`` or ``done``.
+    whole snapshot from the parts read; ``phase`` is ``read``, ``deliver``
+    (every part read, going to the sinks) or ``done``.
     """
 
 

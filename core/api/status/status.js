@@ -33,6 +33,33 @@ function colorOf(ids, id) {
   return COLORS[ids.indexOf(id) % COLORS.length];
 }
 
+// The initial snapshot's cell of a changefeed: null (it takes none), or what the bar shows:
+// parts done of the total (value/max), rows done of the estimate, rate and ETA, or "done".
+function snapshotSummary(cf) {
+  if (!cf.initial_snapshot) return null;
+  const p = cf.snapshot_progress;
+  const count = (n) => Number(n).toLocaleString("en-US");
+  if ((p && p.phase === "done") || (!p && cf.snapshot_done)) {
+    const text = p ? `done · ${count(p.rows_done)} rows in ${seconds(p.elapsed_seconds)}` : "done";
+    return { state: "done", value: 1, max: 1, text };
+  }
+  if (!p) return { state: "planning", value: 0, max: 1, text: "planning…" };
+  const percent = p.parts_total ? Math.floor((100 * p.parts_done) / p.parts_total) : 0;
+  const eta = p.eta_seconds === null || p.eta_seconds === undefined ? "unknown" : seconds(p.eta_seconds);
+  const phase = p.phase === "deliver" ? "delivering · " : "";
+  const text = `${phase}${p.parts_done}/${p.parts_total} ${p.unit}s (${percent}%) · ` +
+    `${count(p.rows_done)}/~${count(Math.max(p.rows_done, p.rows_estimate))} rows · ` +
+    `${rate(p.rows_per_second)} rows/s · ETA ${eta}`;
+  return { state: p.phase, value: p.parts_done, max: Math.max(1, p.parts_total), text };
+}
+
+function renderSnapshot(cf) {
+  const s = snapshotSummary(cf);
+  if (!s) return el("td", { class: "muted" }, "—");
+  return el("td", { class: "snapshot", "data-snapshot": s.state },
+    el("progress", { value: s.value, max: s.max }), " ", el("span", {}, s.text));
+}
+
 function renderChangefeeds(doc) {
   const body = document.querySelector("#changefeeds tbody");
   body.replaceChildren();
@@ -45,6 +72,7 @@ function renderChangefeeds(doc) {
       el("td", { class: "num" }, seconds(cf.checkpoint_lag)),
       el("td", { class: "num" }, seconds(cf.resolved_lag)),
       el("td", { class: "num", title: `${cf.rows_flushed.toLocaleString("en-US")} rows flushed` }, rate(cf.rows_per_second)),
+      renderSnapshot(cf),
       el("td", { class: "error" }, error));
     body.append(row);
   }
@@ -144,4 +172,8 @@ async function poll() {
   }
 }
 
-document.addEventListener("DOMContentLoaded", poll);
+if (typeof module !== "undefined" && module.exports) {
+  module.exports = { snapshotSummary, seconds, rate }; // for tests run with Node.js, without a browser
+} else {
+  document.addEventListener("DOMContentLoaded", poll);
+}

@@ -99,6 +99,8 @@ class ChangefeedRuntime:
     warning_checkpoint: int = 0
     #: What the maintainer last said blocks it (BlockStatus), None when nothing does.
     block_reason: str | None = None
+    #: The initial snapshot's progress its maintainer last reported (None: none known).
+    snapshot: dict[str, Any] | None = None
 
 
 class Controller:
@@ -186,6 +188,7 @@ class Controller:
             out.commands.append(RemoveMaintainer(rt.capture, rt.info.id, rt.info.epoch))
             rt.capture = None
         rt.retry_at = None
+        rt.snapshot = None
         return out
 
     def _transition(
@@ -222,6 +225,7 @@ class Controller:
                     out.commands.append(RemoveMaintainer(capture, st.changefeed_id, st.epoch))
                 continue
             rt.last_heartbeat = now
+            rt.snapshot = st.snapshot
             out.extend(self._progress(rt, st))
             if st.error is not None or st.state == "failed":
                 out.extend(self._on_error(rt, st.error or {}, now))

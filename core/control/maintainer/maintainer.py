@@ -46,6 +46,17 @@ spans on top. With one capture alive (``cdcflow run``), or a source that cannot
 name its parts' key ranges, the capture running the spans copies them before
 streaming them, as before (:mod:`cdcflow.core.data.pipeline.snapshot`).
 
+**The snapshot's progress** is the whole changefeed's, on the maintainer: the
+captures send theirs with every heartbeat response (``HeartbeatResponse.snapshot``:
+one :class:`~cdcflow.core.data.span_executor.SnapshotReport` per snapshot range
+being read there, or one for the snapshot a capture takes of its own spans). On a
+cluster the parts are the ranges placed, done once delivered (the same count that
+decides when the tables are placed), and the rows are those of every range's
+latest report, summed; otherwise every live capture's own snapshot is summed.
+:meth:`Maintainer.snapshot_progress` is what the maintainer's status carries to
+the coordinator (``MaintainerStatus.snapshot``), which the REST API and the
+status page show.
+
 Errors of the source, the scheduler or an executor are kept as the
 maintainer's error and reported in its status; the coordinator decides what
 they mean for the changefeed.
@@ -57,6 +68,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -71,7 +83,7 @@ from cdcflow.core.data.events import ResolvedEvent, Span, TableSetChange
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.snapshot_ranges import is_snapshot_range, range_done_ts, snapshot_range
 from cdcflow.core.data.source import Source
-from cdcflow.core.data.span_executor import SpanState
+from cdcflow.core.data.span_executor import SnapshotReport, SpanState
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError, NotAvailableError
 from cdcflow.core.plugin.manager import PluginManager
 
@@ -117,6 +129,21 @@ class Maintainer:
         self.snapshot_ranges: frozenset[Span] | None = None
         #: The changefeed as the agents are told it (initial_snapshot off while ranges are placed).
         self._agent_info = info
+        #: Every range placed for the cluster's snapshot (kept once it is done), its plan's
+        #: unit, the ranges delivered so far, and when it started and ended (wall clock).
+        self._placed_ranges: frozenset[Span] = frozenset()
+        self._snapshot_unit = "range"
+        self._delivered: frozenset[Span] = frozenset()
+        self._snapshot_started = 0.0
+        self._snapshot_finished: float | None = None
+        #: The captures' latest snapshot reports: per snapshot range, and per capture for
+        #: its own spans' snapshot; the newest heartbeat seq taken from each capture.
+        self._range_reports: dict[Span, SnapshotReport] = {}
+        self._range_capture: dict[Span, str] = {}
+        self._own_reports: dict[str, SnapshotReport] = {}
+        self._report_seq: dict[str, int] = {}
+        #: The changefeed's snapshot progress as of the last tick (None: no snapshot known).
+        self._progress: dict[str, Any] | None = None
 
     @property
     def changefeed_id(self) -> str:
@@ -133,7 +160,15 @@ class Maintainer:
         total = len(self.placement.spans) if self.placement else 0
         replicating = self.placement.replicating() if self.placement else 0
         return MaintainerStatus(
-            self.info.id, self.epoch, self.state, self.checkpoint_ts, self.resolved_ts, self.error, total, replicating
+            self.info.id,
+            self.epoch,
+            self.state,
+            self.checkpoint_ts,
+            self.resolved_ts,
+            self.error,
+            total,
+            replicating,
+            self._progress,
         )
 
     async def _run(self) -> None:
@@ -201,7 +236,8 @@ class Maintainer:
         if any(k is None or k.table_id <= 0 for k in keys):
             return []
         ranges = [snapshot_range(k) for k in keys if k is not None]
-        self.snapshot_ranges = frozenset(ranges)
+        self.snapshot_ranges = self._placed_ranges = frozenset(ranges)
+        self._snapshot_unit, self._snapshot_started = plan.unit, time.time()
         self._agent_info = dataclasses.replace(info, initial_snapshot=False)
         log.info(
             "changefeed %s: initial snapshot at %d placed on the cluster: %d %ss of %d spans",
@@ -218,6 +254,7 @@ class Maintainer:
             for r in self.placement.scheduler.replication_status()
             if r.span in self.snapshot_ranges and r.state is ReplicationState.REPLICATING and r.resolved_ts >= done_ts
         }
+        self._delivered = frozenset(done & self.snapshot_ranges)
         return done >= self.snapshot_ranges
 
     async def _follow(
@@ -259,6 +296,7 @@ class Maintainer:
         if self.snapshot_ranges is not None and not stopping and self._snapshot_done():
             log.info("changefeed %s: every snapshot range delivered; placing the tables", self.info.id)
             self.snapshot_ranges = None
+            self._delivered, self._snapshot_finished = self._placed_ranges, time.time()
             if tables is not None:
                 self.placement.set_spans(tables.spans())
         due = tables is not None and not stopping and tables.apply_due(self.checkpoint_ts)
@@ -277,6 +315,7 @@ class Maintainer:
             self.placement.outgoing(requests, self.checkpoint_ts), tables.barrier() if tables is not None else None
         )
         self.block_reason = self._blocked()
+        self._progress = self.snapshot_progress()
 
     def _send(self, requests: list[tuple[str, dict[str, Any]]], barrier: int | None) -> None:
         """The scheduler's requests, each with the barrier; a new barrier alone to the
@@ -326,6 +365,7 @@ class Maintainer:
         if message.error is not None:
             self._fail(message.error)
         elif message.payload is not None:
+            self._take_reports(message.payload)
             if self.snapshot_ranges is not None:
                 self._streaming_seen(message.payload)
             self.placement.receive(message.payload)
@@ -344,7 +384,90 @@ class Maintainer:
                 *(self.info.id, message.capture_id),
             )
             self.snapshot_ranges = None
+            self._placed_ranges = frozenset()  # delivered by an earlier maintainer: no progress known here
             self.placement.set_spans(self.tables.spans())
+
+    def _take_reports(self, payload: dict[str, Any]) -> None:
+        """Keep the snapshot reports of a capture's heartbeat response (the newest per capture)."""
+        message = decode(payload)
+        if not isinstance(message, HeartbeatResponse) or not self.info.initial_snapshot:
+            return
+        assert self.placement is not None
+        if not self.placement.scheduler.accepts(message):
+            return
+        if message.seq <= self._report_seq.get(message.capture_id, -1):
+            return  # an older heartbeat than one taken already
+        self._report_seq[message.capture_id] = message.seq
+        for report in message.snapshot:
+            if report.span is None:
+                self._own_reports[message.capture_id] = report
+            elif report.span in self._placed_ranges:
+                self._range_reports[report.span] = report
+                self._range_capture[report.span] = message.capture_id
+
+    def snapshot_progress(self) -> dict[str, Any] | None:
+        """The changefeed's initial snapshot as far as the captures reported it (see the
+        module docs): unit, phase (``read``, ``deliver``, ``done``), parts done and total,
+        rows done and estimated, the fraction read, and when it started and finished (wall
+        clock; ``finished_at`` None until done). None when no snapshot is known here."""
+        if not self.info.initial_snapshot:
+            return None
+        if self._placed_ranges:
+            return self._ranges_progress()
+        live = set(self.live_captures())
+        reports = [r for capture, r in sorted(self._own_reports.items()) if capture in live]
+        if not reports:
+            return None
+        phases = {r.phase for r in reports}
+        phase = "done" if phases == {"done"} else "deliver" if phases <= {"deliver", "done"} else "read"
+        if phase == "done" and self._snapshot_finished is None:
+            self._snapshot_finished = time.time()
+        parts_done, parts_total = sum(r.parts_done for r in reports), sum(r.parts_total for r in reports)
+        rows_done = sum(r.rows_done for r in reports)
+        return {
+            "unit": reports[0].unit,
+            "phase": phase,
+            "parts_done": parts_done,
+            "parts_total": parts_total,
+            "rows_done": rows_done,
+            "rows_estimate": max(rows_done, sum(max(r.rows_done, r.rows_estimate) for r in reports)),
+            "fraction": round(parts_done / parts_total, 4) if parts_total else 1.0,
+            "captures": len(reports),
+            "started_at": round(min(r.started_at for r in reports), 3),
+            "finished_at": round(self._snapshot_finished, 3) if phase == "done" and self._snapshot_finished else None,
+        }
+
+    def _ranges_progress(self) -> dict[str, Any]:
+        """The progress of the snapshot shared by the cluster: ranges delivered of all placed."""
+        placed, delivered = self._placed_ranges, self._delivered
+        reports = {span: r for span, r in self._range_reports.items() if span in placed}
+        rows_done = sum(r.rows_done for r in reports.values())
+        fraction = 0.0
+        estimates = []
+        for span in placed:
+            report = reports.get(span)
+            if span in delivered:
+                fraction += 1.0
+            elif report is not None and report.parts_total:
+                fraction += report.parts_done / report.parts_total
+            if report is not None and (report.parts_done or span in delivered):
+                estimates.append(max(report.rows_done, report.rows_estimate))
+        estimate = round(sum(estimates) / len(estimates) * len(placed)) if estimates else 0
+        finished = self._snapshot_finished
+        read = all(s in delivered or (s in reports and reports[s].phase in ("deliver", "done")) for s in placed)
+        phase = "done" if finished is not None else "deliver" if read else "read"
+        return {
+            "unit": self._snapshot_unit,
+            "phase": phase,
+            "parts_done": len(delivered),
+            "parts_total": len(placed),
+            "rows_done": rows_done,
+            "rows_estimate": max(rows_done, estimate),
+            "fraction": round(fraction / len(placed), 4),
+            "captures": len({self._range_capture[s] for s in reports if s in self._range_capture}),
+            "started_at": round(self._snapshot_started, 3),
+            "finished_at": round(finished, 3) if finished is not None else None,
+        }
 
     def move_table(self, table_id: int, target_capture: str) -> list[Span]:
         """Queue a move of the table's spans (``Scheduler.move_table``); the next ticks carry it out."""

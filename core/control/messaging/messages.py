@@ -56,6 +56,9 @@ class MaintainerStatus:
 
     ``state``: ``working``, ``stopped`` (closed, CloseAck) or ``failed``.
     ``error`` is a :meth:`CdcflowError.to_dict` when the maintainer hit one.
+    ``snapshot``: the changefeed's initial snapshot progress
+    (:meth:`~cdcflow.core.control.maintainer.maintainer.Maintainer.snapshot_progress`),
+    None when none is known.
     """
 
     changefeed_id: str
@@ -66,6 +69,7 @@ class MaintainerStatus:
     error: dict[str, Any] | None = None
     spans_total: int = 0
     spans_replicating: int = 0
+    snapshot: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,14 @@ class Agent:
     def _heartbeat(self) -> HeartbeatResponse:
         spans = tuple(self.executor.status(s) for s in self.executor.spans())
         return HeartbeatResponse(
-            self.changefeed_id, self.capture_id, self._epoch(), spans, self.liveness, seq=self._next(), ack=self.ack
+            self.changefeed_id,
+            self.capture_id,
+            self._epoch(),
+            spans,
+            self.liveness,
+            seq=self._next(),
+            ack=self.ack,
+            snapshot=tuple(self.executor.snapshot_reports()),
         )
 
     async def _dispatch(self, msg: DispatchTableRequest) -> DispatchTableResponse | None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from cdcflow.core.data.events import Span
-from cdcflow.core.data.span_executor import SpanState, SpanStatus
+from cdcflow.core.data.span_executor import SnapshotReport, SpanState, SpanStatus
 
 __all__ = [
     "AddSpan",
@@ -119,6 +119,8 @@ class HeartbeatResponse:
     """Agent → scheduler: every span of the changefeed loaded on the capture.
 
     A span absent from ``spans`` is not loaded there (state ``ABSENT``).
+    ``snapshot``: where the initial snapshots read on the capture are (its own
+    spans', each snapshot range's), for the changefeed's progress.
     """
 
     changefeed_id: str
@@ -128,6 +130,7 @@ class HeartbeatResponse:
     liveness: CaptureLiveness = CaptureLiveness.ALIVE
     seq: int = 0
     ack: int = 0
+    snapshot: tuple[SnapshotReport, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,32 @@ def _status(d: dict[str, Any]) -> SpanStatus:
     return SpanStatus(_span(d["span"]), SpanState(d["state"]), int(d["checkpoint_ts"]), int(d["resolved_ts"]))
 
 
+def _report_dict(r: SnapshotReport) -> dict[str, Any]:
+    return {
+        "span": _span_dict(r.span) if r.span is not None else None,
+        "unit": r.unit,
+        "phase": r.phase,
+        "parts_done": r.parts_done,
+        "parts_total": r.parts_total,
+        "rows_done": r.rows_done,
+        "rows_estimate": r.rows_estimate,
+        "started_at": r.started_at,
+    }
+
+
+def _report(d: dict[str, Any]) -> SnapshotReport:
+    return SnapshotReport(
+        _span(d["span"]) if d.get("span") is not None else None,
+        str(d["unit"]),
+        str(d["phase"]),
+        int(d["parts_done"]),
+        int(d["parts_total"]),
+        int(d["rows_done"]),
+        int(d["rows_estimate"]),
+        float(d["started_at"]),
+    )
+
+
 def encode_message(msg: SchedulerMessage | AgentMessage) -> dict[str, Any]:
     """A JSON-able dict for ``msg``; :func:`decode_message` reverses it."""
     head: dict[str, Any] = {
@@ -187,7 +216,10 @@ def encode_message(msg: SchedulerMessage | AgentMessage) -> dict[str, Any]:
         return {"type": "heartbeat-request", **head, "checkpoint_ts": msg.checkpoint_ts}
     if isinstance(msg, HeartbeatResponse):
         spans = [_status_dict(s) for s in msg.spans]
-        return {"type": "heartbeat-response", **head, "spans": spans, "liveness": msg.liveness.value}
+        body = {"type": "heartbeat-response", **head, "spans": spans, "liveness": msg.liveness.value}
+        if msg.snapshot:
+            body["snapshot"] = [_report_dict(r) for r in msg.snapshot]
+        return body
     if isinstance(msg, DispatchTableResponse):
         return {"type": "dispatch-table-response", **head, "status": _status_dict(msg.status)}
     task = msg.task
@@ -215,7 +247,8 @@ def decode_message(d: dict[str, Any]) -> SchedulerMessage | AgentMessage:
         return HeartbeatRequest(*head, checkpoint_ts=int(d.get("checkpoint_ts", 0)))
     if kind == "heartbeat-response":
         spans = tuple(_status(s) for s in d["spans"])
-        return HeartbeatResponse(*head, spans, CaptureLiveness(d.get("liveness", "alive")))
+        snapshot = tuple(_report(r) for r in d.get("snapshot") or ())
+        return HeartbeatResponse(*head, spans, CaptureLiveness(d.get("liveness", "alive")), snapshot=snapshot)
     if kind == "dispatch-table-response":
         return DispatchTableResponse(*head, _status(d["status"]))
     if kind == "dispatch-table-request":

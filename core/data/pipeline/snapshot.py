@@ -47,7 +47,10 @@ is reported done to the maintainer, which places the tables' spans only when
 every range is.
 
 Progress (parts and rows read, of the plan's total) is reported every second
-through the ``cdcflow_snapshot_progress`` hook (``cdcflow run`` shows it).
+through the ``cdcflow_snapshot_progress`` hook (``cdcflow run`` shows it), and
+sent with the capture's heartbeats to the changefeed's maintainer
+(:meth:`SnapshotProgress.report`), which adds up every capture's into the
+changefeed's progress (the REST status's ``snapshot_progress``, the status page).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ import pyarrow as pa
 from cdcflow.core.data.events import Span
 from cdcflow.core.data.logservice.records import ARROW_SCHEMA, SPARK_SCHEMA_DDL
 from cdcflow.core.data.source import SnapshotPlan, SnapshotTask
+from cdcflow.core.data.span_executor import SnapshotReport
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
 
@@ -161,9 +165,11 @@ class SnapshotProgress:
     unit: str = "range"
     parts_done: int = 0
     rows_done: int = 0
-    #: Read, delivered to the sinks, done.
+    #: ``read`` (parts being read), ``deliver`` (every part read, going to the sinks), ``done``.
     phase: str = "read"
     started: float = field(default_factory=time.monotonic)
+    #: When the read started, as a wall-clock second (for the changefeed's status).
+    started_at: float = field(default_factory=time.time)
     #: Parts done when this run started (read by an earlier run): not counted in the rate.
     parts_before: int = 0
 
@@ -181,6 +187,20 @@ class SnapshotProgress:
             return None
         elapsed = time.monotonic() - self.started
         return elapsed / read_now * (self.parts_total - self.parts_done)
+
+    def report(self, span: Span | None = None) -> SnapshotReport:
+        """This progress as a capture reports it to the maintainer (``span``: the snapshot
+        range it is about, None for the capture's own spans)."""
+        return SnapshotReport(
+            span,
+            self.unit,
+            self.phase,
+            self.parts_done,
+            self.parts_total,
+            self.rows_done,
+            self.rows_estimate,
+            self.started_at,
+        )
 
     def line(self) -> str:
         eta = self.eta()
@@ -226,6 +246,13 @@ class InitialSnapshot:
             return int(json.loads((self.directory / "done").read_text())["ts"]) == self.ts
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return False
+
+    def delivered_rows(self) -> int:
+        """The rows the delivered snapshot had (``snapshot/done``; 0 when not done)."""
+        try:
+            return int(json.loads((self.directory / "done").read_text()).get("rows", 0)) if self.done else 0
+        except (FileNotFoundError, ValueError, TypeError, AttributeError):
+            return 0
 
     def plan(self) -> tuple[SnapshotPlan, dict[int, Span]] | None:
         """The plan kept for this ts (and the spans it reads, by id), or None."""
@@ -311,6 +338,7 @@ class InitialSnapshot:
                 stop.set()
                 reporter.join()
         self._refresh()
+        progress.phase = "deliver"
         self._report()
         return progress.rows_done
 

@@ -76,7 +76,7 @@ from cdcflow.core.data.snapshot_ranges import (
     range_name,
 )
 from cdcflow.core.data.source import SnapshotPlan, Source
-from cdcflow.core.data.span_executor import ExecutorContext, SpanExecutor, SpanState, SpanStatus
+from cdcflow.core.data.span_executor import ExecutorContext, SnapshotReport, SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import BackPressureError
 from cdcflow.core.metrics import CaptureMetrics, ChangefeedMetrics, ExecutorStats
@@ -389,6 +389,25 @@ class PipelineSpanExecutor(SpanExecutor):
 
     def spans(self) -> list[Span]:
         return [*self._spans, *self._ranges]
+
+    def snapshot_reports(self) -> list[SnapshotReport]:
+        """The snapshot of this capture's own spans once its read started, and every
+        snapshot range placed here whose read started (a range delivered before this
+        executor started reports done, with the rows its ``done`` file names)."""
+        reports = []
+        own = self.snapshot.progress if self.snapshot is not None else None
+        if own is not None:
+            reports.append(own.report())
+        for read in list(self._ranges.values()):
+            snapshot = read.snapshot
+            if snapshot is None:
+                continue
+            if snapshot.progress is not None:
+                reports.append(snapshot.progress.report(read.span))
+            elif read.done:
+                rows = snapshot.delivered_rows()
+                reports.append(SnapshotReport(read.span, "part", "done", 1, 1, rows, rows, time.time()))
+        return reports
 
     def stats(self) -> ExecutorStats:
         store = self.store.stats()
