@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from cdcflow.core.control.messaging.messages import SchedulingMessage
 from cdcflow.core.control.scheduling import HeartbeatResponse
 from cdcflow.core.data.events import Span
 from cdcflow.core.data.snapshot_ranges import is_snapshot_range, range_done_ts
-from cdcflow.core.data.span_executor import SpanState, SpanStatus
+from cdcflow.core.data.span_executor import SnapshotReport, SpanState, SpanStatus
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import until
 from cdcflow.plugins.sources.playground import Playground
@@ -49,9 +50,17 @@ def changefeed(pg: Playground, tmp: Path, start_ts: int) -> ChangeFeedInfo:
     )
 
 
-def heartbeat(capture: str, seq: int, *statuses: SpanStatus) -> SchedulingMessage:
-    response = HeartbeatResponse("cf", capture, EPOCH, tuple(statuses), seq=seq)
+def heartbeat(
+    capture: str, seq: int, *statuses: SpanStatus, reports: tuple[SnapshotReport, ...] = ()
+) -> SchedulingMessage:
+    response = HeartbeatResponse("cf", capture, EPOCH, tuple(statuses), seq=seq, snapshot=reports)
     return SchedulingMessage(capture, "cf", EPOCH, encode(response))
+
+
+def report(span: Span, parts_done: int, parts_total: int, rows: int, phase: str = "read") -> SnapshotReport:
+    """What a capture reading ``span`` reports (rows_estimate: the rows of its parts read, extrapolated)."""
+    estimate = rows * parts_total // parts_done if parts_done else 0
+    return SnapshotReport(span, "range", phase, parts_done, parts_total, rows, estimate, 1.0)
 
 
 async def started(pg: Playground, tmp: Path, captures: list[str]) -> tuple[Maintainer, MessageCenter, int]:
@@ -127,6 +136,65 @@ def test_one_capture_places_the_tables_and_copies_them_itself(pg: Playground, tm
         try:
             assert maintainer.snapshot_ranges is None
             assert maintainer.placement is not None and maintainer.placement.spans == table_spans(maintainer)
+        finally:
+            await maintainer.close()
+            await center.close()
+
+    asyncio.run(main())
+
+
+def test_the_changefeeds_progress_counts_the_ranges_of_every_capture(pg: Playground, tmp_path: Path) -> None:
+    async def main() -> None:
+        maintainer, center, ts = await started(pg, tmp_path, ["c1", "c2"])
+        try:
+            ranges = sorted(maintainer.snapshot_ranges or ())
+            total = len(ranges)
+            assert total >= 4
+            await until(lambda: maintainer.status().snapshot is not None, timeout=10, interval=0.05)
+            first = maintainer.status().snapshot
+            assert first is not None
+            assert (first["parts_done"], first["parts_total"], first["rows_done"], first["phase"]) == (
+                0,
+                total,
+                0,
+                "read",
+            )
+            mine, theirs = ranges[: total // 2], ranges[total // 2 :]
+            reading = {r: SpanStatus(r, SpanState.REPLICATING, ts, ts) for r in ranges}
+            done = {r: SpanStatus(r, SpanState.REPLICATING, ts, range_done_ts(ts)) for r in ranges}
+            # c1 delivered its first range and reads the others; c2 read half of one range.
+            maintainer.on_scheduling(
+                heartbeat("c1", 1, done[mine[0]], *(reading[r] for r in mine[1:]),
+                          reports=(report(mine[0], 1, 1, 100, "done"), report(mine[1], 0, 1, 0)))
+            )  # fmt: skip
+            maintainer.on_scheduling(
+                heartbeat("c2", 1, *(reading[r] for r in theirs), reports=(report(theirs[0], 1, 2, 40),))
+            )
+            # An older heartbeat of c2, arriving late, is not taken.
+            maintainer.on_scheduling(heartbeat("c2", 0, reports=(report(theirs[0], 0, 2, 0),)))
+
+            def at(parts: int, rows: int) -> dict[str, Any] | None:
+                now = maintainer.status().snapshot
+                return now if now is not None and (now["parts_done"], now["rows_done"]) == (parts, rows) else None
+
+            middle = await until(lambda: at(1, 140), timeout=10, interval=0.05)
+            assert middle["parts_total"] == total and middle["captures"] == 2 and middle["phase"] == "read"
+            assert middle["rows_estimate"] == (100 + 80) // 2 * total  # ranges read so far, per range, times all
+            assert middle["fraction"] == round(1.5 / total, 4) and middle["finished_at"] is None
+            # Every range delivered by the two captures: the progress reaches the total and stays done.
+            maintainer.on_scheduling(
+                heartbeat("c1", 2, *(done[r] for r in mine), reports=tuple(report(r, 1, 1, 100, "done") for r in mine))
+            )
+            maintainer.on_scheduling(
+                heartbeat(
+                    "c2", 2, *(done[r] for r in theirs), reports=tuple(report(r, 2, 2, 80, "done") for r in theirs)
+                )
+            )
+            last = await until(lambda: at(total, 100 * len(mine) + 80 * len(theirs)), timeout=10, interval=0.05)
+            assert last["phase"] == "done" and last["parts_total"] == total and last["fraction"] == 1.0
+            assert last["rows_estimate"] == last["rows_done"] and last["finished_at"] is not None
+            await until(lambda: maintainer.snapshot_ranges is None, timeout=10, interval=0.05)
+            assert maintainer.status().snapshot == last
         finally:
             await maintainer.close()
             await center.close()

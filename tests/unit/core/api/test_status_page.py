@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
+import shutil
+import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
-from cdcflow.core.api.status_page import ASSETS, SESSION_COOKIE, asset, session_value
+import pytest
+
+from cdcflow.core.api.status_page import ASSETS, SESSION_COOKIE, asset, session_value, snapshot_progress_json
 from cdcflow.core.config.settings import SecuritySettings
 from cdcflow.core.testing import until_sync
 from tests.unit.core.api.live import LiveApi
@@ -136,3 +140,74 @@ def test_a_browser_logs_in_with_the_token_and_gets_a_read_only_session(tmp_path)
         # Logging out ends the session.
         fetch(f"{api.url}/logout", opener=opener)
         assert fetch(f"{api.url}/api/v2/status/overview", opener=opener)[0] == 401
+
+
+RAW_PROGRESS = {
+    "unit": "region",
+    "phase": "read",
+    "parts_done": 12,
+    "parts_total": 48,
+    "rows_done": 30_000,
+    "rows_estimate": 120_000,
+    "fraction": 0.25,
+    "captures": 2,
+    "started_at": 1_000.0,
+    "finished_at": None,
+}
+
+
+def test_the_snapshot_progress_of_the_rest_status_and_the_page():
+    shown = snapshot_progress_json(RAW_PROGRESS, now=1_060.0)
+    assert shown is not None
+    assert (shown["parts_done"], shown["parts_total"], shown["rows_done"], shown["rows_estimate"]) == (
+        12, 48, 30_000, 120_000,
+    )  # fmt: skip
+    # A quarter read in 60 s: 180 s to go at that pace, 500 rows/s.
+    assert shown["eta_seconds"] == 180.0 and shown["rows_per_second"] == 500.0 and shown["elapsed_seconds"] == 60.0
+    assert shown["started"] == "1970-01-01 00:16:40" and shown["captures"] == 2
+    assert snapshot_progress_json({**RAW_PROGRESS, "parts_done": 0, "fraction": 0.0}, 1_060.0)["eta_seconds"] is None  # type: ignore[index]
+    done = snapshot_progress_json({**RAW_PROGRESS, "phase": "done", "finished_at": 1_100.0}, now=5_000.0)
+    assert done is not None and done["eta_seconds"] == 0 and done["elapsed_seconds"] == 100.0
+    assert snapshot_progress_json(None, 1_060.0) is None
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js runs the page's script here")
+def test_the_page_draws_the_snapshot_bar_from_the_document():
+    """status.js's own snapshotSummary (the bar's value, max and text), run by Node.js."""
+    cases = {
+        "none": {"initial_snapshot": False},
+        "planning": {"initial_snapshot": True, "snapshot_done": False, "snapshot_progress": None},
+        "reading": {
+            "initial_snapshot": True,
+            "snapshot_done": False,
+            "snapshot_progress": snapshot_progress_json(RAW_PROGRESS, now=1_060.0),
+        },
+        "done": {
+            "initial_snapshot": True,
+            "snapshot_done": True,
+            "snapshot_progress": snapshot_progress_json(
+                {**RAW_PROGRESS, "phase": "done", "rows_done": 119_000, "finished_at": 1_090.0}, now=2_000.0
+            ),
+        },
+        "done-earlier": {"initial_snapshot": True, "snapshot_done": True, "snapshot_progress": None},
+    }
+    script = (
+        asset("status.js")
+        + "\nconst cases = JSON.parse(require('fs').readFileSync(0, 'utf-8'));"
+        + "\nconst out = {}; for (const [k, v] of Object.entries(cases)) out[k] = module.exports.snapshotSummary(v);"
+        + "\nprocess.stdout.write(JSON.stringify(out));"
+    )
+    result = subprocess.run(["node", "-e", script], input=json.dumps(cases), capture_output=True, text=True,
+                            timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert got["none"] is None
+    assert got["planning"] == {"state": "planning", "value": 0, "max": 1, "text": "planning…"}
+    assert got["reading"] == {
+        "state": "read",
+        "value": 12,
+        "max": 48,
+        "text": "12/48 regions (25%) · 30,000/~120,000 rows · 500 rows/s · ETA 3.0 min",
+    }
+    assert got["done"] == {"state": "done", "value": 1, "max": 1, "text": "done · 119,000 rows in 1.5 min"}
+    assert got["done-earlier"]["text"] == "done"
