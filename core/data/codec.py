@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cdcflow.core.data.events import DDLEvent, RowChange, TableName
+from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
 __all__ = ["Codec", "EncodedMessage"]
@@ -50,6 +51,28 @@ class Codec(Plugin[ConfigT], abc.ABC):
         ``{topic}-value``).
         """
         return self.encode_rows(rows)
+
+    def encode_row_parts(self, topic: str, rows: Sequence[RowChange]) -> list[EncodedMessage]:
+        """Each row of ``rows`` encoded on its own (one part per row, in order), for
+        :meth:`assemble` to pack into messages elsewhere — in another Spark task, after
+        the parts of rows encoded in parallel are put back in commit order.
+
+        The default suits protocols with one message per row: the messages are the
+        parts, and :meth:`assemble` keeps them as they are. A batching protocol
+        overrides both, so that ``assemble(topic, encode_row_parts(topic, rows))`` is
+        ``encode_rows_for_topic(topic, rows)``.
+        """
+        parts = self.encode_rows_for_topic(topic, rows)
+        if len(parts) != len(rows):
+            raise CdcflowError(
+                f"codec {type(self).__name__} gave {len(parts)} messages for {len(rows)} rows: a codec "
+                "that packs rows into messages must override encode_row_parts and assemble"
+            )
+        return parts
+
+    def assemble(self, topic: str, parts: Sequence[EncodedMessage]) -> list[EncodedMessage]:
+        """The messages for ``parts`` (from :meth:`encode_row_parts`, in commit order)."""
+        return list(parts)
 
     @abc.abstractmethod
     def encode_ddl(self, ddl: DDLEvent) -> EncodedMessage | None:

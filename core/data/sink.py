@@ -55,6 +55,19 @@ The contract (the runtime relies on each point):
   replays a batch after an error or a crash), alone or with any subset of the
   batch's partitions: writing a partition again must leave the downstream as
   if it had been written once, as for ``write_batch``.
+* **encoded apart, written in order (opt-in)** — a sink whose rows are
+  partitioned by table (``task_partitioning() == "table"``: a downstream that
+  keeps every row of a table in one ordered lane, as Kafka's table dispatcher
+  does) would have a table's whole batch on one task. Its task writer may be a
+  :class:`LaneTaskWriter` instead: the batch then runs in two steps. Tasks
+  partitioned by (table, key hash) mount the rows and
+  :meth:`~LaneTaskWriter.encode` each into parts (bytes) bound for a *lane*
+  (a route and a number: Kafka's topic and partition); the parts, with their
+  rows' ``(commit_ts, start_ts, key)``, are repartitioned by lane and sorted,
+  and tasks write each lane's parts in that order through a
+  :class:`LaneWriter`. The costly per-row work scales with the executors; a
+  lane's order is the order a single task would have given it. Replays as for
+  any task writer.
 * **writes as a Spark frame (opt-in)** — a sink without a task writer whose
   :meth:`Sink.write_frame` takes the batch (returns a row count, not None) is
   handed the batch's rows as a Spark DataFrame (a :class:`BatchFrame`), on the
@@ -91,6 +104,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+from cdcflow.core.data.codec import EncodedMessage
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.base import ConfigT, Plugin
@@ -100,7 +114,16 @@ if TYPE_CHECKING:
 
     from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["BatchFrame", "PartitionWriter", "RowDecoder", "Sink", "SinkContext", "TaskWriter"]
+__all__ = [
+    "BatchFrame",
+    "LaneTaskWriter",
+    "LaneWriter",
+    "PartitionWriter",
+    "RowDecoder",
+    "Sink",
+    "SinkContext",
+    "TaskWriter",
+]
 
 
 class PartitionWriter(abc.ABC):
@@ -125,6 +148,61 @@ class TaskWriter(abc.ABC):
     def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
         """A writer for ``partition`` of ``batch`` (whose ``rows`` and ``ddl`` are empty:
         only its changefeed id, batch id and ts range are set)."""
+
+
+class LaneWriter(abc.ABC):
+    """Writes lanes of encoded parts of one micro-batch, in a Spark task (see the module docs)."""
+
+    @abc.abstractmethod
+    def write(self, route: str, lane: int, parts: Sequence[EncodedMessage]) -> None:
+        """Write the next parts of lane ``(route, lane)``, in the order given (they continue it)."""
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Make every part written so far durable downstream before returning."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the writer holds. Called after :meth:`flush`, and after an error."""
+
+
+class LaneTaskWriter(TaskWriter):
+    """A task writer whose rows are encoded where they are and written, in order, per lane.
+
+    :meth:`open` (the one-step path, used when a batch fits one task or rows are
+    partitioned by key) encodes and writes in one task through the same two
+    methods, so both paths give the downstream the same bytes."""
+
+    @abc.abstractmethod
+    def encode(self, rows: Sequence[RowChange]) -> list[tuple[int, str, int, EncodedMessage]]:
+        """``(index of its row in rows, route, lane, part)`` for every part of every row,
+        a row's parts in the order they are written (a row may give several, to different
+        lanes). Raises a CdcflowError for a row that cannot be encoded."""
+
+    @abc.abstractmethod
+    def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
+        """A writer of the lanes hashed to ``partition`` of ``batch`` (a head: no rows)."""
+
+    def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
+        return _EncodingPartitionWriter(self, self.open_lanes(batch, partition))
+
+
+class _EncodingPartitionWriter(PartitionWriter):
+    def __init__(self, target: LaneTaskWriter, lanes: LaneWriter) -> None:
+        self._target = target
+        self._lanes = lanes
+
+    def write(self, rows: Sequence[RowChange]) -> None:
+        by_lane: dict[tuple[str, int], list[EncodedMessage]] = {}
+        for _, route, lane, part in self._target.encode(rows):
+            by_lane.setdefault((route, lane), []).append(part)
+        for (route, lane), parts in by_lane.items():
+            self._lanes.write(route, lane, parts)
+
+    def flush(self) -> None:
+        self._lanes.flush()
+
+    def close(self) -> None:
+        self._lanes.close()
 
 
 class RowDecoder(abc.ABC):

@@ -407,33 +407,36 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def encode_rows(self, rows: Sequence[RowChange]) -> list[EncodedMessage]:
         """Rows packed into messages in order (TiCDC's batching rule)."""
+        return self.assemble("", self.encode_row_parts("", rows))
+
+    def encode_row_parts(self, topic: str, rows: Sequence[RowChange]) -> list[EncodedMessage]:
+        """Each row's key and value (without the batch's version header and lengths)."""
+        return [EncodedMessage(*self._fitting_pair(row), row.table, 1, row.commit_ts) for row in rows]
+
+    def assemble(self, topic: str, parts: Sequence[EncodedMessage]) -> list[EncodedMessage]:
+        """Row parts packed into messages in order: at most ``max-batch-size`` rows and
+        ``max-message-bytes`` bytes per message."""
         out: list[EncodedMessage] = []
         keys: list[bytes] = []
         values: list[bytes] = []
-        batch: list[RowChange] = []
+        batch: list[EncodedMessage] = []
         size = 0  # key + value bytes of the open message, plus the record overhead
+        max_rows, max_bytes = self.config.max_batch_size, self.config.max_message_bytes
 
         def close() -> None:
             if batch:
-                out.append(
-                    EncodedMessage(
-                        b"".join(keys), b"".join(values), batch[0].table, len(batch), max(r.commit_ts for r in batch)
-                    )
-                )
+                ts = max(p.ts for p in batch)
+                out.append(EncodedMessage(b"".join(keys), b"".join(values), batch[0].table, len(batch), ts))
 
-        for row in rows:
-            key, value = self._fitting_pair(row)
-            if (
-                not batch
-                or len(batch) >= self.config.max_batch_size
-                or size + len(key) + len(value) + 16 > self.config.max_message_bytes
-            ):
+        for part in parts:
+            key, value = part.key or b"", part.value
+            if not batch or len(batch) >= max_rows or size + len(key) + len(value) + 16 > max_bytes:
                 close()
                 keys, values, batch = [_u64(BATCH_VERSION)], [], []
                 size = 8 + MAX_RECORD_OVERHEAD
             keys += [_u64(len(key)), key]
             values += [_u64(len(value)), value]
-            batch.append(row)
+            batch.append(part)
             size += 16 + len(key) + len(value)
         close()
         return out

@@ -70,7 +70,11 @@ from cdcflow.core.data.pipeline.datasource import offset_chunk, offset_ts
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, table_filter_predicate
 from cdcflow.core.data.pipeline.tasks import (
+    ENCODED_SCHEMA_DDL,
+    LANE_ORDER,
     SUMMARY_SCHEMA_DDL,
+    EncodeTask,
+    LaneTask,
     MountTask,
     RecordDecoder,
     RowPlan,
@@ -79,7 +83,7 @@ from cdcflow.core.data.pipeline.tasks import (
     check_mounted,
     raise_task_error,
 )
-from cdcflow.core.data.sink import BatchFrame, Sink, TaskWriter
+from cdcflow.core.data.sink import BatchFrame, LaneTaskWriter, Sink, TaskWriter
 from cdcflow.core.data.source import Mounter
 from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError
@@ -530,15 +534,28 @@ class ChangefeedPipeline:
         by_table: bool,
     ) -> tuple[int, int]:
         """Write the batch in Spark tasks: (rows, bytes) the tasks' summaries report."""
-        task = WriteTask(plan, head, writers, self.column_selection)
         began = time.perf_counter()
-        keys = ("table_id",) if by_table else ("table_id", "key")
         partitions = self._task_partition_count(expected)
-        # A batch for one task (a live batch of a few rows) is gathered into it without
-        # a shuffle: one Spark stage instead of two, which is most of a small batch's time.
-        grouped = frame.coalesce(1) if partitions == 1 else frame.repartition(partitions, *keys)
-        out = grouped.sortWithinPartitions(*ORDER_COLUMNS).mapInArrow(task, SUMMARY_SCHEMA_DDL).collect()
-        summaries = [TaskSummary.from_row(row.asDict()) for row in out]
+        lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
+        if partitions == 1:
+            # A batch for one task (a live batch of a few rows) is gathered into it without
+            # a shuffle: one Spark stage instead of two, which is most of a small batch's time.
+            grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)
+            out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
+        elif by_table and len(lanes) == len(writers):
+            # Split by key to mount and encode in parallel, then by lane (a Kafka
+            # partition) to write each lane's parts in order: a table's rows are not
+            # bound to one task, its lane is (see LaneTaskWriter).
+            encoded = frame.repartition(partitions, "table_id", "key").mapInArrow(
+                EncodeTask(plan, lanes, self.column_selection), ENCODED_SCHEMA_DDL
+            )
+            by_lane = encoded.repartition(partitions, "writer", "route", "lane").sortWithinPartitions(*LANE_ORDER)
+            out = by_lane.mapInArrow(LaneTask(head, lanes), SUMMARY_SCHEMA_DDL)
+        else:
+            keys = ("table_id",) if by_table else ("table_id", "key")
+            grouped = frame.repartition(partitions, *keys).sortWithinPartitions(*ORDER_COLUMNS)
+            out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
+        summaries = [TaskSummary.from_row(row.asDict()) for row in out.collect()]
         self.last_tasks = summaries
         raise_task_error(summaries)
         rows = sum(s.rows for s in summaries)

@@ -37,6 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdcflow.core.data.codec import EncodedMessage
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import (
@@ -50,15 +51,20 @@ from cdcflow.core.data.logservice.records import (
     records_to_batch,
 )
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.sink import PartitionWriter, RowDecoder, TaskWriter
+from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, RowDecoder, TaskWriter
 from cdcflow.core.data.source import BatchMounter
 from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import CdcflowError
 
 __all__ = [
+    "ENCODED_SCHEMA",
+    "ENCODED_SCHEMA_DDL",
     "ERROR_KIND",
+    "LANE_ORDER",
     "SUMMARY_SCHEMA",
     "SUMMARY_SCHEMA_DDL",
+    "EncodeTask",
+    "LaneTask",
     "MountTask",
     "RecordDecoder",
     "RowPlan",
@@ -306,6 +312,50 @@ class RecordDecoder(RowDecoder):
         return self.transforms.apply(rows) if self.transforms else rows
 
 
+def _task_partition() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
+
+
+class _Measured:
+    """The record batches of a task's input, their Arrow size counted (per batch, not per row)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self.bytes = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for batch in self._batches:
+            self.bytes += batch.nbytes
+            yield batch
+
+
+def _prepared_rows(
+    plan: RowPlan, column_selection: ColumnSelection, batches: Iterable[pa.RecordBatch]
+) -> Iterator[list[RowChange]]:
+    """The rows the sinks get of ``batches``: mounted, filtered, columns selected, transformed."""
+    for mounted in plan.rows(batches):
+        rows = [column_selection.apply(r) for r in mounted] if column_selection else mounted
+        if plan.transforms:
+            rows = plan.transforms.apply(rows)
+        if rows:
+            yield rows
+
+
+def _summary(partition: int, rows: int, started: float, error: bytes, nbytes: int) -> dict[str, object]:
+    return {
+        "partition": partition,
+        "rows": rows,
+        "pid": os.getpid(),
+        "started": started,
+        "finished": time.time(),
+        "error": error,
+        "bytes": nbytes,
+    }
+
+
 @dataclass(frozen=True)
 class WriteTask:
     """``mapInArrow`` function: one partition's records → rows → every sink's partition writer."""
@@ -317,27 +367,13 @@ class WriteTask:
     column_selection: ColumnSelection
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
+        partition = _task_partition()
         started = time.time()
         count, error = 0, b""
-        size = [0]
-
-        def measured(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                size[0] += batch.nbytes  # per Arrow batch, not per row
-                yield batch
-
+        measured = _Measured(batches)
         opened: list[PartitionWriter] = []
         try:
-            for mounted in self.plan.rows(measured(batches)):
-                rows = [self.column_selection.apply(r) for r in mounted] if self.column_selection else mounted
-                if self.plan.transforms:
-                    rows = self.plan.transforms.apply(rows)
-                if not rows:
-                    continue
+            for rows in _prepared_rows(self.plan, self.column_selection, measured):
                 if not opened:
                     opened = [writer.open(self.head, partition) for writer in self.writers]
                 for i in range(0, len(rows), _WRITE_ROWS):
@@ -354,16 +390,133 @@ class WriteTask:
                 with contextlib.suppress(Exception):
                     writer.close()
         yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "partition": partition,
-                    "rows": count,
-                    "pid": os.getpid(),
-                    "started": started,
-                    "finished": time.time(),
-                    "error": error,
-                    "bytes": size[0],
-                }
-            ],
-            schema=SUMMARY_SCHEMA,
+            [_summary(partition, count, started, error, measured.bytes)], schema=SUMMARY_SCHEMA
         )
+
+
+#: What an :class:`EncodeTask` yields and a :class:`LaneTask` reads: one record per part
+#: (``writer``: the index of its task writer; its row's order and the part's rank among
+#: its row's parts), and one per encoding task (``writer`` -1) carrying its summary.
+ENCODED_SCHEMA = pa.schema(
+    [
+        ("writer", pa.int32()),
+        ("route", pa.string()),
+        ("lane", pa.int32()),
+        ("commit_ts", pa.int64()),
+        ("start_ts", pa.int64()),
+        ("key", pa.binary()),
+        ("seq", pa.int32()),
+        ("part_key", pa.binary()),
+        ("part_value", pa.binary()),
+        ("summary", pa.binary()),
+    ]
+)
+ENCODED_SCHEMA_DDL = (
+    "writer INT, route STRING, lane INT, commit_ts BIGINT, start_ts BIGINT, key BINARY, seq INT,"
+    " part_key BINARY, part_value BINARY, summary BINARY"
+)
+#: The order a lane's parts are written in.
+LANE_ORDER = ("writer", "route", "lane", "commit_ts", "start_ts", "key", "seq")
+#: The parts an EncodeTask hands Spark at a time.
+_ENCODED_ROWS = 8_192
+
+
+@dataclass(frozen=True)
+class EncodeTask:
+    """``mapInArrow`` function, first step of a batch written per lane: one partition's
+    records → rows → every :class:`~cdcflow.core.data.sink.LaneTaskWriter`'s parts."""
+
+    plan: RowPlan
+    writers: tuple[LaneTaskWriter, ...]
+    column_selection: ColumnSelection
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        partition = _task_partition()
+        started = time.time()
+        count, error = 0, b""
+        measured = _Measured(batches)
+        columns: list[list[object]] = [[] for _ in ENCODED_SCHEMA]
+        try:
+            for rows in _prepared_rows(self.plan, self.column_selection, measured):
+                count += len(rows)
+                for w, writer in enumerate(self.writers):
+                    seq: dict[int, int] = {}
+                    for i, route, lane, part in writer.encode(rows):
+                        row = rows[i]
+                        n = seq[i] = seq.get(i, -1) + 1
+                        for column, value in zip(
+                            columns,
+                            (w, route, lane, row.commit_ts, row.start_ts, row.key, n, part.key, part.value, None),
+                            strict=True,
+                        ):
+                            column.append(value)
+                if len(columns[0]) >= _ENCODED_ROWS:
+                    yield pa.RecordBatch.from_arrays(columns, schema=ENCODED_SCHEMA)
+                    columns = [[] for _ in ENCODED_SCHEMA]
+        except CdcflowError as exc:
+            error = pickle.dumps(exc)
+        summary = pickle.dumps(_summary(partition, count, started, error, measured.bytes))
+        for column, value in zip(columns, (-1, "", partition, 0, 0, b"", 0, None, b"", summary), strict=True):
+            column.append(value)
+        yield pa.RecordBatch.from_arrays(columns, schema=ENCODED_SCHEMA)
+
+
+@dataclass(frozen=True)
+class LaneTask:
+    """``mapInArrow`` function, second step of a batch written per lane: one partition's
+    parts, sorted by :data:`LANE_ORDER`, written lane by lane through each writer's
+    :class:`~cdcflow.core.data.sink.LaneWriter`; yields the encoding tasks' summaries
+    that reached it and its own (no rows: they are counted where they were encoded)."""
+
+    head: MicroBatch
+    writers: tuple[LaneTaskWriter, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        partition = _task_partition()
+        started = time.time()
+        error = b""
+        summaries: list[dict[str, object]] = []
+        opened: dict[int, LaneWriter] = {}
+        measured = _Measured(batches)
+        lane: tuple[int, str, int] | None = None
+        parts: list[EncodedMessage] = []
+
+        def write() -> None:
+            if lane is not None and parts:
+                writer = opened.get(lane[0])
+                if writer is None:
+                    writer = opened[lane[0]] = self.writers[lane[0]].open_lanes(self.head, partition)
+                writer.write(lane[1], lane[2], parts)
+
+        try:
+            for batch in measured:
+                data = batch.to_pydict()
+                for w, route, n, ts, key, value, summary in zip(
+                    data["writer"],
+                    data["route"],
+                    data["lane"],
+                    data["commit_ts"],
+                    data["part_key"],
+                    data["part_value"],
+                    data["summary"],
+                    strict=True,
+                ):
+                    if w < 0:
+                        summaries.append(pickle.loads(summary))
+                        continue
+                    if lane != (w, route, n) or len(parts) >= _WRITE_ROWS:
+                        write()
+                        lane, parts = (w, route, n), []
+                    parts.append(EncodedMessage(key, value, None, 1, ts))
+            write()
+            for writer in opened.values():
+                writer.flush()
+        except CdcflowError as exc:
+            error = pickle.dumps(exc)
+        finally:
+            for writer in opened.values():
+                with contextlib.suppress(Exception):
+                    writer.close()
+        # Its own partition numbers follow the encoding tasks' (an error of theirs is raised first).
+        own = _summary(partition + 1_000_000, 0, started, error, 0)
+        yield pa.RecordBatch.from_pylist([*summaries, own], schema=SUMMARY_SCHEMA)

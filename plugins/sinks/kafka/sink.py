@@ -84,7 +84,7 @@ from urllib.parse import unquote, urlsplit
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
 from cdcflow.core.data.events import MicroBatch, OpType, RowChange, TableName
-from cdcflow.core.data.sink import PartitionWriter, Sink, SinkContext, TaskWriter
+from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, Sink, SinkContext, TaskWriter
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
@@ -431,13 +431,23 @@ def encode_rows(
     partitions as a delete and an insert — and encode each partition's rows in order.
     Everything is encoded before anything is produced: a row that cannot be encoded
     (too large) fails the batch first."""
-    routed: dict[tuple[str, int], list[RowChange]] = defaultdict(list)
-    for row in rows:
+    routed = route_rows(rows, router, partition_count)
+    return [
+        (t, p, m) for (t, p), items in routed.items() for m in codec.encode_rows_for_topic(t, [r for _, r in items])
+    ]
+
+
+def route_rows(
+    rows: Iterable[RowChange], router: EventRouter, partition_count: Callable[[str], int]
+) -> dict[tuple[str, int], list[tuple[int, RowChange]]]:
+    """The rows (with their index in ``rows``) bound for each (topic, partition), in order."""
+    routed: dict[tuple[str, int], list[tuple[int, RowChange]]] = defaultdict(list)
+    for i, row in enumerate(rows):
         topic, dispatcher = router.route(row.table)
         count = partition_count(topic)
         for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
-            routed[(topic, dispatcher.partition(part, count))].append(part)
-    return [(t, p, m) for (t, p), part_rows in routed.items() for m in codec.encode_rows_for_topic(t, part_rows)]
+            routed[(topic, dispatcher.partition(part, count))].append((i, part))
+    return routed
 
 
 #: One producer per Python worker and configuration, reused by the tasks the worker runs.
@@ -445,9 +455,11 @@ _TASK_PRODUCERS: dict[tuple[tuple[str, str], ...], Any] = {}
 _TASK_PRODUCERS_KEPT = 2
 
 
-class _KafkaTaskWriter(TaskWriter):
+class _KafkaTaskWriter(LaneTaskWriter):
     """What Spark tasks need to produce a partition of a batch: the producer's
-    configuration, the routing rules, the codec and the topics' partition counts."""
+    configuration, the routing rules, the codec and the topics' partition counts.
+    A lane is a topic's partition: rows are routed and encoded into parts anywhere,
+    and a lane's parts packed into messages (the codec's batching) where it is produced."""
 
     def __init__(
         self,
@@ -478,31 +490,37 @@ class _KafkaTaskWriter(TaskWriter):
             producer = _TASK_PRODUCERS[key] = Producer(self.producer_config)
         return producer
 
-    def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
-        return _KafkaPartitionWriter(self, batch)
+    def _partition_count(self, topic: str) -> int:
+        count = self.partitions.get(topic)
+        if count is None:
+            raise DownstreamUnavailableError(
+                f"kafka sink {self.brokers}: a Spark task routed a row to topic {topic!r}, "
+                "which the driver did not prepare; the batch is retried",
+                detail={"brokers": self.brokers, "topic": topic},
+            )
+        return count
+
+    def encode(self, rows: Sequence[RowChange]) -> list[tuple[int, str, int, EncodedMessage]]:
+        out: list[tuple[int, str, int, EncodedMessage]] = []
+        for (topic, partition), items in route_rows(rows, self.router, self._partition_count).items():
+            parts = self.codec.encode_row_parts(topic, [row for _, row in items])
+            out += [(i, topic, partition, part) for (i, _), part in zip(items, parts, strict=True)]
+        return out
+
+    def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
+        return _KafkaLaneWriter(self, batch)
 
 
-class _KafkaPartitionWriter(PartitionWriter):
+class _KafkaLaneWriter(LaneWriter):
     def __init__(self, target: _KafkaTaskWriter, batch: MicroBatch) -> None:
         self._target = target
         self._batch = batch
         self._producer = target.producer()
         self._errors: list[str] = []
 
-    def _partition_count(self, topic: str) -> int:
-        count = self._target.partitions.get(topic)
-        if count is None:
-            raise DownstreamUnavailableError(
-                f"kafka sink {self._target.brokers}: a Spark task routed a row to topic {topic!r}, "
-                "which the driver did not prepare; the batch is retried",
-                detail={"brokers": self._target.brokers, "topic": topic},
-            )
-        return count
-
-    def write(self, rows: Sequence[RowChange]) -> None:
-        outgoing = encode_rows(rows, self._target.router, self._partition_count, self._target.codec)
-        for topic, partition, message in outgoing:
-            produce(self._producer, topic, partition, message, self._on_delivery, self._target.brokers)
+    def write(self, route: str, lane: int, parts: Sequence[EncodedMessage]) -> None:
+        for message in self._target.codec.assemble(route, parts):
+            produce(self._producer, route, lane, message, self._on_delivery, self._target.brokers)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:

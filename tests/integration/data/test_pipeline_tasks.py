@@ -1,5 +1,6 @@
-"""Rows are written by Spark tasks, in parallel, partitioned by key; a partition that
-fails is written again and the downstream ends as after a single write."""
+"""Rows are written by Spark tasks, in parallel, partitioned by key (or encoded in parallel
+and written per ordered lane); a partition that fails is written again and the
+downstream ends as after a single write."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdcflow.core.config.settings import SparkSettings
+from cdcflow.core.data.codec import EncodedMessage
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
-from cdcflow.core.data.sink import PartitionWriter, Sink, TaskWriter
+from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, Sink, TaskWriter
 from cdcflow.core.errors import DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig
 from cdcflow.core.plugin.manager import PluginManager
@@ -121,8 +124,10 @@ class RecordingSink(Sink[RecordingConfig]):
         self.committed.append(batch)
 
 
-def run_pipeline(tmp_path: Path, spark: Any, sinks: list[Sink[Any]], name: str) -> PipelineSpanExecutor:
-    source = ListSource.of(source_events())
+def run_pipeline(
+    tmp_path: Path, spark: Any, sinks: list[Sink[Any]], name: str, events: list[Any] | None = None
+) -> PipelineSpanExecutor:
+    source = ListSource.of(source_events() if events is None else events)
 
     async def run() -> PipelineSpanExecutor:
         executor = PipelineSpanExecutor(
@@ -152,9 +157,9 @@ def run_pipeline(tmp_path: Path, spark: Any, sinks: list[Sink[Any]], name: str) 
     return asyncio.run(run())
 
 
-def expected_rows() -> set[tuple[str, int, int, int]]:
+def expected_rows(events: list[Any] | None = None) -> set[tuple[str, int, int, int]]:
     want = set()
-    for event in source_events():
+    for event in source_events() if events is None else events:
         if isinstance(event, RowChange) and event.after is not None:
             want.add((event.table.table, event.after["id"], event.after["v"], event.commit_ts))
     return want
@@ -333,3 +338,94 @@ def test_a_span_that_joins_behind_with_a_backlog_moves_its_checkpoint_batch_by_b
     )
     moves = sorted(set(behind) - {0})
     assert behind == sorted(behind) and len(moves) >= 5 and moves[-1] == END_TS, behind
+
+
+# -- a sink that keeps each table in one ordered lane ---------------------------------
+
+
+class _LaneRecorder(LaneTaskWriter):
+    """Encodes each row into one part bound for its table's lane (waiting a while, once per
+    task, for another task to be encoding too); records each lane's parts as written."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def encode(self, rows: Sequence[RowChange]) -> list[tuple[int, str, int, EncodedMessage]]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        stage, partition = context.stageId(), context.partitionId()
+        directory = Path(self.directory)
+        marker = directory / f"encode-{stage}-{partition}"
+        if not marker.exists():
+            marker.write_text(json.dumps({"pid": os.getpid(), "rows": 0, "overlapped": False}))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(list(directory.glob(f"encode-{stage}-*"))) < 2:
+                time.sleep(0.05)
+        doc = json.loads(marker.read_text())
+        doc["rows"] += len(rows)
+        doc["overlapped"] = doc["overlapped"] or len(list(directory.glob(f"encode-{stage}-*"))) >= 2
+        marker.write_text(json.dumps(doc))
+        out = []
+        for i, row in enumerate(rows):
+            value = json.dumps([row.table.table, row.image()["id"], row.image()["v"], row.commit_ts]).encode()
+            out.append((i, row.table.table, 0, EncodedMessage(None, value, row.table, 1, row.commit_ts)))
+        return out
+
+    def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
+        return _LaneLog(Path(self.directory), batch.batch_id, partition)
+
+
+class _LaneLog(LaneWriter):
+    def __init__(self, directory: Path, batch_id: int, partition: int) -> None:
+        self.path = directory / f"lanes-{batch_id}-{partition}.json"
+        self.lanes: dict[str, list[Any]] = defaultdict(list)
+
+    def write(self, route: str, lane: int, parts: Sequence[EncodedMessage]) -> None:
+        self.lanes[f"{route}/{lane}"] += [json.loads(p.value) for p in parts]
+
+    def flush(self) -> None:
+        self.path.write_text(json.dumps({"pid": os.getpid(), "lanes": self.lanes}))
+
+
+class LaneSink(RecordingSink):
+    """Its rows are ordered per table downstream (``task_partitioning() == "table"``)."""
+
+    def task_partitioning(self) -> str:
+        return "table"
+
+    def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
+        return _LaneRecorder(str(self.directory))
+
+
+def test_rows_kept_in_order_per_table_are_encoded_in_parallel_and_written_per_lane(tmp_path, spark):
+    """A table's rows are not bound to one task: tasks split by key encode them at the
+    same time, and the table's lane gets its parts in commit order, from one task."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = LaneSink(out)
+    # One table: partitioned by table, all of it would be one task's. Its rows carry their
+    # upstream key, as a TiKV source's do, which the first step hashes.
+    events = [
+        replace(e, key=b"t_orders_r%08d" % e.image()["id"]) if isinstance(e, RowChange) else e
+        for e in source_events()
+        if not isinstance(e, RowChange) or e.table.table == "orders"
+    ]
+    run_pipeline(tmp_path, spark, [sink], "lanes", events)
+
+    encoders = [json.loads(p.read_text()) for p in out.glob("encode-*")]
+    # Several tasks encoded rows, at the same time, in Spark's workers.
+    assert len([e for e in encoders if e["rows"]]) >= 2, encoders
+    assert all(e["overlapped"] for e in encoders) and os.getpid() not in {e["pid"] for e in encoders}
+    lanes: dict[str, list[Any]] = defaultdict(list)
+    writers_of: dict[str, int] = defaultdict(int)
+    for path in out.glob("lanes-*.json"):
+        for lane, parts in json.loads(path.read_text())["lanes"].items():
+            lanes[lane] += parts
+            writers_of[lane] += 1
+    assert set(lanes) == {"orders/0"} and set(writers_of.values()) == {1}
+    rows = [tuple(p) for parts in lanes.values() for p in parts]
+    assert sorted(rows) == sorted(expected_rows(events))  # every row once
+    for parts in lanes.values():  # in commit order within the lane
+        assert [p[3] for p in parts] == sorted(p[3] for p in parts)
+    assert sink.committed and sink.committed[-1].end_ts == END_TS
