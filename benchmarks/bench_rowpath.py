@@ -17,7 +17,13 @@ in one process:
 * task — the same events as the event store's Arrow record batches (4,096
   records each) through a write task's :meth:`RowPlan.rows` (Arrow → raw
   events → mounted, filtered rows) and the codec: a task's CPU work short of
-  the Kafka client.
+  the Kafka client;
+* encode step / lane step — the two steps of a batch whose rows are kept in
+  order per table (Kafka's default table dispatcher, see
+  :class:`~cdcflow.core.data.sink.LaneTaskWriter`): the same batches through an
+  :class:`EncodeTask` (mount, route, encode each row's part, Arrow out), and its
+  output, sorted by lane as Spark sorts it, through a :class:`LaneTask` whose
+  lanes are packed into Open Protocol messages (not produced).
 
 It prints rows/s of each (median over rounds), by the wall clock and per
 CPU-second of the process (steadier when other work shares the cores). The
@@ -43,11 +49,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdcflow.core.data.events import RawKVEvent, RowChange, Span
+from cdcflow.core.data.codec import EncodedMessage
+from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
-from cdcflow.core.data.pipeline.tasks import RowPlan
+from cdcflow.core.data.pipeline.columns import ColumnSelection
+from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, RowPlan
+from cdcflow.core.data.sink import LaneWriter
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
+from cdcflow.plugins.sinks.kafka.dispatch import EventRouter
+from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter
 from cdcflow.plugins.sources.playground.catalog import Column
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES, random_value
 from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
@@ -145,11 +156,53 @@ def run_task(plan: RowPlan, batches: Sequence[pa.RecordBatch], codec: OpenProtoc
     return rows
 
 
+class _PackOnly(_KafkaTaskWriter):
+    """The Kafka sink's task writer (routing, table dispatcher, codec) whose lanes are
+    packed into messages and dropped instead of produced."""
+
+    def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
+        return _Packer(self)
+
+
+class _Packer(LaneWriter):
+    def __init__(self, target: _PackOnly) -> None:
+        self.target = target
+        self.messages = 0
+
+    def write(self, route: str, lane: int, parts: Sequence[EncodedMessage]) -> None:
+        self.messages += len(self.target.codec.assemble(route, parts))
+
+    def flush(self) -> None:
+        pass
+
+
+def lane_writer() -> _PackOnly:
+    codec = OpenProtocolCodec(OpenProtocolConfig())
+    return _PackOnly({}, EventRouter("bench", []), codec, {"bench": 3}, 10.0, "bench")
+
+
+def run_encode_step(plan: RowPlan, batches: Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    return list(EncodeTask(plan, (lane_writer(),), ColumnSelection())(iter(batches)))
+
+
+def by_lane(encoded: list[pa.RecordBatch]) -> pa.Table:
+    """The encode step's output sorted by lane, as the lane step's partition gets it (not timed)."""
+    return pa.Table.from_batches(encoded).sort_by([(c, "ascending") for c in LANE_ORDER])
+
+
+def run_lane_step(parts: pa.Table) -> int:
+    head = MicroBatch("bench", 0, 0, 0)
+    summaries = list(LaneTask(head, (lane_writer(),))(iter(parts.to_batches(max_chunksize=CHUNK))))
+    return sum(pa.Table.from_batches(summaries).column("rows").to_pylist())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--profile", choices=("mount", "encode", "task"), help="profile one stage instead")
+    parser.add_argument(
+        "--profile", choices=("mount", "encode", "task", "encode-step", "lane-step"), help="profile one stage instead"
+    )
     args = parser.parse_args()
     mounter, events = build(args.rows)
     rows = mount_all(pickle.loads(pickle.dumps(mounter)), events)
@@ -178,6 +231,13 @@ def measure(
             mount_all(pickle.loads(pickle.dumps(mounter)), events)
         elif args.profile == "encode":
             encode_all(codec, rows)
+        elif args.profile == "encode-step":
+            run_encode_step(task_plan(), batches)
+        elif args.profile == "lane-step":
+            profiler.disable()
+            parts = by_lane(run_encode_step(task_plan(), batches))
+            profiler.enable()
+            run_lane_step(parts)
         else:
             run_task(task_plan(), batches, codec)
         profiler.disable()
@@ -190,6 +250,10 @@ def measure(
         "mount cpu": [],
         "encode cpu": [],
         "task cpu": [],
+        "encode step": [],
+        "lane step": [],
+        "encode step cpu": [],
+        "lane step cpu": [],
     }
     for _ in range(args.rounds):
         task_mounter = pickle.loads(pickle.dumps(mounter))  # a new task: nothing cached yet
@@ -208,6 +272,17 @@ def measure(
             raise SystemExit("the task path lost rows")
         rates["task"].append(len(events) / (time.perf_counter() - start))
         rates["task cpu"].append(len(events) / (time.process_time() - cpu))
+        plan = task_plan()
+        start, cpu = time.perf_counter(), time.process_time()
+        encoded = run_encode_step(plan, batches)
+        rates["encode step"].append(len(events) / (time.perf_counter() - start))
+        rates["encode step cpu"].append(len(events) / (time.process_time() - cpu))
+        parts = by_lane(encoded)
+        start, cpu = time.perf_counter(), time.process_time()
+        if run_lane_step(parts) != len(events):
+            raise SystemExit("the lane step lost rows")
+        rates["lane step"].append(len(events) / (time.perf_counter() - start))
+        rates["lane step cpu"].append(len(events) / (time.process_time() - cpu))
     print(f"rows={args.rows} rounds={args.rounds} (cpu: rows per CPU-second of this process)")
     for name, values in rates.items():
         rounds = ", ".join(f"{r:,.0f}" for r in values)

@@ -421,6 +421,34 @@ LANE_ORDER = ("writer", "route", "lane", "commit_ts", "start_ts", "key", "seq")
 _ENCODED_ROWS = 8_192
 
 
+def _add_parts(
+    columns: list[list[object]],
+    writer: int,
+    rows: Sequence[RowChange],
+    parts: list[tuple[int, str, int, EncodedMessage]],
+) -> None:
+    """Append ``parts`` (of writer ``writer``) to the columns of :data:`ENCODED_SCHEMA`."""
+    index = [p[0] for p in parts]
+    if len(parts) == len(rows):
+        seq = [0] * len(parts)  # one part per row
+    else:
+        seen: dict[int, int] = {}
+        seq = []
+        for i in index:
+            seq.append(seen.setdefault(i, -1) + 1)
+            seen[i] += 1
+    columns[0] += [writer] * len(parts)
+    columns[1] += [p[1] for p in parts]
+    columns[2] += [p[2] for p in parts]
+    columns[3] += [rows[i].commit_ts for i in index]
+    columns[4] += [rows[i].start_ts for i in index]
+    columns[5] += [rows[i].key for i in index]
+    columns[6] += seq
+    columns[7] += [p[3].key for p in parts]
+    columns[8] += [p[3].value for p in parts]
+    columns[9] += [None] * len(parts)
+
+
 @dataclass(frozen=True)
 class EncodeTask:
     """``mapInArrow`` function, first step of a batch written per lane: one partition's
@@ -440,16 +468,7 @@ class EncodeTask:
             for rows in _prepared_rows(self.plan, self.column_selection, measured):
                 count += len(rows)
                 for w, writer in enumerate(self.writers):
-                    seq: dict[int, int] = {}
-                    for i, route, lane, part in writer.encode(rows):
-                        row = rows[i]
-                        n = seq[i] = seq.get(i, -1) + 1
-                        for column, value in zip(
-                            columns,
-                            (w, route, lane, row.commit_ts, row.start_ts, row.key, n, part.key, part.value, None),
-                            strict=True,
-                        ):
-                            column.append(value)
+                    _add_parts(columns, w, rows, writer.encode(rows))
                 if len(columns[0]) >= _ENCODED_ROWS:
                     yield pa.RecordBatch.from_arrays(columns, schema=ENCODED_SCHEMA)
                     columns = [[] for _ in ENCODED_SCHEMA]

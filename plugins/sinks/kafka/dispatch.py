@@ -111,8 +111,16 @@ def _table_hash(table: TableName) -> PositionHash:
 
 
 class TableDispatcher(Dispatcher):
+    def __init__(self) -> None:
+        self._hashes: dict[tuple[str, str], int] = {}
+
     def partition(self, row: RowChange, partitions: int) -> int:
-        return _table_hash(row.table).sum32() % partitions
+        table = row.table
+        name = (table.schema, table.table)
+        hashed = self._hashes.get(name)
+        if hashed is None:
+            hashed = self._hashes[name] = _table_hash(table).sum32()
+        return hashed % partitions
 
 
 class TsDispatcher(Dispatcher):
