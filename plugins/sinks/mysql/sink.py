@@ -145,7 +145,12 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         if issues:
             raise DownstreamRejectedError(f"MySQL sink: bad option {issues[0][0]}: {issues[0][1]}")
         self._downstream = Downstream(self.config, self.config.worker_count)
-        self._checkpoint = CheckpointTable(self.config.checkpoint_schema, context.changefeed_id)
+        self._checkpoint = CheckpointTable(
+            self.config.checkpoint_schema,
+            context.changefeed_id,
+            context.writer_id,
+            inherits=context.writer_inherits,
+        )
         checkpoint = self._checkpoint
 
         def recover(conn: pymysql.connections.Connection[Any], _retried: bool) -> CheckpointState:
@@ -155,13 +160,15 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         self._state = self._downstream.run(0, "reading the checkpoint table", recover)
         for worker in range(1, self.config.worker_count):  # fail fast, and keep set-up out of the first batch
             self._downstream.run(worker, "connecting", lambda _c, _r: None)
-        # Rows up to the restart point, or up to a batch begun before a crash, may be downstream already.
-        self._safe_until = max(context.restart_ts, self._state.applying_ts)
+        # Rows up to the restart point, or up to a batch begun before a crash, or up to what
+        # any writer of the changefeed flushed or began, may be downstream already.
+        self._safe_until = max(context.restart_ts, self._state.applying_ts, self._state.downstream_ts)
         if self.config.worker_count > 1:
             self._pool = ThreadPoolExecutor(self.config.worker_count, thread_name_prefix="mysql-sink")
         log.info(
-            "MySQL sink %r opened: flushed batch %d (ts %d), upserts up to ts %d",
+            "MySQL sink %r opened as writer %r: flushed batch %d (ts %d), upserts up to ts %d",
             self._downstream.target,
+            context.writer_id,
             self._state.flushed_batch_id,
             self._state.flushed_ts,
             self._safe_until,
@@ -187,6 +194,9 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             # Retried after a failure (the runtime retries a batch with backoff): what the
             # failed attempt committed is downstream already, so this attempt upserts.
             self._safe_until = max(self._safe_until, batch.end_ts)
+        # What other writers of the changefeed applied since (a table moved here from a
+        # capture that died in the middle of a batch is re-sent from its checkpoint).
+        self._safe_until = max(self._safe_until, self._downstream_ts())
         # Rows at or below the flushed ts are applied: a batch with DDL records its rows
         # before its DDL, so that a replay never writes them against the changed table.
         # A replayed batch's rows at or below it are downstream; a newer batch's are of a
@@ -219,10 +229,11 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         # their rows may be downstream, so the batch's replay upserts up to there.
         state = downstream.run(0, "reading the checkpoint table", lambda c, _r: checkpoint.read(c))
         self._state = CheckpointState(state.flushed_batch_id, state.flushed_ts)
-        self._safe_until = max(self._safe_until, state.applying_ts)
+        self._safe_until = max(self._safe_until, state.applying_ts, state.downstream_ts)
         return MySQLTaskWriter(
             self.config,
             checkpoint.changefeed_id,
+            writer_id=checkpoint.writer_id,
             flushed_ts=state.flushed_ts,
             safe_until=self._safe_until,
             flushed_batch_id=state.flushed_batch_id,
@@ -256,6 +267,10 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             return
         downstream.run(0, "recording the flushed batch", lambda c, _r: checkpoint.mark_flushed(c, batch_id, ts))
         self._state = CheckpointState(batch_id, ts)
+
+    def _downstream_ts(self) -> int:
+        downstream, checkpoint = self._require_open()
+        return downstream.run(0, "reading the checkpoint table", lambda c, _r: checkpoint.downstream_ts(c))
 
     def _require_open(self) -> tuple[Downstream, CheckpointTable]:
         if self._downstream is None or self._checkpoint is None:

@@ -58,12 +58,15 @@ class MySQLTaskWriter(TaskWriter):
         config: MySQLSinkConfig,
         changefeed_id: str,
         *,
+        writer_id: str = "",
         flushed_ts: int,
         safe_until: int,
         flushed_batch_id: int = -1,
     ) -> None:
         self.config = config
         self.changefeed_id = changefeed_id
+        #: The pipeline that writes (its batch ids are its own: see :mod:`.checkpoint`).
+        self.writer_id = writer_id
         #: What the checkpoint table said was flushed (see :meth:`CheckpointState.replays`).
         self.flushed = CheckpointState(flushed_batch_id, flushed_ts)
         #: Rows at or below it may be downstream already: they are upserts.
@@ -111,7 +114,7 @@ class MySQLPartitionWriter(PartitionWriter):
         self._batch = batch
         self._partition = partition
         self._downstream = Downstream(self._config, 1)
-        self._checkpoint = CheckpointTable(self._config.checkpoint_schema, target.changefeed_id)
+        self._checkpoint = CheckpointTable(self._config.checkpoint_schema, target.changefeed_id, target.writer_id)
         self._metas: dict[TableName, TableMeta] = {}
         self._pending: list[RowChange] = []
         #: Tables of the partition's rows (above the flushed ts), recorded when it is flushed.
