@@ -27,7 +27,10 @@ applied serially, so this is monotonic and makes their replay exactly-once
 (a REPLACE cannot be idempotent without a key). It is kept per table, not per
 writer: a table is written by one writer at a time, and a table that moves to
 another capture is re-sent there from the table's checkpoint, where the new
-writer must skip what the old one applied.
+writer must skip what the old one applied. The rows of an initial snapshot
+(all at commit and start ts T) keep one row per table and snapshot batch
+(``table_name`` followed by `` #<batch id>``): the ranges of one table are
+parts of one snapshot, and one range applied must not make another look so.
 
 Batches written by Spark tasks also have one row per changefeed, writer, batch
 and partition in ``{checkpoint-schema}.batch_partition`` (created beside the

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.data.sink import PartitionWriter, TaskWriter
-from cdcflow.plugins.sinks.mysql.apply import all_upserts, apply_transaction, segments_of
+from cdcflow.plugins.sinks.mysql.apply import all_upserts, apply_transaction, progress_scope, segments_of
 from cdcflow.plugins.sinks.mysql.catalog import load_table_meta
 from cdcflow.plugins.sinks.mysql.causality import group_for_transactions, split_units
 from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointState, CheckpointTable
@@ -221,10 +221,12 @@ class MySQLPartitionWriter(PartitionWriter):
         for unit in units:
             self._meta(unit.table)
         segments = segments_of(units, self._metas.__getitem__, self._upsert)
-        checkpoint, zone = self._checkpoint, self._downstream.zone
+        checkpoint, zone, scope = self._checkpoint, self._downstream.zone, progress_scope(self._batch.batch_id)
         self._downstream.run(
             0,
             f"applying {len(rows)} rows",
-            lambda c, retried: apply_transaction(c, all_upserts(segments) if retried else segments, checkpoint, zone),
+            lambda c, retried: apply_transaction(
+                c, all_upserts(segments) if retried else segments, checkpoint, zone, scope
+            ),
         )
         self.rows_applied += len(rows)
