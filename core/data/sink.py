@@ -253,6 +253,20 @@ class SinkContext:
     #: in-process executor, the test kit), where a sink that writes with Spark
     #: starts a session from its own settings.
     spark: Any = None
+    #: Who writes the batches: the pipeline's writer identity. Batch ids are only
+    #: ordered within one pipeline (Spark's checkpoint directory: a restart on it
+    #: replays them, a new directory starts them again at 0), and several captures
+    #: running one changefeed are several pipelines; so a sink that recognises
+    #: replays by batch id keeps its record per (changefeed, writer). The Spark
+    #: pipeline keeps the id in its checkpoint directory: a restart on the same
+    #: directory keeps it, a lost directory gets a new one.
+    #: "" when the runtime has one writer only and no directory (the test kit,
+    #: the in-process executor).
+    writer_id: str = ""
+    #: The writer's directory holds batches written before writers had ids (an
+    #: upgrade): what a sink recorded then under no writer ("") is this writer's
+    #: to take over, if no other writer took it first.
+    writer_inherits: bool = False
 
     def require_plugins(self, sink: str) -> PluginManager:
         """The plugin manager, for a sink that cannot work without it."""

@@ -4,9 +4,10 @@ The playground's shop tables are filled with ``bulk_load`` so that they span sev
 regions. A changefeed with ``initial-snapshot`` starts while both captures are alive: its
 maintainer places one snapshot range per region on the captures with the two-phase
 scheduler, each capture reads the ranges it is given (its ``snapshot/ranges/<range>/reads.log``
-says which) and delivers them to the file sink, and only then are the tables' spans placed,
-streaming the workload that ran meanwhile. At the final checkpoint the files replay to the
-playground's tables there.
+says which) and delivers them to the file sink and a MariaDB, and only then are the tables'
+spans placed, streaming the workload that ran meanwhile. At the final checkpoint the files
+replay to the playground's tables there, and MariaDB's tables equal them (each capture writes
+its own ranges and spans with batch ids of its own).
 
 Then the same with the stores answering ServerIsBusy until both captures are reading: the
 capture not running the maintainer is SIGKILLed, its ranges are placed on the other, which
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,7 +33,9 @@ from cdcflow.core.data.types import TypeCode
 from cdcflow.core.testing import until_sync
 from cdcflow.core.testing.compare import diff, typed_rows
 from cdcflow.plugins.sources.playground import Playground
+from tests.e2e.e2e_shop import mysql_rows
 from tests.etcd_server import EtcdServer
+from tests.fixtures.mariadb import MariaDB, start_mariadb
 from tests.integration.control.cluster import REST_POLL, Server, cli, env_with_plugin
 
 pytestmark = pytest.mark.integration
@@ -47,6 +51,7 @@ CF = "cf-snapshot"
 class Env:
     pg: Playground
     etcd: EtcdServer
+    db: MariaDB
     tmp: Path
     env: dict[str, str]
 
@@ -56,11 +61,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("snapshot-cluster")
     etcd = EtcdServer(tmp)
     try:
-        with Playground(stores=2, seed=5, ddl_every=0, split_keys=SPLIT_KEYS) as pg:
+        with (
+            Playground(stores=2, seed=5, ddl_every=0, split_keys=SPLIT_KEYS) as pg,
+            start_mariadb(local=True) as db,
+        ):
             for table, count in LOADED.items():
                 pg.bulk_load(table, count)
             pg.run_workload(40)  # some rows changed before T
-            yield Env(pg, etcd, tmp, env_with_plugin(tmp / "plugins"))
+            yield Env(pg, etcd, db, tmp, env_with_plugin(tmp / "plugins"))
     finally:
         etcd.stop()
 
@@ -78,12 +86,15 @@ def start_cluster(env: Env, name: str) -> list[Server]:
     return servers
 
 
-def create_changefeed(env: Env, server: Server, out: Path, start_ts: int) -> None:
+def create_changefeed(env: Env, server: Server, out: Path, start_ts: int, *, mysql: bool = False) -> None:
     config = out.parent / "cf.yaml"
     source = {"type": "tikv", "playground": False, "pd": [env.pg.pd_address], "tidb-status": env.pg.status_address}
+    sinks: list[dict[str, Any]] = [{"type": "file", "path": str(out), "protocol": "json"}]
+    if mysql:
+        sinks.append({"uri": env.db.uri})
     doc = {
         "source": source,
-        "sinks": [{"type": "file", "path": str(out), "protocol": "json"}],
+        "sinks": sinks,
         "filter": {"rules": ["shop.*"]},
         "scheduler": {"type": "two-phase"},
     }
@@ -154,6 +165,18 @@ def assert_files_equal(env: Env, out: Path, checkpoint: int) -> None:
     assert not problems, "\n".join(problems)
 
 
+def assert_mysql_equal(env: Env, checkpoint: int) -> None:
+    problems = []
+    for table in LOADED:
+        types = {c.name: c.ft for c in env.pg.catalog.find("shop", table, checkpoint).columns}
+        want = typed_rows(env.pg.snapshot(table, checkpoint), types)
+        _, rows = mysql_rows(SimpleNamespace(db=env.db), table)
+        found = diff(want, typed_rows(rows, types))
+        if found:
+            problems.append(f"MariaDB shop.{table} at {checkpoint}: {found}")
+    assert not problems, "\n".join(problems)
+
+
 def stop(servers: list[Server]) -> None:
     for server in servers:
         if server.alive:
@@ -167,7 +190,7 @@ def test_two_captures_share_the_snapshot_ranges(env: Env) -> None:
     out = env.tmp / "shared" / "out"
     try:
         start_ts = env.pg.now()
-        create_changefeed(env, servers[0], out, start_ts)
+        create_changefeed(env, servers[0], out, start_ts, mysql=True)
         env.pg.start_workload(RATE)
         time.sleep(5)
         env.pg.stop_workload()
@@ -179,9 +202,23 @@ def test_two_captures_share_the_snapshot_ranges(env: Env) -> None:
         for server in servers:
             assert not (changefeed_dir(server.log_path.parent / server.name, CF) / "snapshot" / "plan.pkl").exists()
         assert_files_equal(env, out, checkpoint)
+        assert_mysql_equal(env, checkpoint)
+        # Each capture wrote as a writer of its own.
+        writers = fetch_writers(env)
+        assert len(writers) == 2, writers
     finally:
         env.pg.stop_workload()
         stop(servers)
+
+
+def fetch_writers(env: Env) -> list[tuple[str, int]]:
+    conn = env.db.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT writer_id, flushed_ts FROM cdcflow.checkpoint WHERE changefeed_id = %s", (CF,))
+            return sorted(tuple(r) for r in cur.fetchall())
+    finally:
+        conn.close()
 
 
 @pytest.mark.timeout(900)

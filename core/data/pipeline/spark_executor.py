@@ -30,7 +30,8 @@ its query not started (the query starts on it when the tables' spans come,
 after every range of the cluster is delivered).
 
 Files live under ``<data-dir>/changefeeds/<changefeed-id>/``: ``store/`` (the
-event store), ``spark-checkpoint/`` (the query's checkpoint) and
+event store), ``spark-checkpoint/`` (the query's checkpoint, and the pipeline's writer
+identity that sinks key their records by: :mod:`.writer`) and
 ``snapshot/`` (the initial snapshot's plan and parts). All survive a
 restart; removing a changefeed must delete the directory
 (:func:`discard_changefeed_data`).
@@ -67,6 +68,7 @@ from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS
 from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TASK_ROWS, ChangefeedPipeline
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
+from cdcflow.core.data.pipeline.writer import writer_identity
 from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.data.snapshot_ranges import (
     is_snapshot_range,
@@ -656,8 +658,16 @@ class PipelineSpanExecutor(SpanExecutor):
     def _new_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
         if self._spark is None:
             self._spark = self._start_session()
+        checkpoint_dir = self.directory / "spark-checkpoint"
+        # Batch ids are the query's, scoped to its checkpoint directory: so is the writer.
+        writer = writer_identity(checkpoint_dir)
         context = SinkContext(
-            self.changefeed_id, restart_ts=self.store.checkpoint_ts, plugins=self.plugins, spark=self._spark
+            self.changefeed_id,
+            restart_ts=self.store.checkpoint_ts,
+            plugins=self.plugins,
+            spark=self._spark,
+            writer_id=writer.id,
+            writer_inherits=writer.inherits,
         )
         for sink in self.sinks:
             sink.open(context)
@@ -666,7 +676,7 @@ class PipelineSpanExecutor(SpanExecutor):
             store=self.store,
             sinks=self.sinks,
             spark=self._spark,
-            checkpoint_dir=self.directory / "spark-checkpoint",
+            checkpoint_dir=checkpoint_dir,
             table_filter=self.table_filter,
             column_selection=self.column_selection,
             transforms=self.context.transforms,

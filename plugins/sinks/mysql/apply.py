@@ -22,7 +22,15 @@ from cdcflow.plugins.sinks.mysql.dml import Statement, TableMeta, plan_statement
 from cdcflow.plugins.sinks.mysql.downstream import error_code, is_transient
 from cdcflow.plugins.sinks.mysql.errors import ConstraintViolationError, DownstreamRejectedError
 
-__all__ = ["Segment", "all_upserts", "apply_transaction", "progress_name", "rollback_quietly", "segments_of"]
+__all__ = [
+    "Segment",
+    "all_upserts",
+    "apply_transaction",
+    "progress_name",
+    "progress_scope",
+    "rollback_quietly",
+    "segments_of",
+]
 
 
 @dataclass(slots=True)
@@ -60,20 +68,22 @@ def apply_transaction(
     segments: Sequence[Segment],
     checkpoint: CheckpointTable,
     zone: tzinfo,
+    scope: str = "",
 ) -> None:
     """One downstream transaction (begun implicitly: autocommit is off); on a refused
-    statement, roll back and say which row."""
+    statement, roll back and say which row. ``scope`` (:func:`progress_scope`) sets
+    apart the progress of key-less tables in an initial snapshot's batches."""
     todo: list[Segment] = []
     try:
         for seg in segments:
             rows, safe = seg.rows, seg.safe
             if not seg.meta.unique_keys:
-                rows, safe = _unapplied(checkpoint, conn, seg.meta, rows, safe)
+                rows, safe = _unapplied(checkpoint, conn, seg.meta, rows, safe, scope)
             if rows:
                 todo.append(Segment(seg.meta, rows, safe))
         for seg in todo:
             _execute(conn, plan_statements(seg.meta, seg.rows, seg.safe, zone))
-        last_of_keyless = {progress_name(seg.meta): seg.rows[-1] for seg in todo if not seg.meta.unique_keys}
+        last_of_keyless = {progress_name(seg.meta, scope): seg.rows[-1] for seg in todo if not seg.meta.unique_keys}
         for name, last in last_of_keyless.items():
             checkpoint.record_table_progress(conn, name, last.commit_ts, last.start_ts)
         conn.commit()
@@ -132,8 +142,18 @@ def _rejected(
     )
 
 
-def progress_name(meta: TableMeta) -> str:
-    return f"{meta.schema}.{meta.table}"
+def progress_name(meta: TableMeta, scope: str = "") -> str:
+    """The ``table_progress`` row of a key-less table (of one snapshot range: ``scope``)."""
+    name = f"{meta.schema}.{meta.table}"
+    return f"{name} {scope}" if scope else name
+
+
+def progress_scope(batch_id: int) -> str:
+    """Every row of an initial snapshot has commit and start ts T, so a key-less table's
+    progress cannot tell one range from another (a range applied would make the next
+    look applied): a snapshot batch (negative id, one per range, the same on every
+    capture that delivers it) keeps its own; the stream's rows, above T, keep the table's."""
+    return f"#{batch_id}" if batch_id < 0 else ""
 
 
 def _unapplied(
@@ -142,11 +162,12 @@ def _unapplied(
     meta: TableMeta,
     rows: list[RowChange],
     safe: list[bool],
+    scope: str,
 ) -> tuple[list[RowChange], list[bool]]:
     """Rows of a key-less table not yet applied: only replayed rows need the lookup."""
     if not any(safe):
         return rows, safe
-    done = checkpoint.table_progress(conn, progress_name(meta))
+    done = checkpoint.table_progress(conn, progress_name(meta, scope))
     keep = [i for i, row in enumerate(rows) if (row.commit_ts, row.start_ts) > done]
     return [rows[i] for i in keep], [safe[i] for i in keep]
 

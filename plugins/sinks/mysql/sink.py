@@ -26,6 +26,9 @@ On Spark, a batch's rows are written by Spark tasks, one connection per task
    (after recording the rows flushed just below it, as in step 4 below) and
    records the batch as flushed, which drops its partitions' records.
 
+The records are the writer's (see the checkpoint schema below): a batch is
+"flushed before" only if this capture's pipeline flushed it.
+
 Batches written from the driver (``write_batch``: the test kit, sources whose
 rows cannot be mounted in tasks) are applied this way:
 
@@ -61,6 +64,34 @@ applied as upserts (REPLACE; an update that moves the key also deletes the
 old key), later rows as plain INSERT/UPDATE/DELETE; ``safe-mode=true``
 upserts every row.
 
+The checkpoint schema (``checkpoint-schema``, default ``cdcflow``; created
+when missing) holds, per changefeed and *writer* — the pipeline of one
+capture, whose identity its Spark checkpoint directory keeps (``writer_id``;
+``""`` for a runtime with a single writer and no directory, such as the test
+kit), because each capture numbers its batches from 0:
+
+* ``checkpoint`` — key ``(changefeed_id, writer_id)``: ``flushed_batch_id``,
+  ``flushed_ts`` (the writer's last flushed batch and its end ts),
+  ``applying_batch_id``, ``applying_ts`` (a batch begun and not flushed),
+  ``updated_at``;
+* ``batch_partition`` — key ``(changefeed_id, writer_id, batch_id,
+  partition_id)``: ``end_ts``, ``flushed`` (0 while applying), ``tables`` (a
+  JSON list of the tables a flushed partition wrote), ``updated_at``; deleted
+  once the writer's batch is flushed;
+* ``table_progress`` — key ``(changefeed_id, table_name)``: ``commit_ts``,
+  ``start_ts`` of the last upstream transaction applied to a key-less table,
+  by whichever writer had the table (one at a time); an initial snapshot's
+  rows keep one per table and range (``table_name`` ends in `` #<batch id>``).
+
+A writer recognises replays from its own rows only; rows at or below the
+highest flushed or begun ts of *any* writer of the changefeed are upserts
+(another capture may have applied part of them before their table moved here).
+A schema of an earlier version (``checkpoint`` keyed by ``changefeed_id``
+alone) gains ``writer_id`` in both keys when the sink opens (``ALTER TABLE``:
+the user needs ``ALTER`` on the checkpoint schema once); its rows become
+writer ``""``'s, and the first writer whose checkpoint directory predates
+writer identities takes them over as its own.
+
 Not guaranteed: if one transaction of a batch fails, transactions of the
 same batch that other workers (or partitions) already committed stay
 committed; the batch stays *applying*, so its retry (or the restart) rewrites
@@ -83,7 +114,7 @@ from cdcflow.core.data.sink import Sink, SinkContext
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.plugins.sinks.mysql.apply import Segment, all_upserts, apply_transaction, segments_of
+from cdcflow.plugins.sinks.mysql.apply import Segment, all_upserts, apply_transaction, progress_scope, segments_of
 from cdcflow.plugins.sinks.mysql.catalog import load_table_meta
 from cdcflow.plugins.sinks.mysql.causality import Unit, assign_lanes, group_for_transactions, lanes_of, split_units
 from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointState, CheckpointTable
@@ -132,6 +163,8 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         #: The highest end ts of a batch recorded as begun by this sink.
         self._begun_ts = 0
         self._metas: dict[TableName, TableMeta] = {}
+        #: The key-less tables' progress scope of the batch being written (see progress_scope).
+        self._progress_scope = ""
 
     @classmethod
     def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:
@@ -145,7 +178,12 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         if issues:
             raise DownstreamRejectedError(f"MySQL sink: bad option {issues[0][0]}: {issues[0][1]}")
         self._downstream = Downstream(self.config, self.config.worker_count)
-        self._checkpoint = CheckpointTable(self.config.checkpoint_schema, context.changefeed_id)
+        self._checkpoint = CheckpointTable(
+            self.config.checkpoint_schema,
+            context.changefeed_id,
+            context.writer_id,
+            inherits=context.writer_inherits,
+        )
         checkpoint = self._checkpoint
 
         def recover(conn: pymysql.connections.Connection[Any], _retried: bool) -> CheckpointState:
@@ -155,13 +193,15 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         self._state = self._downstream.run(0, "reading the checkpoint table", recover)
         for worker in range(1, self.config.worker_count):  # fail fast, and keep set-up out of the first batch
             self._downstream.run(worker, "connecting", lambda _c, _r: None)
-        # Rows up to the restart point, or up to a batch begun before a crash, may be downstream already.
-        self._safe_until = max(context.restart_ts, self._state.applying_ts)
+        # Rows up to the restart point, or up to a batch begun before a crash, or up to what
+        # any writer of the changefeed flushed or began, may be downstream already.
+        self._safe_until = max(context.restart_ts, self._state.applying_ts, self._state.downstream_ts)
         if self.config.worker_count > 1:
             self._pool = ThreadPoolExecutor(self.config.worker_count, thread_name_prefix="mysql-sink")
         log.info(
-            "MySQL sink %r opened: flushed batch %d (ts %d), upserts up to ts %d",
+            "MySQL sink %r opened as writer %r: flushed batch %d (ts %d), upserts up to ts %d",
             self._downstream.target,
+            context.writer_id,
             self._state.flushed_batch_id,
             self._state.flushed_ts,
             self._safe_until,
@@ -187,6 +227,9 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             # Retried after a failure (the runtime retries a batch with backoff): what the
             # failed attempt committed is downstream already, so this attempt upserts.
             self._safe_until = max(self._safe_until, batch.end_ts)
+        # What other writers of the changefeed applied since (a table moved here from a
+        # capture that died in the middle of a batch is re-sent from its checkpoint).
+        self._safe_until = max(self._safe_until, self._downstream_ts())
         # Rows at or below the flushed ts are applied: a batch with DDL records its rows
         # before its DDL, so that a replay never writes them against the changed table.
         # A replayed batch's rows at or below it are downstream; a newer batch's are of a
@@ -197,6 +240,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             self._record(batch.batch_id, batch.end_ts, applying=True)
             self._begun_ts = max(self._begun_ts, batch.end_ts)
         if rows:
+            self._progress_scope = progress_scope(batch.batch_id)
             self._apply_rows(rows)
             first_ddl = min((ddl.commit_ts for ddl in batch.ddl), default=0)
             if first_ddl > rows[-1].commit_ts:
@@ -219,10 +263,11 @@ class MySQLSink(Sink[MySQLSinkConfig]):
         # their rows may be downstream, so the batch's replay upserts up to there.
         state = downstream.run(0, "reading the checkpoint table", lambda c, _r: checkpoint.read(c))
         self._state = CheckpointState(state.flushed_batch_id, state.flushed_ts)
-        self._safe_until = max(self._safe_until, state.applying_ts)
+        self._safe_until = max(self._safe_until, state.applying_ts, state.downstream_ts)
         return MySQLTaskWriter(
             self.config,
             checkpoint.changefeed_id,
+            writer_id=checkpoint.writer_id,
             flushed_ts=state.flushed_ts,
             safe_until=self._safe_until,
             flushed_batch_id=state.flushed_batch_id,
@@ -256,6 +301,10 @@ class MySQLSink(Sink[MySQLSinkConfig]):
             return
         downstream.run(0, "recording the flushed batch", lambda c, _r: checkpoint.mark_flushed(c, batch_id, ts))
         self._state = CheckpointState(batch_id, ts)
+
+    def _downstream_ts(self) -> int:
+        downstream, checkpoint = self._require_open()
+        return downstream.run(0, "reading the checkpoint table", lambda c, _r: checkpoint.downstream_ts(c))
 
     def _require_open(self) -> tuple[Downstream, CheckpointTable]:
         if self._downstream is None or self._checkpoint is None:
@@ -319,7 +368,7 @@ class MySQLSink(Sink[MySQLSinkConfig]):
     def _apply_transaction(self, conn: pymysql.connections.Connection[Any], segments: list[Segment]) -> None:
         """One downstream transaction; on a refused statement, roll back and say which row."""
         downstream, checkpoint = self._require_open()
-        apply_transaction(conn, segments, checkpoint, downstream.zone)
+        apply_transaction(conn, segments, checkpoint, downstream.zone, self._progress_scope)
 
     # -- tables and DDL ----------------------------------------------------
 

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
 from cdcflow.core.data.sink import PartitionWriter, TaskWriter
-from cdcflow.plugins.sinks.mysql.apply import all_upserts, apply_transaction, segments_of
+from cdcflow.plugins.sinks.mysql.apply import all_upserts, apply_transaction, progress_scope, segments_of
 from cdcflow.plugins.sinks.mysql.catalog import load_table_meta
 from cdcflow.plugins.sinks.mysql.causality import group_for_transactions, split_units
 from cdcflow.plugins.sinks.mysql.checkpoint import CheckpointState, CheckpointTable
@@ -58,12 +58,15 @@ class MySQLTaskWriter(TaskWriter):
         config: MySQLSinkConfig,
         changefeed_id: str,
         *,
+        writer_id: str = "",
         flushed_ts: int,
         safe_until: int,
         flushed_batch_id: int = -1,
     ) -> None:
         self.config = config
         self.changefeed_id = changefeed_id
+        #: The pipeline that writes (its batch ids are its own: see :mod:`.checkpoint`).
+        self.writer_id = writer_id
         #: What the checkpoint table said was flushed (see :meth:`CheckpointState.replays`).
         self.flushed = CheckpointState(flushed_batch_id, flushed_ts)
         #: Rows at or below it may be downstream already: they are upserts.
@@ -111,7 +114,7 @@ class MySQLPartitionWriter(PartitionWriter):
         self._batch = batch
         self._partition = partition
         self._downstream = Downstream(self._config, 1)
-        self._checkpoint = CheckpointTable(self._config.checkpoint_schema, target.changefeed_id)
+        self._checkpoint = CheckpointTable(self._config.checkpoint_schema, target.changefeed_id, target.writer_id)
         self._metas: dict[TableName, TableMeta] = {}
         self._pending: list[RowChange] = []
         #: Tables of the partition's rows (above the flushed ts), recorded when it is flushed.
@@ -218,10 +221,12 @@ class MySQLPartitionWriter(PartitionWriter):
         for unit in units:
             self._meta(unit.table)
         segments = segments_of(units, self._metas.__getitem__, self._upsert)
-        checkpoint, zone = self._checkpoint, self._downstream.zone
+        checkpoint, zone, scope = self._checkpoint, self._downstream.zone, progress_scope(self._batch.batch_id)
         self._downstream.run(
             0,
             f"applying {len(rows)} rows",
-            lambda c, retried: apply_transaction(c, all_upserts(segments) if retried else segments, checkpoint, zone),
+            lambda c, retried: apply_transaction(
+                c, all_upserts(segments) if retried else segments, checkpoint, zone, scope
+            ),
         )
         self.rows_applied += len(rows)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor, changefeed_dir
+from cdcflow.core.data.pipeline.writer import writer_identity
 from cdcflow.core.testing import ListSource, insert, until
 from cdcflow.plugins.sinks.mysql import MySQLSink, MySQLSinkConfig
 from tests.fixtures.mariadb import MariaDB
@@ -63,3 +64,8 @@ def test_rows_of_a_span_joining_behind_the_flushed_ts_are_written(
     asyncio.run(run())
     for table in TABLES:
         assert fetch(mariadb, f"SELECT id FROM `{db}`.`{table}`") == [(i,) for i in range(20)], table
+    # The sink wrote as the pipeline's writer, whose identity its checkpoint directory keeps.
+    writer = writer_identity(changefeed_dir(tmp_path, db) / "spark-checkpoint")
+    assert not writer.inherits
+    checkpoint = f"SELECT writer_id, flushed_ts FROM cdcflow.checkpoint WHERE changefeed_id = '{db}'"
+    assert fetch(mariadb, checkpoint) == [(writer.id, 900)]

@@ -24,10 +24,14 @@ def test_the_sink_partitions_by_table() -> None:
 
 def test_the_task_writer_pickles_with_settings_not_connections() -> None:
     writer = MySQLTaskWriter(
-        MySQLSinkConfig(uri="mysql://u:secret@db:3306/", max_txn_row=8), "cf", flushed_ts=5, safe_until=9
+        MySQLSinkConfig(uri="mysql://u:secret@db:3306/", max_txn_row=8),
+        "cf",
+        writer_id="w1",
+        flushed_ts=5,
+        safe_until=9,
     )
     again = pickle.loads(pickle.dumps(writer))
-    assert (again.changefeed_id, again.flushed_ts, again.safe_until) == ("cf", 5, 9)
+    assert (again.changefeed_id, again.writer_id, again.flushed_ts, again.safe_until) == ("cf", "w1", 5, 9)
     assert again.config.max_txn_row == 8 and again.config.uri == "mysql://u:secret@db:3306/"
 
 
