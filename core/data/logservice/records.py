@@ -256,10 +256,12 @@ def write_records(path: Path, records: Iterable[Record], batch_rows: int, *, fsy
     return path.stat().st_size
 
 
-def read_record_batches(path: str | Path) -> Iterator[pa.RecordBatch]:
-    """The record batches of an Arrow IPC file, read one at a time (not memory-mapped,
-    so that reading a large file does not grow the reader's resident memory)."""
+def read_record_batches(path: str | Path, first: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The record batches of an Arrow IPC file (those numbered ``first`` up to ``stop``,
+    excluded; all by default), read one at a time (not memory-mapped, so that reading a
+    large file does not grow the reader's resident memory)."""
     with pa.OSFile(str(path), "rb") as source:
         reader = pa.ipc.open_file(source)
-        for i in range(reader.num_record_batches):
+        end = reader.num_record_batches if stop is None else min(stop, reader.num_record_batches)
+        for i in range(first, end):
             yield reader.get_batch(i)

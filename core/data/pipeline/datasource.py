@@ -19,7 +19,12 @@ Registered with ``spark.dataSource.register(CdcflowDataSource)`` and read with
 * ``partitions(start, end)`` = the resolved chunks numbered in ``[start, end)``,
   packed into partitions of about ``partitionRows`` rows (option; default
   131072) because every Spark task costs a Python worker round trip; ``read``
-  yields the chunks' Arrow record batches.
+  yields the chunks' Arrow record batches. When that makes fewer partitions than
+  ``minPartitions`` (option; the pipeline gives Spark's default parallelism) and
+  the batch holds enough rows (:data:`MIN_SPLIT_ROWS` per partition), the
+  chunks' record batches are dealt into ``minPartitions`` contiguous ranges
+  instead, so that a batch of one chunk is read, and its rows worked on, by
+  every core.
 
 Spark runs these methods in Python processes of its own (the streaming source
 runner and the Python workers), not in the capture's process; they reach the
@@ -77,10 +82,16 @@ def offset_chunk(offset: dict[str, Any], manifest: Manifest) -> int:
 DEFAULT_PARTITION_ROWS = DEFAULT_CHUNK_ROWS
 
 
-class ChunkPartition(InputPartition):
-    """Some resolved chunk files (absolute paths), read in order."""
+#: Rows a partition must get at least for a batch's chunks to be split by record batch
+#: (a chunk's record batch holds 8,192).
+MIN_SPLIT_ROWS = 8_192
 
-    def __init__(self, paths: list[str]) -> None:
+
+class ChunkPartition(InputPartition):
+    """Some resolved chunk files (absolute paths), read in order: each a whole file, or
+    ``(path, first, stop)``: its record batches ``first`` up to ``stop`` (excluded)."""
+
+    def __init__(self, paths: list[str] | list[tuple[str, int, int]]) -> None:
         super().__init__(paths)
 
 
@@ -100,17 +111,28 @@ class CdcflowDataSource(DataSource):
             raise ValueError("the cdcflow data source needs option 'path' (the changefeed's event-store directory)")
         rows = int(self.options.get("partitionRows", DEFAULT_PARTITION_ROWS))
         batch_rows = int(self.options.get("maxBatchRows", DEFAULT_MAX_BATCH_ROWS))
-        return CdcflowStreamReader(Path(path), rows, batch_rows)
+        least = int(self.options.get("minPartitions", 1))
+        return CdcflowStreamReader(Path(path), rows, batch_rows, least)
 
 
 class CdcflowStreamReader(DataSourceStreamReader):
     """Offsets and partitions from the event store's manifest."""
 
-    def __init__(self, directory: Path, partition_rows: int = DEFAULT_PARTITION_ROWS, max_batch_rows: int = 0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        partition_rows: int = DEFAULT_PARTITION_ROWS,
+        max_batch_rows: int = 0,
+        min_partitions: int = 1,
+        min_split_rows: int = MIN_SPLIT_ROWS,
+    ) -> None:
         self.directory = directory
         self.partition_rows = max(1, partition_rows)
         #: Rows a micro-batch may hold, at least one cut (0: no bound).
         self.max_batch_rows = max_batch_rows
+        #: Partitions a batch of enough rows is split into at least (by record batch).
+        self.min_partitions = max(1, min_partitions)
+        self.min_split_rows = max(1, min_split_rows)
 
     def _manifest(self) -> Any:
         manifest = read_manifest(self.directory)
@@ -176,23 +198,52 @@ class CdcflowStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ChunkPartition]:
         manifest = self._manifest()
         first, stop = offset_chunk(start, manifest), offset_chunk(end, manifest)
+        chunks = [c for c in sorted(manifest.chunks, key=lambda c: c.seq) if first <= c.seq < stop]
+        total = sum(c.rows for c in chunks)
         partitions: list[ChunkPartition] = []
         paths: list[str] = []
         rows = 0
-        for chunk in sorted(manifest.chunks, key=lambda c: c.seq):
-            if first <= chunk.seq < stop:
-                paths.append(str(self.directory / chunk.file))
-                rows += chunk.rows
-                if rows >= self.partition_rows:
-                    partitions.append(ChunkPartition(paths))
-                    paths, rows = [], 0
+        for chunk in chunks:
+            paths.append(str(self.directory / chunk.file))
+            rows += chunk.rows
+            if rows >= self.partition_rows:
+                partitions.append(ChunkPartition(paths))
+                paths, rows = [], 0
         if paths:
             partitions.append(ChunkPartition(paths))
+        parts = min(self.min_partitions, total // self.min_split_rows)
+        if len(partitions) < parts:
+            return self._split([str(self.directory / c.file) for c in chunks], parts) or partitions
         return partitions
 
+    @staticmethod
+    def _split(paths: list[str], parts: int) -> list[ChunkPartition]:
+        """The record batches of ``paths`` dealt in order into ``parts`` contiguous ranges
+        (fewer when there are fewer batches)."""
+        batches: list[tuple[str, int]] = []
+        for path in paths:
+            with pa.OSFile(path, "rb") as source:
+                batches += [(path, i) for i in range(pa.ipc.open_file(source).num_record_batches)]
+        out: list[ChunkPartition] = []
+        for n in range(parts):
+            share = batches[len(batches) * n // parts : len(batches) * (n + 1) // parts]
+            ranges: list[tuple[str, int, int]] = []
+            for path, i in share:
+                if ranges and ranges[-1][0] == path and ranges[-1][2] == i:
+                    ranges[-1] = (path, ranges[-1][1], i + 1)
+                else:
+                    ranges.append((path, i, i + 1))
+            if ranges:
+                out.append(ChunkPartition(ranges))
+        return out
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        for path in partition.value:
-            yield from read_record_batches(path)
+        for part in partition.value:
+            if isinstance(part, str):
+                yield from read_record_batches(part)
+            else:
+                path, first, stop = part
+                yield from read_record_batches(path, first, stop)
 
     def commit(self, end: dict[str, Any]) -> None:
         # Chunks are released by the pipeline once the next batch starts (the

@@ -66,7 +66,7 @@ from cdcflow.core.data.logservice.store import EventStore
 from cdcflow.core.data.pipeline.backoff import is_retryable, retry_delay
 from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.datasource import offset_chunk, offset_ts
+from cdcflow.core.data.pipeline.datasource import MIN_SPLIT_ROWS, offset_chunk, offset_ts
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, table_filter_predicate
 from cdcflow.core.data.pipeline.tasks import (
@@ -234,6 +234,7 @@ class ChangefeedPipeline:
             self.spark.readStream.format("cdcflow")
             .option("path", str(self.store.directory.resolve()))
             .option("maxBatchRows", str(self.max_batch_rows))
+            .option("minPartitions", str(self.task_partitions or self.spark.sparkContext.defaultParallelism))
             .load()
             .where(table_filter_predicate(self.table_filter))
         )
@@ -543,12 +544,14 @@ class ChangefeedPipeline:
             grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)
             out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
         elif by_table and len(lanes) == len(writers):
-            # Split by key to mount and encode in parallel, then by lane (a Kafka
-            # partition) to write each lane's parts in order: a table's rows are not
-            # bound to one task, its lane is (see LaneTaskWriter).
-            encoded = frame.repartition(partitions, "table_id", "key").mapInArrow(
-                EncodeTask(plan, lanes, self.column_selection), ENCODED_SCHEMA_DDL
-            )
+            # Mount and encode in parallel, then split by lane (a Kafka partition) to
+            # write each lane's parts in order: a table's rows are not bound to one
+            # task, its lane is (see LaneTaskWriter). Encoding needs no order: a batch
+            # the data source read in a partition per task is encoded where it was
+            # read, without a shuffle.
+            read_apart = expected >= partitions * MIN_SPLIT_ROWS
+            spread = frame if read_apart else frame.repartition(partitions, "table_id", "key")
+            encoded = spread.mapInArrow(EncodeTask(plan, lanes, self.column_selection), ENCODED_SCHEMA_DDL)
             by_lane = encoded.repartition(partitions, "writer", "route", "lane").sortWithinPartitions(*LANE_ORDER)
             out = by_lane.mapInArrow(LaneTask(head, lanes), SUMMARY_SCHEMA_DDL)
         else:

@@ -417,6 +417,8 @@ ENCODED_SCHEMA_DDL = (
 )
 #: The order a lane's parts are written in.
 LANE_ORDER = ("writer", "route", "lane", "commit_ts", "start_ts", "key", "seq")
+#: What a LaneTask reads of each part.
+_LANE_COLUMNS = ("writer", "route", "lane", "commit_ts", "part_key", "part_value", "summary")
 #: The parts an EncodeTask hands Spark at a time.
 _ENCODED_ROWS = 8_192
 
@@ -475,7 +477,8 @@ class EncodeTask:
         except CdcflowError as exc:
             error = pickle.dumps(exc)
         summary = pickle.dumps(_summary(partition, count, started, error, measured.bytes))
-        for column, value in zip(columns, (-1, "", partition, 0, 0, b"", 0, None, b"", summary), strict=True):
+        first = (-1, "", partition, 0, 0, b"", 0, None, b"", summary)
+        for column, value in zip(columns, first, strict=True):
             column.append(value)
         yield pa.RecordBatch.from_arrays(columns, schema=ENCODED_SCHEMA)
 
@@ -509,7 +512,7 @@ class LaneTask:
 
         try:
             for batch in measured:
-                data = batch.to_pydict()
+                data = {name: batch.column(name).to_pylist() for name in _LANE_COLUMNS}
                 for w, route, n, ts, key, value, summary in zip(
                     data["writer"],
                     data["route"],

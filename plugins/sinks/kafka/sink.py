@@ -29,10 +29,14 @@ Per micro-batch the sink
 On Spark the rows of a batch are produced by Spark tasks (steps 1–2, and a
 flush, per partition of the batch, each task with the producer of its
 Python worker); the driver produces the DDL (step 3) once every partition
-flushed. Spark partitions the batch by table when a rule dispatches by table
-(``default``, ``table``), so a table's rows reach its Kafka partition from
-one task, in commit-ts order, and by (table, key) otherwise, so the rows of
-one key are produced by one task, in order.
+flushed. When a rule dispatches by table (``default``, ``table``), a table's
+rows must reach its Kafka partition in commit-ts order: the batch runs in two
+steps, tasks split by (table, key) routing and encoding rows in parallel, then
+tasks split by Kafka partition packing each partition's rows, sorted again by
+(commit ts, start ts, key), into messages and producing them (a batch small
+enough for one task does both in it). Otherwise the batch is split by
+(table, key) and each task routes, encodes and produces its rows, every row of
+a key in one task, in order.
 
 Resolved events do not follow batches: a batch's end ts is only the frontier
 of the spans on this capture, and a span that joins behind it (added to a

@@ -58,3 +58,28 @@ def test_data_source_requires_the_store_path():
         assert "path" in str(exc)
     else:
         raise AssertionError("expected a ValueError")
+
+
+def test_a_batch_of_few_chunks_is_split_by_record_batch_into_a_partition_per_core(tmp_path):
+    """One chunk of 12 rows in record batches of 2: with ``min_partitions`` 3 (and at least
+    2 rows per partition) it is read as 3 contiguous ranges, every row once, in order."""
+    store = EventStore(tmp_path, "cf", start_ts=5, fsync=False, chunk_rows=100, batch_rows=2)
+    store.add_span(SPAN, 5, replicating=True)
+    for ts in range(10, 70, 5):
+        store.put(SPAN, RawKVEvent(SPAN, b"k%d" % ts, b"v", b"", ts - 1, ts))
+    store.resolve(SPAN, 70)
+    whole = CdcflowStreamReader(tmp_path).partitions(offset(5), offset(70, 1))
+    assert len(whole) == 1 and len(whole[0].value) == 1  # the one chunk, one partition
+
+    reader = CdcflowStreamReader(tmp_path, min_partitions=3, min_split_rows=2)
+    parts = reader.partitions(offset(5), offset(70, 1))
+    assert [[(first, stop) for _, first, stop in p.value] for p in parts] == [[(0, 2)], [(2, 4)], [(4, 6)]]
+    read = [ts for p in parts for b in reader.read(p) for ts in b.column("commit_ts").to_pylist()]
+    assert read == list(range(10, 70, 5))
+    # Fewer partitions when there are too few rows for one each; whole below two.
+    few = CdcflowStreamReader(tmp_path, min_partitions=3, min_split_rows=5)
+    assert len(few.partitions(offset(5), offset(70, 1))) == 2
+    assert (
+        len(CdcflowStreamReader(tmp_path, min_partitions=3, min_split_rows=13).partitions(offset(5), offset(70, 1)))
+        == 1
+    )
