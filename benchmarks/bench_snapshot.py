@@ -79,6 +79,7 @@ import contextlib
 import dataclasses
 import json
 import multiprocessing
+import os
 import re
 import subprocess
 import tempfile
@@ -348,18 +349,40 @@ class TopicCounter:
         return int(rows)
 
 
+#: How a row event's key ends (Go's field order: ``t`` last but for ``ohk``); a DDL's
+#: ``t`` is 2 and a resolved event's 3. Cheaper than decoding each key.
+_ROW_KEY_ENDS = (b',"t":1}', b',"t":1,"ohk":true}')
+
+
 def _count_topic(bootstrap: str, topic: str, stop: Any, out: Any) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     from cdcflow.core.testing.open_protocol import frames
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{topic}", "enable.auto.commit": False})
+    # The counter must keep within the mock cluster's few MiB per partition of the
+    # producers (a table's rows all go to one partition): run ahead of them when allowed.
+    with contextlib.suppress(OSError):
+        os.nice(-10)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"count-{topic}",
+            "enable.auto.commit": False,
+            # Fetch as soon as anything is there, as much as is there: a partition's
+            # oldest messages are trimmed a few MiB behind the producers.
+            "fetch.wait.max.ms": 10,
+            "max.partition.fetch.bytes": 64 << 20,
+            "fetch.max.bytes": 256 << 20,
+            "queued.max.messages.kbytes": 1 << 20,
+        }
+    )
     partitions = sorted(consumer.list_topics(topic, timeout=60).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     following = dict.fromkeys(partitions, 0)
     rows = missed = 0
     while True:
-        batch = consumer.consume(1000, 0.2)
+        batch = consumer.consume(10_000, 0.05)
         for msg in batch:
             if msg.error() is not None:
                 continue
@@ -367,7 +390,7 @@ def _count_topic(bootstrap: str, topic: str, stop: Any, out: Any) -> None:
             missed += offset - following[partition]
             following[partition] = offset + 1
             if key is not None:
-                rows += sum(1 for k in frames(key[8:]) if json.loads(k)["t"] == 1)
+                rows += sum(1 for k in frames(key[8:]) if k.endswith(_ROW_KEY_ENDS))
         if not batch and stop.is_set():
             ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
             if all(following[p] >= end for p, end in ends.items()):

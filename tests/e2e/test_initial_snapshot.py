@@ -3,9 +3,10 @@
 The playground's shop tables are filled with ``bulk_load`` (rows no change feed ever
 sees) and changed a little before the changefeed's start ts T; the changefeed copies
 every row as of T in Spark tasks (one per range of about 250 keys), delivers it to
-MariaDB and the Spark tables, then streams the workload that runs during the copy.
-At the final checkpoint every downstream table equals the playground's snapshot there,
-rows never changed after T included.
+MariaDB and the Spark tables (and, in the first test, Kafka: the copy's rows, all at T,
+are produced to each table's partition by every task that holds some), then streams
+the workload that runs during the copy. At the final checkpoint every downstream table
+equals the playground's snapshot there, rows never changed after T included.
 
 Then the same from scratch with a SIGKILL mid-snapshot: once two parts are read the
 stores answer ServerIsBusy for a while, so the part in flight backs off; meanwhile the
@@ -39,6 +40,8 @@ import yaml
 
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
 from cdcflow.core.testing.compare import diff, typed_rows
+from cdcflow.core.testing.open_protocol import read_topic, rebuild
+from cdcflow.plugins.sinks.kafka.mock import mock_cluster
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.playground.txn import Transaction
@@ -76,7 +79,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     reader.stop()
 
 
-def start_run(env: Env, name: str, start_ts: int) -> RunProcess:
+def start_run(env: Env, name: str, start_ts: int, kafka_topic: str | None = None) -> RunProcess:
     """A fresh capture (its own metastore, data dir and lake) with an empty MariaDB."""
     conn = env.db.connect()
     try:
@@ -102,6 +105,10 @@ def start_run(env: Env, name: str, start_ts: int) -> RunProcess:
         "start-ts": start_ts,
         "initial-snapshot": True,
     }
+    if kafka_topic is not None:
+        cluster = mock_cluster(3)
+        cluster.create_topic(kafka_topic, 3, 3)  # the mock cluster creates topics only from this process
+        connector["sinks"].append({"uri": f"kafka://{cluster.bootstrap_servers}/{kafka_topic}?partition-num=3"})
     path = tmp / "connectors.yaml"
     path.write_text(yaml.safe_dump({"server": server_settings(tmp, port), "connectors": [connector]}))
     run = RunProcess(path, port, tmp / "run.log")
@@ -137,7 +144,7 @@ def settle(env: Env, run: RunProcess) -> int:
 
 def test_a_changefeed_starts_with_a_full_copy_then_streams(env: Env) -> None:
     start_ts = env.pg.now()
-    run = start_run(env, "plain", start_ts)
+    run = start_run(env, "plain", start_ts, kafka_topic="snapshot-plain")
     try:
         env.pg.start_workload(RATE)  # commits above T while the snapshot is read
         cf = run.wait_for("snapshot done", lambda c: c["snapshot_done"], CATCH_UP)
@@ -152,6 +159,14 @@ def test_a_changefeed_starts_with_a_full_copy_then_streams(env: Env) -> None:
         assert len(parts) == len(set(parts)) >= sum(LOADED.values()) // RANGE_KEYS
         want_rows = sum(len(env.pg.snapshot(t, start_ts)) for t in TABLES)
         assert f"initial snapshot at {start_ts} done: {want_rows} rows" in run.log_path.read_text()
+        # Kafka (Open Protocol, rebuilt by the consumer recipe) equals the playground at the
+        # last resolved ts its partitions carry, and the copy is every row at T once.
+        replica = rebuild(read_topic(mock_cluster(3).bootstrap_servers, "snapshot-plain"))
+        assert replica.resolved_ts > start_ts
+        for table in TABLES:
+            got = {key[0]: row for key, row in replica.tables.get(("shop", table), {}).items()}
+            want = {row["id"]: row for row in env.pg.snapshot(table, replica.resolved_ts)}
+            assert got == want, table
     finally:
         env.pg.stop_workload()
         run.stop()

@@ -543,6 +543,12 @@ class ChangefeedPipeline:
             # a shuffle: one Spark stage instead of two, which is most of a small batch's time.
             grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)
             out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
+        elif by_table and len(lanes) == len(writers) and head.start_ts == head.end_ts:
+            # Every row of the batch has one commit ts (an initial snapshot's, each key
+            # once): a lane's order among them is free, so each task writes its rows to
+            # their lanes itself, in one step, wherever they were read.
+            spread = frame if expected >= partitions * MIN_SPLIT_ROWS else frame.repartition(partitions, "key")
+            out = spread.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
         elif by_table and len(lanes) == len(writers):
             # Mount and encode in parallel, then split by lane (a Kafka partition) to
             # write each lane's parts in order: a table's rows are not bound to one
