@@ -34,7 +34,8 @@ rows must reach its Kafka partition in commit-ts order: the batch runs in two
 steps, tasks split by (table, key) routing and encoding rows in parallel, then
 tasks split by Kafka partition packing each partition's rows, sorted again by
 (commit ts, start ts, key), into messages and producing them (a batch small
-enough for one task does both in it). Otherwise the batch is split by
+enough for one task does both in it; an initial snapshot's batch, every row at
+one ts, is produced by the tasks that read it: its order is free). Otherwise the batch is split by
 (table, key) and each task routes, encodes and produces its rows, every row of
 a key in one task, in order.
 
