@@ -369,7 +369,7 @@ class ChangefeedPipeline:
                 # Before the rows, in a batch of its own ending below them: sinks apply a batch's
                 # DDL after its rows, and the snapshot's tables must exist before them.
                 self._deliver_frame(None, SNAPSHOT_DDL_BATCH_ID, ts - 1, ts - 1, creates, 0, None)
-            rows = self._deliver_frame(frame, batch_id, ts, ts, (), expected, plan if expected else None)
+            rows = self._deliver_frame(frame, batch_id, ts, ts, (), expected, plan if expected else None, one_ts=True)
         self.rows_flushed += rows
         if self.plugins is not None:
             self.plugins.batch_flushed(self.changefeed_id, batch_id, ts, rows)
@@ -399,7 +399,11 @@ class ChangefeedPipeline:
         ddl: tuple[Any, ...],
         expected: int,
         plan: RowPlan | None,
+        *,
+        one_ts: bool = False,
     ) -> int:
+        """Deliver a batch to the sinks (``one_ts``: every row of it has one commit ts and
+        each key appears once, as in an initial snapshot's batch)."""
         # A source that cannot mount in tasks has every sink written from the driver.
         on_driver = plan is not None and self.mounter is not None and plan.mounter is None
         tables = self._tables(plan) if plan is not None and not on_driver else []
@@ -415,7 +419,9 @@ class ChangefeedPipeline:
             if plan is not None:
                 task_writers = tuple(w for w in writers.values() if w is not None)
                 by_table = any(sink.task_partitioning() == "table" for sink in task_sinks)
-                rows, task_bytes = self._write_in_tasks(frame, plan, head, task_writers, expected, by_table=by_table)
+                rows, task_bytes = self._write_in_tasks(
+                    frame, plan, head, task_writers, expected, by_table=by_table, one_ts=one_ts
+                )
             tasks_seconds = time.perf_counter() - began
             for sink in task_sinks:
                 committed = time.perf_counter()
@@ -533,8 +539,12 @@ class ChangefeedPipeline:
         expected: int,
         *,
         by_table: bool,
+        one_ts: bool = False,
     ) -> tuple[int, int]:
-        """Write the batch in Spark tasks: (rows, bytes) the tasks' summaries report."""
+        """Write the batch in Spark tasks: (rows, bytes) the tasks' summaries report.
+        ``one_ts``: every row has one commit ts, each key once (an initial snapshot's
+        batch; a streaming batch's ts range may be a single ts and still hold rows of
+        many, the backlog of a span that joined behind)."""
         began = time.perf_counter()
         partitions = self._task_partition_count(expected)
         lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
@@ -543,7 +553,7 @@ class ChangefeedPipeline:
             # a shuffle: one Spark stage instead of two, which is most of a small batch's time.
             grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)
             out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
-        elif by_table and len(lanes) == len(writers) and head.start_ts == head.end_ts:
+        elif by_table and len(lanes) == len(writers) and one_ts:
             # Every row of the batch has one commit ts (an initial snapshot's, each key
             # once): a lane's order among them is free, so each task writes its rows to
             # their lanes itself, in one step, wherever they were read.

@@ -429,3 +429,54 @@ def test_rows_kept_in_order_per_table_are_encoded_in_parallel_and_written_per_la
     for parts in lanes.values():  # in commit order within the lane
         assert [p[3] for p in parts] == sorted(p[3] for p in parts)
     assert sink.committed and sink.committed[-1].end_ts == END_TS
+
+
+def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):
+    """A span that joins behind the published ts brings its backlog in batches whose ts
+    range is that one ts (the chunk number moves, the ts stays), yet its rows have many
+    commit ts: each lane still gets them from one task, in commit order."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = LaneSink(out)
+    backlog = [
+        replace(insert("shop", "items", {"id": i, "v": 0}, commit_ts=1_000 + i), key=b"t_items_r%08d" % i)
+        for i in range(400)
+    ]
+    source = ListSource.of(
+        [insert("shop", "orders", {"id": 0, "v": 0}, commit_ts=900), *backlog, ListSource.resolved(END_TS)]
+    )
+
+    async def run() -> None:
+        spans = {table.table: span for table in await source.list_tables() for span in await source.spans_for(table)}
+        executor = PipelineSpanExecutor(
+            PipelineContext(
+                "joins-behind-lanes",
+                source,
+                [sink],
+                data_dir=tmp_path / "data",
+                start_ts=0,
+                spark=spark,
+                spark_settings=SparkSettings(master="local[2]", max_batch_rows=100),
+                plugins=PluginManager.default(autoload=False),
+                trigger_interval=0.2,
+                task_rows=20,
+            )
+        )
+        assert await executor.add_span(spans["orders"], 0, prepare=False)
+        await until(lambda: executor.store.published_ts >= END_TS, timeout=120, observe=executor.error)
+        assert await executor.add_span(spans["items"], 0, prepare=False)
+        await until(lambda: executor.status(spans["items"]).checkpoint_ts >= END_TS, timeout=180)
+        await executor.close()
+
+    asyncio.run(run())
+    by_batch: dict[str, list[Any]] = defaultdict(list)
+    for path in out.glob("lanes-*.json"):
+        batch_id = path.name.split("-")[1]
+        for lane, parts in json.loads(path.read_text())["lanes"].items():
+            if lane == "items/0":
+                by_batch[batch_id].append(parts)
+    assert sorted(p[1] for runs in by_batch.values() for parts in runs for p in parts) == list(range(400))
+    assert len(by_batch) >= 2  # the backlog came in several batches
+    for runs in by_batch.values():
+        assert len(runs) == 1  # one task wrote the lane's rows of the batch
+        assert [p[3] for p in runs[0]] == sorted(p[3] for p in runs[0])
