@@ -115,8 +115,13 @@ def test_the_progress_moves_and_ends_done_on_rest_cli_and_the_page(pg: Playgroun
         done_then = held["parts_done"]
         assert f"progress:    read, {done_then}/{total} ranges (" in query.stdout, query.stdout
         if browser is not None:
-            shown = until_sync(lambda: browser.execute_script(READ_BAR, CF), timeout=60, interval=0.25,
-                               message="the page's snapshot bar")  # fmt: skip
+
+            def bar_reading() -> Any:
+                # The page draws "planning…" until its next poll brings the plan's progress.
+                bar = browser.execute_script(READ_BAR, CF)
+                return bar if bar and bar["state"] != "planning" else None
+
+            shown = until_sync(bar_reading, timeout=60, interval=0.25, message="the page's snapshot bar")
             assert shown["state"] == "read" and shown["value"] < total and shown["max"] == total, shown
             assert f"/{total} ranges (" in shown["text"], shown
 
