@@ -60,14 +60,17 @@ The contract (the runtime relies on each point):
   keeps every row of a table in one ordered lane, as Kafka's table dispatcher
   does) would have a table's whole batch on one task. Its task writer may be a
   :class:`LaneTaskWriter` instead: the batch then runs in two steps. Tasks
-  partitioned by (table, key hash) mount the rows and
-  :meth:`~LaneTaskWriter.encode` each into parts (bytes) bound for a *lane*
+  (those that read the batch, or split by (table, key hash) when it was read by
+  fewer) mount the rows and :meth:`~LaneTaskWriter.encode` each into parts
+  (bytes) bound for a *lane*
   (a route and a number: Kafka's topic and partition); the parts, with their
   rows' ``(commit_ts, start_ts, key)``, are repartitioned by lane and sorted,
   and tasks write each lane's parts in that order through a
   :class:`LaneWriter`. The costly per-row work scales with the executors; a
-  lane's order is the order a single task would have given it. Replays as for
-  any task writer.
+  lane's order is the order a single task would have given it. An initial
+  snapshot's batch (every row at one ts, each key once: any order in a lane)
+  is written in one step by the tasks that read it. Replays as for any task
+  writer.
 * **writes as a Spark frame (opt-in)** — a sink without a task writer whose
   :meth:`Sink.write_frame` takes the batch (returns a row count, not None) is
   handed the batch's rows as a Spark DataFrame (a :class:`BatchFrame`), on the
@@ -168,9 +171,9 @@ class LaneWriter(abc.ABC):
 class LaneTaskWriter(TaskWriter):
     """A task writer whose rows are encoded where they are and written, in order, per lane.
 
-    :meth:`open` (the one-step path, used when a batch fits one task or rows are
-    partitioned by key) encodes and writes in one task through the same two
-    methods, so both paths give the downstream the same bytes."""
+    :meth:`open` (the one-step path, used when a batch fits one task, rows are
+    partitioned by key or the batch is an initial snapshot's) encodes and writes in
+    one task through the same two methods, so both paths encode and pack alike."""
 
     @abc.abstractmethod
     def encode(self, rows: Sequence[RowChange]) -> list[tuple[int, str, int, EncodedMessage]]:

@@ -298,23 +298,22 @@ def test_a_catch_up_is_delivered_in_bounded_batches_and_the_checkpoint_moves_aft
     assert checkpoints == sorted(checkpoints) and len(set(checkpoints)) >= 6 and checkpoints[-1] == END_TS
 
 
-def test_a_span_that_joins_behind_with_a_backlog_moves_its_checkpoint_batch_by_batch(tmp_path, spark):
-    """How a changefeed starts: its spans leave the prepare phase one by one, the first
-    moves the published ts to its resolved ts, and the others join behind it with their
-    whole backlog. Each such span's checkpoint (and so the changefeed's) moves as its
-    backlog is delivered in bounded batches, not once at the end."""
-    rows = [insert("shop", "items", {"id": i, "v": 0}, commit_ts=1_000 + i) for i in range(600)]
+def join_behind(
+    tmp_path: Path, spark: Any, sink: Sink[Any], backlog: list[RowChange], name: str, **context: Any
+) -> list[int]:
+    """``shop.orders`` runs first and moves the published ts to END_TS; then ``shop.items``
+    joins behind it with ``backlog``, delivered in batches of at most 100 rows. Returns the
+    items span's checkpoint after each of the changefeed's checkpoints, once it is END_TS."""
     source = ListSource.of(
-        [insert("shop", "orders", {"id": 0, "v": 0}, commit_ts=900), *rows, ListSource.resolved(END_TS)]
+        [insert("shop", "orders", {"id": 0, "v": 0}, commit_ts=900), *backlog, ListSource.resolved(END_TS)]
     )
-    sink = ListSink()
     behind: list[int] = []
 
     async def run() -> None:
         spans = {table.table: span for table in await source.list_tables() for span in await source.spans_for(table)}
         executor = PipelineSpanExecutor(
             PipelineContext(
-                "joins-behind",
+                name,
                 source,
                 [sink],
                 data_dir=tmp_path / "data",
@@ -324,6 +323,7 @@ def test_a_span_that_joins_behind_with_a_backlog_moves_its_checkpoint_batch_by_b
                 plugins=PluginManager.default(autoload=False),
                 trigger_interval=0.2,
                 on_checkpoint=lambda ts: behind.append(executor.status(spans["items"]).checkpoint_ts),
+                **context,
             )
         )
         assert await executor.add_span(spans["orders"], 0, prepare=False)
@@ -333,6 +333,17 @@ def test_a_span_that_joins_behind_with_a_backlog_moves_its_checkpoint_batch_by_b
         await executor.close()
 
     asyncio.run(run())
+    return behind
+
+
+def test_a_span_that_joins_behind_with_a_backlog_moves_its_checkpoint_batch_by_batch(tmp_path, spark):
+    """How a changefeed starts: its spans leave the prepare phase one by one, the first
+    moves the published ts to its resolved ts, and the others join behind it with their
+    whole backlog. Each such span's checkpoint (and so the changefeed's) moves as its
+    backlog is delivered in bounded batches, not once at the end."""
+    rows = [insert("shop", "items", {"id": i, "v": 0}, commit_ts=1_000 + i) for i in range(600)]
+    sink = ListSink()
+    behind = join_behind(tmp_path, spark, sink, rows, "joins-behind")
     assert sorted(r.image()["id"] for b in sink.batches.values() for r in b.rows if r.table.table == "items") == list(
         range(600)
     )
@@ -442,33 +453,7 @@ def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):
         replace(insert("shop", "items", {"id": i, "v": 0}, commit_ts=1_000 + i), key=b"t_items_r%08d" % i)
         for i in range(400)
     ]
-    source = ListSource.of(
-        [insert("shop", "orders", {"id": 0, "v": 0}, commit_ts=900), *backlog, ListSource.resolved(END_TS)]
-    )
-
-    async def run() -> None:
-        spans = {table.table: span for table in await source.list_tables() for span in await source.spans_for(table)}
-        executor = PipelineSpanExecutor(
-            PipelineContext(
-                "joins-behind-lanes",
-                source,
-                [sink],
-                data_dir=tmp_path / "data",
-                start_ts=0,
-                spark=spark,
-                spark_settings=SparkSettings(master="local[2]", max_batch_rows=100),
-                plugins=PluginManager.default(autoload=False),
-                trigger_interval=0.2,
-                task_rows=20,
-            )
-        )
-        assert await executor.add_span(spans["orders"], 0, prepare=False)
-        await until(lambda: executor.store.published_ts >= END_TS, timeout=120, observe=executor.error)
-        assert await executor.add_span(spans["items"], 0, prepare=False)
-        await until(lambda: executor.status(spans["items"]).checkpoint_ts >= END_TS, timeout=180)
-        await executor.close()
-
-    asyncio.run(run())
+    join_behind(tmp_path, spark, sink, backlog, "joins-behind-lanes", task_rows=20)
     by_batch: dict[str, list[Any]] = defaultdict(list)
     for path in out.glob("lanes-*.json"):
         batch_id = path.name.split("-")[1]
