@@ -4,16 +4,23 @@
 ``{root}/{schema}/{table}/changelog`` — columns ``op``, ``commit_ts``,
 ``start_ts``, ``seq`` (order in the batch), ``before`` and ``after`` (structs
 of the table's columns) — partitioned by ``commit_date`` (UTC day of the
-commit ts) and ``batch_id``. A batch is written with dynamic partition
-overwrite, so writing it again replaces exactly its own partitions
-(idempotent per batch id).
+commit ts), ``writer`` and ``batch_id``. A batch is written with dynamic
+partition overwrite, so writing it again replaces exactly its own partitions
+(idempotent per batch id). Batch ids count within one writer
+(:attr:`SinkContext.writer_id <cdcflow.core.data.sink.SinkContext.writer_id>`:
+every capture running the changefeed has its own, and so has a changefeed
+created again under the same id), so the writer is part of a batch's
+partitions: writers sharing a root never replace each other's batches. A
+change log an earlier version made (no ``writer`` level) keeps its layout.
 
 ``snapshot`` mode keeps ``{root}/{schema}/{table}/snapshot`` equal to the
 upstream table as of the last applied resolved ts (see :mod:`.snapshot`).
 
 After every batch the sink records ``{batch-id, resolved-ts}`` in
-``{root}/_cdcflow/{changefeed}/checkpoint.json``; a replayed batch at or
-below it is skipped. With ``catalog-database`` set, the tables are also
+``{root}/_cdcflow/{changefeed}/writers/{writer}.json`` (``checkpoint.json``
+there for a sink without writer id); a replayed batch of the writer at or
+below it is skipped. A writer that inherits (upgraded from a version without
+writer ids) starts from ``checkpoint.json``. With ``catalog-database`` set, the tables are also
 registered in that Spark catalog database (``{schema}__{table}`` and
 ``{schema}__{table}__changelog``), the snapshot table's location switched to
 each new version.
@@ -96,6 +103,8 @@ log = logging.getLogger(__name__)
 
 #: TiDB action types (Open Protocol §2.6) that empty a table.
 _DROP_TABLE, _TRUNCATE_TABLE = 4, 11
+#: The change log's ``writer`` of a sink opened without a writer id (the test kit, the in-process executor).
+LOCAL_WRITER = "local"
 
 
 def _q(name: str) -> str:
@@ -166,7 +175,9 @@ class SparkSink(Sink[SparkSinkConfig]):
         self.spark: Any = None
         self.storage: Storage | None = None
         self._changefeed = ""
+        self._writer = ""
         self._done_ts = 0
+        self._by_writer = {}
 
     @classmethod
     def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:
@@ -182,7 +193,12 @@ class SparkSink(Sink[SparkSinkConfig]):
         root = path_of(cfg) or str(self.spark.conf.get("spark.sql.warehouse.dir"))
         self.storage = Storage(self.spark, root)
         self._changefeed = context.changefeed_id
-        self._done_ts = int(self.storage.checkpoint(self._changefeed).get("resolved-ts", 0))
+        self._writer = context.writer_id
+        done = self.storage.checkpoint(self._changefeed, self._writer)
+        if not done and context.writer_inherits:  # upgraded: what it wrote before writers had ids
+            done = self.storage.checkpoint(self._changefeed)
+        self._done_ts = int(done.get("resolved-ts", 0))
+        self._by_writer: dict[str, bool] = {}
         if cfg.catalog_database:
             self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {cfg.catalog_database}")
         log.info("Spark sink writing %s tables under %s (done up to ts %d)", cfg.mode, root, self._done_ts)
@@ -226,7 +242,7 @@ class SparkSink(Sink[SparkSinkConfig]):
             for old in renamed.values():
                 if (old.schema, old.table) not in renamed:  # not itself the target of another rename
                     self._retire_snapshot(storage, old, batch)
-            storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
+            storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts, self._writer)
         except Exception as exc:
             _raise_as_downstream_error(exc, storage, batch)
             raise
@@ -247,7 +263,7 @@ class SparkSink(Sink[SparkSinkConfig]):
             return 0
         try:
             count = self._write_frame(storage, batch, rows)
-            storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts)
+            storage.write_checkpoint(self._changefeed, batch.batch_id, batch.end_ts, self._writer)
         except Exception as exc:
             _raise_as_downstream_error(exc, storage, batch)
             raise
@@ -546,17 +562,36 @@ class SparkSink(Sink[SparkSinkConfig]):
 
     def _append_changelog(self, base: str, table: TableName, frame: Any, types: dict[str, str]) -> None:
         """Write the batch's change log ``frame`` of ``table`` (replacing the batch's partitions)."""
-        path = f"{base}/changelog"
-        (
-            frame.write.mode("overwrite")
-            .option("partitionOverwriteMode", "dynamic")
-            .partitionBy("commit_date", "batch_id")
-            .parquet(path)
-        )
-        if self.config.catalog_database:
-            self._register_changelog(table, path, types)
+        from pyspark.sql import functions as F
 
-    def _register_changelog(self, table: TableName, path: str, types: dict[str, str]) -> None:
+        path = f"{base}/changelog"
+        by_writer = self._changelog_by_writer(path, table)
+        partitions = ["commit_date", "writer", "batch_id"] if by_writer else ["commit_date", "batch_id"]
+        if by_writer:
+            frame = frame.withColumn("writer", F.lit(self._writer or LOCAL_WRITER))
+        frame.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(*partitions).parquet(path)
+        if self.config.catalog_database:
+            self._register_changelog(table, path, types, by_writer)
+
+    def _changelog_by_writer(self, path: str, table: TableName) -> bool:
+        """The change log's layout, read once per table (see :meth:`Storage.changelog_by_writer`)."""
+        by_writer = self._by_writer.get(path)
+        if by_writer is None:
+            by_writer = self._by_writer[path] = self._require_storage().changelog_by_writer(path)
+            if not by_writer:
+                log.warning(
+                    "Spark sink: the change log of %s was made by an earlier version, partitioned by "
+                    "(commit_date, batch_id) alone; it is written so, and another writer's batches of the "
+                    "same ids and dates (a capture the table moves to, the changefeed created again under "
+                    "this id) replace its partitions. Move each commit_date=D/batch_id=N directory to "
+                    "commit_date=D/writer=%s/batch_id=N while no changefeed writes it to keep every "
+                    "writer's batches (docs/how-to/replicate-to-spark-tables.md)",
+                    table,
+                    LOCAL_WRITER,
+                )
+        return by_writer
+
+    def _register_changelog(self, table: TableName, path: str, types: dict[str, str], by_writer: bool) -> None:
         """The catalog table of the change log, re-created when the batch brings new columns or types.
 
         Its images keep every column any batch had (older rows read NULL in newer
@@ -574,9 +609,12 @@ class SparkSink(Sink[SparkSinkConfig]):
             self.spark.sql(f"DROP TABLE {name}")  # external: the files stay
         image.update(types)
         struct = "struct<" + ", ".join(f"{_q(c)}: {t}" for c, t in image.items()) + ">"
+        writer, partitions = (
+            ("writer string, ", "commit_date, writer, batch_id") if by_writer else ("", "commit_date, batch_id")
+        )
         self.spark.sql(
             f"CREATE TABLE {name} (op string, commit_ts bigint, start_ts bigint, seq bigint, before {struct}, "
-            f"after {struct}, commit_date date, batch_id bigint) USING parquet PARTITIONED BY (commit_date, batch_id) "
+            f"after {struct}, commit_date date, {writer}batch_id bigint) USING parquet PARTITIONED BY ({partitions}) "
             f"LOCATION {_literal(path)}"
         )
         self.spark.sql(f"ALTER TABLE {name} RECOVER PARTITIONS")

@@ -2,9 +2,13 @@
 
 Layout under the root directory::
 
-    {schema}/{table}/changelog/commit_date=…/batch_id=…/part-*.parquet
+    {schema}/{table}/changelog/commit_date=…/writer=…/batch_id=…/part-*.parquet
     {schema}/{table}/snapshot/v{end_ts:020d}/part-*.parquet, _COMMITTED
-    _cdcflow/{changefeed}/checkpoint.json
+    _cdcflow/{changefeed}/writers/{writer}.json
+    _cdcflow/{changefeed}/checkpoint.json       (a writer without id; earlier versions)
+
+A change log made by a version without writers has no ``writer=`` level
+(:meth:`Storage.changelog_by_writer` tells).
 
 A snapshot version is visible once its ``_COMMITTED`` marker exists; the
 marker is written after Spark committed the version's files. Readers take
@@ -102,10 +106,28 @@ class Storage:
 
     # -- sink checkpoint -------------------------------------------------------
 
-    def checkpoint(self, changefeed_id: str) -> dict[str, Any]:
-        text = self.read_text(self.path("_cdcflow", changefeed_id, "checkpoint.json"))
+    def checkpoint_path(self, changefeed_id: str, writer: str = "") -> str:
+        """Where ``writer`` of the changefeed records its last batch ("" : no writer id)."""
+        if not writer:
+            return self.path("_cdcflow", changefeed_id, "checkpoint.json")
+        return self.path("_cdcflow", changefeed_id, "writers", f"{writer}.json")
+
+    def checkpoint(self, changefeed_id: str, writer: str = "") -> dict[str, Any]:
+        text = self.read_text(self.checkpoint_path(changefeed_id, writer))
         return dict(json.loads(text)) if text else {}
 
-    def write_checkpoint(self, changefeed_id: str, batch_id: int, resolved_ts: int) -> None:
+    def write_checkpoint(self, changefeed_id: str, batch_id: int, resolved_ts: int, writer: str = "") -> None:
         body = json.dumps({"batch-id": batch_id, "resolved-ts": resolved_ts}, sort_keys=True)
-        self.write_text(self.path("_cdcflow", changefeed_id, "checkpoint.json"), body)
+        self.write_text(self.checkpoint_path(changefeed_id, writer), body)
+
+    # -- change log layout -----------------------------------------------------
+
+    def changelog_by_writer(self, changelog_dir: str) -> bool:
+        """Whether a change log is partitioned by writer under its dates: true for a new one;
+        false for one an earlier version made (``commit_date=…/batch_id=…``)."""
+        for day in self.children(changelog_dir):
+            if day.startswith("commit_date="):
+                levels = [c for c in self.children(f"{changelog_dir}/{day}") if "=" in c]
+                if levels:
+                    return not levels[0].startswith("batch_id=")
+        return True
