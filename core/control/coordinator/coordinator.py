@@ -333,8 +333,13 @@ class Coordinator:
                     f"changefeed {info.id} already exists", detail={"changefeed_id": info.id}
                 )
             status = ChangeFeedStatus(info.start_ts, info.start_ts)
-            await self.store.create_changefeed(info, status, self.term)
-            await self._carry_out(self.controller.create(info, status, time.time()))
+            now = time.time()
+            # A changefeed's epochs only grow, across its id's incarnations too: a capture
+            # ignores a maintainer at or below an epoch it removed, so one created again under
+            # a removed changefeed's id starts above any epoch that one reached (restarts add 1).
+            created = info.with_changes(epoch=max(info.epoch, int(now * 1000)))
+            await self.store.create_changefeed(created, status, self.term)
+            await self._carry_out(self.controller.create(created, status, now))
             await self._update_gc()
             return self.controller.changefeeds[info.id].info
 

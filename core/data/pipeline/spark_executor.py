@@ -33,15 +33,18 @@ Files live under ``<data-dir>/changefeeds/<changefeed-id>/``: ``store/`` (the
 event store), ``spark-checkpoint/`` (the query's checkpoint, and the pipeline's writer
 identity that sinks key their records by: :mod:`.writer`) and
 ``snapshot/`` (the initial snapshot's plan and parts). All survive a
-restart; removing a changefeed must delete the directory
-(:func:`discard_changefeed_data`).
+restart. ``changefeed.json`` says which changefeed of the id they are for (its
+creation time): a changefeed created again under a removed one's id discards
+the previous one's files before it starts (:func:`claim_changefeed_dir`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -80,14 +83,16 @@ from cdcflow.core.data.snapshot_ranges import (
 from cdcflow.core.data.source import SnapshotPlan, Source
 from cdcflow.core.data.span_executor import ExecutorContext, SnapshotReport, SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.data.transform import TransformChain
-from cdcflow.core.errors import BackPressureError
+from cdcflow.core.errors import BackPressureError, CdcflowError
 from cdcflow.core.metrics import CaptureMetrics, ChangefeedMetrics, ExecutorStats
 from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = [
+    "OWNER_FILE",
     "PipelineContext",
     "PipelineSpanExecutor",
     "changefeed_dir",
+    "claim_changefeed_dir",
     "create_span_executor",
     "discard_changefeed_data",
 ]
@@ -113,6 +118,54 @@ DEFAULT_STALL_TIMEOUT = 30.0
 def changefeed_dir(data_dir: str | Path, changefeed_id: str) -> Path:
     """Where a changefeed's event store and Spark checkpoint live."""
     return Path(data_dir) / "changefeeds" / changefeed_id
+
+
+#: The file in a changefeed's directory that says which changefeed of the id it is for.
+OWNER_FILE = "changefeed.json"
+
+
+def claim_changefeed_dir(directory: Path, changefeed_id: str, created_at: float) -> None:
+    """Make ``directory`` the files of the changefeed ``changefeed_id`` created at ``created_at``.
+
+    A changefeed removed and created again under the same id (``cli changefeed
+    remove`` then ``create``, or ``cdcflow run`` replacing the embedded
+    playground's) must not resume the previous one's event store, Spark
+    checkpoint and snapshot: they hold chunks, offsets and batch ids of another
+    start ts (a new start ts below the old one's published ts would skip rows).
+    The directory records the creation time of the changefeed it belongs to;
+    one recorded for another creation is deleted first. A directory without the
+    record (made by a version that did not keep it) is taken as this changefeed's.
+    """
+    owner = directory / OWNER_FILE
+    try:
+        recorded = json.loads(owner.read_text(encoding="utf-8")).get("created_at")
+    except FileNotFoundError:
+        recorded = None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CdcflowError(
+            f"changefeed {changefeed_id}: cannot read {owner} ({exc}); it says which changefeed the files in "
+            f"{directory} belong to. Remove the directory if the changefeed is new, or restore the file"
+        ) from exc
+    if recorded is not None and recorded == created_at:
+        return
+    if recorded is not None:
+        log.info(
+            "changefeed %s was created again (at %s; its files are of the one created at %s): "
+            "discarding the previous changefeed's event store, Spark checkpoint and snapshot in %s",
+            changefeed_id,
+            _utc(created_at),
+            _utc(recorded),
+            directory,
+        )
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = owner.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"changefeed_id": changefeed_id, "created_at": created_at}), encoding="utf-8")
+    os.replace(tmp, owner)
+
+
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
 
 
 def discard_changefeed_data(data_dir: str | Path, changefeed_id: str) -> None:
@@ -200,6 +253,10 @@ class PipelineContext:
     metrics: ChangefeedMetrics | None = None
     #: The changefeed's start ts when it takes an initial snapshot (``initial-snapshot``); 0: none.
     snapshot_ts: int = 0
+    #: Which changefeed of this id the files are for (its creation time): a changefeed
+    #: removed and created again under the same id finds the previous one's files and
+    #: discards them (:func:`claim_changefeed_dir`). None: whatever the directory holds.
+    created_at: float | None = None
 
     @classmethod
     def for_connector(
@@ -213,6 +270,7 @@ class PipelineContext:
         on_checkpoint: Callable[[int], None] | None = None,
         metrics: CaptureMetrics | None = None,
         changefeed_start_ts: int = 0,
+        created_at: float | None = None,
     ) -> PipelineContext:
         """The context of ``connector`` on this capture, resuming from ``start_ts``.
         Instantiates the connector's source and sinks. ``changefeed_start_ts``: the
@@ -235,6 +293,7 @@ class PipelineContext:
             on_checkpoint=on_checkpoint,
             metrics=metrics.changefeed(connector.name) if metrics is not None else None,
             snapshot_ts=changefeed_start_ts if settings.initial_snapshot else 0,
+            created_at=created_at,
         )
 
 
@@ -256,6 +315,8 @@ class PipelineSpanExecutor(SpanExecutor):
         self._on_checkpoint = context.on_checkpoint
         self.metrics = context.metrics
         self.directory = changefeed_dir(context.data_dir, changefeed_id)
+        if context.created_at is not None:
+            claim_changefeed_dir(self.directory, changefeed_id, context.created_at)
         store_dir = self.directory / "store"
         if read_manifest(store_dir) is None:
             # A Spark checkpoint without its event store would point at chunks that are gone.
@@ -929,5 +990,6 @@ def create_span_executor(context: ExecutorContext) -> PipelineSpanExecutor:
             plugins=context.plugins,
             metrics=context.metrics,
             changefeed_start_ts=context.info.start_ts,
+            created_at=context.info.created_at,
         )
     )

@@ -102,6 +102,11 @@ def test_lifecycle_on_sqlite(tmp_path):
         with pytest.raises(ApiError) as gone:
             await get("cf-1")
         assert gone.value.status == 404
+        # Created again under the removed one's id, on the capture that ran the removed one's
+        # maintainer (epoch up to 3 here): it runs, its epoch above any of the removed one's.
+        again = await call("POST", "/api/v2/changefeeds", body)
+        assert again["epoch"] > resumed["epoch"]
+        await until(lambda: _advanced(get, "cf-1", again["checkpoint_tso"]), interval=0.1, observe=lambda: get("cf-1"))
 
         await capture.drain()
         await serving
