@@ -9,7 +9,9 @@ This module is a built-in plugin: it registers the executor as ``in-process``
 It is not cdcflow's data pipeline: no event store, no spilling, no
 parallelism beyond the event loop.
 
-Per span, rows are buffered until the span's resolved ts passes them, then
+Per span, rows are buffered until the span's resolved ts passes them (raw
+key-value changes of a source that yields them are mounted then, with the
+source's :class:`~cdcflow.core.data.source.Mounter`, one at a time), then
 written to every sink as one micro-batch; the span's checkpoint is that
 resolved ts once every sink returned, and observers hear of it as of a
 pipeline batch (``cdcflow_batch_flushed``). Batch ids increase per executor, so a
@@ -36,10 +38,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.core.data.events import DDLEvent, MicroBatch, ResolvedEvent, RowChange, Span
+from cdcflow.core.data.events import DDLEvent, MicroBatch, RawKVEvent, ResolvedEvent, RowChange, Span
 from cdcflow.core.data.filter import replicates_ddl
 from cdcflow.core.data.sink import Sink, SinkContext
-from cdcflow.core.data.source import Source
+from cdcflow.core.data.source import Mounter, Source
 from cdcflow.core.data.span_executor import (
     ExecutorContext,
     ExecutorRegistrar,
@@ -62,6 +64,8 @@ class _SpanRun:
     task: asyncio.Task[None] | None = None
     rows: list[RowChange] = field(default_factory=list)
     ddl: list[DDLEvent] = field(default_factory=list)
+    #: Raw key-value changes (a source that yields them), mounted once resolved.
+    raw: list[RawKVEvent] = field(default_factory=list)
     #: Phase one of two-phase scheduling: feed and buffer, write nothing.
     prepared_only: bool = False
 
@@ -83,11 +87,15 @@ class InProcessSpanExecutor(SpanExecutor):
         #: The newest changefeed checkpoint written to the sinks (0: none yet).
         self.changefeed_checkpoint = 0
         self._wanted_checkpoint = 0
+        self._mounter: Mounter | None = None
 
     async def _open(self, restart_ts: int) -> None:
         if self._opened:
             return
         await self.source.open()
+        if self.source.yields_raw_kv:
+            await self.source.prepare_mounter(restart_ts)
+            self._mounter = self.source.mounter()
         for sink in self.sinks:
             sink.open(SinkContext(self.context.changefeed_id, restart_ts=restart_ts, plugins=self.context.plugins))
         self._opened = True
@@ -115,7 +123,11 @@ class InProcessSpanExecutor(SpanExecutor):
                 elif isinstance(event, DDLEvent):
                     if event.commit_ts > run.checkpoint_ts and replicates_ddl(self.table_filter, event):
                         run.ddl.append(event)
+                elif isinstance(event, RawKVEvent):
+                    if event.commit_ts > run.checkpoint_ts:
+                        run.raw.append(event)
                 elif isinstance(event, ResolvedEvent) and event.ts > run.resolved_ts:
+                    await self._mount(run, event.ts)
                     run.resolved_ts = event.ts
                     self._flush(run)
         except asyncio.CancelledError:
@@ -123,12 +135,27 @@ class InProcessSpanExecutor(SpanExecutor):
         except Exception as exc:  # noqa: BLE001 - reported through error(), not lost
             self._error = exc
 
+    async def _mount(self, run: _SpanRun, resolved_ts: int) -> None:
+        """Mount the span's raw changes up to ``resolved_ts`` (the schemas below it are known
+        by then), one at a time on the event loop, as the pipeline's driver-side fallback does."""
+        if not run.raw:
+            return
+        if self._mounter is None:
+            raise RuntimeError(f"source {self.source.type_name} yields raw key-value changes but has no mounter")
+        ready = [e for e in run.raw if e.commit_ts <= resolved_ts]
+        run.raw = [e for e in run.raw if e.commit_ts > resolved_ts]
+        for event in ready:
+            row = await self._mounter.mount(event)
+            if row is not None and self.table_filter.matches(row.table.schema, row.table.table):
+                run.rows.append(row)
+
     def _promote(self, run: _SpanRun, checkpoint_ts: int) -> None:
         """Phase two: write from ``checkpoint_ts`` on; what is at or below it was written elsewhere."""
         run.checkpoint_ts = max(run.checkpoint_ts, checkpoint_ts)
         run.resolved_ts = max(run.resolved_ts, run.checkpoint_ts)
         run.rows = [r for r in run.rows if r.commit_ts > run.checkpoint_ts]
         run.ddl = [d for d in run.ddl if d.commit_ts > run.checkpoint_ts]
+        run.raw = [e for e in run.raw if e.commit_ts > run.checkpoint_ts]
         run.prepared_only = False
         self._flush(run)
 
