@@ -9,6 +9,7 @@ import dataclasses
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
 from cdcflow.core.errors import ConfigInvalidError
 
 if TYPE_CHECKING:
+    from cdcflow.core.config.loader import Connector
     from cdcflow.core.control.changefeed import ChangeFeedInfo
     from cdcflow.core.control.coordinator.coordinator import Coordinator
     from cdcflow.core.control.metastore.base import MetaStore
@@ -105,7 +107,7 @@ async def run_file(
             if serving.done():
                 await serving
             await asyncio.sleep(0.05)
-        await _declare(capture.coordinator, store, declared)
+        await _declare(capture.coordinator, store, declared, _ephemeral(deployment.connectors))
         deadline = None if duration is None else time.monotonic() + duration
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             progress.render(await store.list_changefeeds())
@@ -124,15 +126,53 @@ async def run_file(
     return summary
 
 
-async def _declare(coordinator: Coordinator, store: MetaStore, declared: list[ChangeFeedInfo]) -> None:
-    """Create the file's changefeeds; one that exists takes the file's declaration."""
+def _ephemeral(connectors: Sequence[Connector]) -> set[str]:
+    """The connectors whose upstream lives only as long as this process (see :func:`_declare`)."""
+    from cdcflow.core.config.sourcecheck import upstream_is_embedded
+
+    return {c.name for c in connectors if upstream_is_embedded(c)}
+
+
+async def _declare(
+    coordinator: Coordinator, store: MetaStore, declared: list[ChangeFeedInfo], ephemeral: set[str] = frozenset()
+) -> None:
+    """Create the file's changefeeds; one that exists takes the file's declaration.
+
+    A changefeed in ``ephemeral`` reads an upstream that lives only as long as
+    this process (the embedded playground): one the metastore kept from an
+    earlier run replicated another upstream, and its checkpoint means nothing
+    to this one, so it is replaced by a new changefeed as declared.
+    """
     from cdcflow.core.errors import DuplicateChangefeedIDError
 
     for info in declared:
         try:
             await coordinator.create(info)
         except DuplicateChangefeedIDError:
-            await _apply_declaration(coordinator, store, info)
+            if info.id in ephemeral:
+                await _replace(coordinator, store, info)
+            else:
+                await _apply_declaration(coordinator, store, info)
+
+
+async def _replace(coordinator: Coordinator, store: MetaStore, declared: ChangeFeedInfo) -> None:
+    """Remove the stored changefeed of ``declared``'s id and create ``declared`` (see :func:`_declare`)."""
+    record = await store.get_changefeed(declared.id)
+    await coordinator.remove(declared.id)
+    await coordinator.create(declared)
+    checkpoint = f" (checkpoint {_utc(record[1].checkpoint_ts)})" if record is not None else ""
+    sys.stderr.write(
+        f"{declared.id}: its upstream is the embedded playground, new in every run; the previous run's "
+        f"changefeed{checkpoint} is replaced by a new one from its start-ts. What the previous run "
+        "wrote stays in the sinks\n"
+    )
+
+
+def _utc(ts: int) -> str:
+    """A TSO's physical time."""
+    from cdcflow.core.data.events import tso_physical_ms
+
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(tso_physical_ms(ts) / 1000))
 
 
 async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declared: ChangeFeedInfo) -> None:

@@ -29,7 +29,7 @@ from cdcflow.core.errors import CdcflowError, ConfigIssue
 if TYPE_CHECKING:
     from cdcflow.core.config.loader import Connector
 
-__all__ = ["DEFAULT_SOURCE_TIMEOUT", "SourceCheck", "check_transforms", "source_issues"]
+__all__ = ["DEFAULT_SOURCE_TIMEOUT", "SourceCheck", "check_transforms", "source_issues", "upstream_is_embedded"]
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,19 @@ class SourceCheck:
     tables: int = 0
 
 
+def upstream_is_embedded(connector: Connector) -> bool:
+    """Whether the connector reads an upstream started inside the capture's process (a
+    source's ``playground`` option): one that exists only while the process runs."""
+    embedded = getattr(connector.source.config, "embedded_playground", None)
+    return callable(embedded) and embedded() is not None
+
+
 async def check_transforms(connector: Connector, timeout: float = DEFAULT_SOURCE_TIMEOUT) -> SourceCheck:
     """Check ``connector``'s transforms against its source's tables as they are now."""
     if not connector.transforms:
         return SourceCheck()
     unchecked = f"connector {connector.name}: transform columns and routes were not checked against the source"
-    embedded = getattr(connector.source.config, "embedded_playground", None)
-    if callable(embedded) and embedded() is not None:
+    if upstream_is_embedded(connector):
         return SourceCheck(note=f"{unchecked}: its upstream is the embedded playground, which starts with the capture")
     try:
         schemas = await asyncio.wait_for(_schemas(connector), timeout)

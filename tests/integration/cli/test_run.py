@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import subprocess
@@ -96,3 +97,56 @@ def test_a_changed_file_is_applied_to_the_existing_changefeed(tmp_path):
     third = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, check=False)
     assert third.returncode == 0, third.stderr
     assert "changed in the file" not in third.stderr
+
+
+def test_a_changefeed_of_the_embedded_playground_is_replaced_in_a_new_run(tmp_path):
+    """The embedded playground is a new upstream in every run: the changefeed the metastore
+    kept from the previous run is replaced, not resumed from a checkpoint of another upstream."""
+    path = tmp_path / "connectors.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "server": {
+                    "metastore": f"sqlite:///{tmp_path}/meta.db",
+                    "api-addr": "127.0.0.1:0",
+                    "data-dir": str(tmp_path),
+                },
+                "connectors": [
+                    {
+                        "name": "shop",
+                        "source": {"type": "tikv", "playground": True},
+                        "sinks": [{"uri": f"file://{tmp_path}/out?protocol=json"}],
+                        "filter": {"rules": ["shop.*"]},
+                    }
+                ],
+            }
+        )
+    )
+    # The control plane's in-process executor: this is about declarations, not Spark.
+    run = [CDCFLOW, "run", str(path), "--duration", "8", "--executor", "in-process"]
+    first = subprocess.run(run, capture_output=True, text=True, timeout=120, check=False)
+    assert first.returncode == 0, first.stderr
+    first_info = asyncio.run(_stored(tmp_path, "shop"))
+    line = next(line for line in first.stdout.splitlines() if line.startswith("shop:"))
+    checkpoint = int(re.search(r"checkpoint (\d+),", line).group(1))  # type: ignore[union-attr]
+
+    second = subprocess.run(run, capture_output=True, text=True, timeout=120, check=False)
+    assert second.returncode == 0, second.stderr
+    assert "shop: its upstream is the embedded playground, new in every run" in second.stderr, second.stderr
+    # The new changefeed runs: its maintainer is not taken for the removed one's.
+    assert re.search(r"^shop: normal, checkpoint \d+, [1-9]\d* rows in", second.stdout, re.M), second.stdout
+    second_info = asyncio.run(_stored(tmp_path, "shop"))
+    assert second_info.created_at > first_info.created_at
+    assert second_info.start_ts > checkpoint  # "now" of the second run, not the first run's start
+
+
+async def _stored(tmp: Path, changefeed_id: str):
+    from cdcflow.core.control.metastore import open_metastore
+
+    store = open_metastore(f"sqlite:///{tmp}/meta.db")
+    try:
+        record = await store.get_changefeed(changefeed_id)
+    finally:
+        await store.close()
+    assert record is not None
+    return record[0]
