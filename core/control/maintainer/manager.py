@@ -41,7 +41,8 @@ from cdcflow.core.plugin.manager import PluginManager
 __all__ = ["MaintainerManager"]
 
 log = logging.getLogger(__name__)
-POLL = 0.2
+#: Seconds between looks for changed maintainer statuses (a changed one is sent then).
+POLL = 0.1
 HEARTBEAT_EVERY = 1.0
 
 
