@@ -9,7 +9,7 @@ import dataclasses
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,9 @@ from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR
 from cdcflow.core.errors import ConfigInvalidError
 
 if TYPE_CHECKING:
+    from cdcflow.core.api.server import ApiServer
     from cdcflow.core.config.loader import Connector
+    from cdcflow.core.control.capture import Capture
     from cdcflow.core.control.changefeed import ChangeFeedInfo
     from cdcflow.core.control.coordinator.coordinator import Coordinator
     from cdcflow.core.control.metastore.base import MetaStore
@@ -115,15 +117,24 @@ async def run_file(
                 await asyncio.wait_for(stop.wait(), 1.0)
     finally:
         progress.close()
-        await capture.drain()
-        await serving
-        await api.stop()
+        await _stop(capture, serving, api, lambda: plugins.executors.stop(executor))
         final = await store.list_changefeeds()
         summary = {info.id: (info.state.value, status.checkpoint_ts) for info, status in final}
         await store.close()
     for line in progress.summary(final):
         sys.stdout.write(line + "\n")
     return summary
+
+
+async def _stop(
+    capture: Capture, serving: asyncio.Task[None], api: ApiServer, stop_executor: Callable[[], None]
+) -> None:
+    """Drain the capture (every batch flushed), stop its API, then what its executor
+    started (Spark's JVM and workers end before the process and its in-process servers)."""
+    await capture.drain()
+    await serving
+    await api.stop()
+    await asyncio.to_thread(stop_executor)
 
 
 def _ephemeral(connectors: Sequence[Connector]) -> set[str]:
@@ -134,7 +145,7 @@ def _ephemeral(connectors: Sequence[Connector]) -> set[str]:
 
 
 async def _declare(
-    coordinator: Coordinator, store: MetaStore, declared: list[ChangeFeedInfo], ephemeral: set[str] = frozenset()
+    coordinator: Coordinator, store: MetaStore, declared: list[ChangeFeedInfo], ephemeral: Collection[str] = ()
 ) -> None:
     """Create the file's changefeeds; one that exists takes the file's declaration.
 

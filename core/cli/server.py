@@ -99,6 +99,7 @@ async def serve(args: argparse.Namespace, *, on_ready: object = None) -> None:
     finally:
         await api.stop()
         await store.close()
+        await asyncio.to_thread(plugins.executors.stop, args.executor)  # Spark ends before the process
 
 
 def run(args: argparse.Namespace) -> int:

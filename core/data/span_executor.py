@@ -212,6 +212,8 @@ ExecutorFactory = Callable[[ExecutorContext], SpanExecutor]
 
 #: What an executor starts once per capture: called with the capture's server settings.
 ExecutorStart = Callable[["ServerSettings", "PluginManager"], object]
+#: What an executor stops once per capture, after its changefeeds' executors closed.
+ExecutorStop = Callable[[], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,8 @@ class ExecutorEntry:
     origin: PluginOrigin
     #: Called once when a capture that runs this executor starts (see :meth:`ExecutorRegistry.start`).
     start: ExecutorStart | None = None
+    #: Called once when that capture stopped (see :meth:`ExecutorRegistry.stop`).
+    stop: ExecutorStop | None = None
 
 
 class ExecutorRegistry:
@@ -242,6 +246,7 @@ class ExecutorRegistry:
         *,
         summary: str = "",
         start: ExecutorStart | None = None,
+        stop: ExecutorStop | None = None,
     ) -> None:
         """Register ``factory`` under ``name``; a name taken by another factory is an
         error naming both origins."""
@@ -260,7 +265,7 @@ class ExecutorRegistry:
                 "uninstall one of them or register one under another name",
                 detail={"kind": self.kind, "type": name},
             )
-        self._entries[name] = ExecutorEntry(name, factory, summary, origin, start)
+        self._entries[name] = ExecutorEntry(name, factory, summary, origin, start, stop)
 
     def factory(self, name: str) -> ExecutorFactory:
         """The factory registered as ``name``; ConfigInvalidError naming the known ones otherwise."""
@@ -295,6 +300,19 @@ class ExecutorRegistry:
         thread.start()
         return thread
 
+    def stop(self, name: str) -> None:
+        """Run the ``stop`` of executor ``name`` once its capture stopped (every changefeed's
+        executor closed, every batch flushed): what its ``start`` started ends before the
+        process does — Spark's JVM and Python workers, whose sink clients would otherwise
+        outlive the capture's in-process servers. An error is logged."""
+        entry = self._entries.get(name)
+        if entry is None or entry.stop is None:
+            return
+        try:
+            entry.stop()
+        except Exception as exc:  # noqa: BLE001 - the process ends anyway
+            log.warning("executor %s: stopping at capture stop failed (%s)", name, exc)
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
@@ -321,8 +339,15 @@ class ExecutorRegistrar:
         self._origin = origin
 
     def add(
-        self, name: str, factory: ExecutorFactory, *, summary: str = "", start: ExecutorStart | None = None
+        self,
+        name: str,
+        factory: ExecutorFactory,
+        *,
+        summary: str = "",
+        start: ExecutorStart | None = None,
+        stop: ExecutorStop | None = None,
     ) -> None:
         """Register ``factory`` (ExecutorContext → SpanExecutor) under ``name``; ``start``,
-        if given, is called (in a thread) when a capture that runs it starts."""
-        self._registry.add(name, factory, self._origin(), summary=summary, start=start)
+        if given, is called (in a thread) when a capture that runs it starts, ``stop`` when
+        that capture stopped."""
+        self._registry.add(name, factory, self._origin(), summary=summary, start=start, stop=stop)

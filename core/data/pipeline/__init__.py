@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from cdcflow.core.config.settings import ServerSettings
     from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["cdcflow_register_executors", "executor_factory", "start_spark"]
+__all__ = ["cdcflow_register_executors", "executor_factory", "start_spark", "stop_spark"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,15 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
         log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
 
 
+def stop_spark() -> None:
+    """Stop the capture's SparkSession once the capture stopped: its JVM and Python workers
+    end before the process, with the sink clients the workers keep (Kafka producers),
+    instead of outliving the capture's in-process servers (``kafka://mock``)."""
+    from cdcflow.core.data.pipeline.session import stop_spark_session
+
+    stop_spark_session()
+
+
 def executor_factory(context: ExecutorContext) -> SpanExecutor:
     """The Spark pipeline's executor for one changefeed incarnation on this capture
     (see :func:`~cdcflow.core.data.pipeline.spark_executor.create_span_executor`)."""
@@ -52,4 +61,5 @@ def cdcflow_register_executors(registry: ExecutorRegistrar) -> None:
         executor_factory,
         summary="The data pipeline: feeds into the event store, the event store into a Spark query per changefeed.",
         start=start_spark,
+        stop=stop_spark,
     )

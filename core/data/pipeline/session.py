@@ -179,6 +179,8 @@ def stop_spark_session() -> None:
     from pyspark.sql import SparkSession
 
     with _lock:
-        session = SparkSession.getActiveSession()
+        # getActiveSession() is the calling thread's; a capture stops Spark from another
+        # thread than the one that started it, so fall back to the process's default one.
+        session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
         if session is not None:
             session.stop()

@@ -177,7 +177,8 @@ class SparkSink(Sink[SparkSinkConfig]):
         self._changefeed = ""
         self._writer = ""
         self._done_ts = 0
-        self._by_writer = {}
+        #: Per change-log directory: partitioned by writer (see :meth:`_changelog_by_writer`).
+        self._by_writer: dict[str, bool] = {}
 
     @classmethod
     def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:
@@ -198,7 +199,7 @@ class SparkSink(Sink[SparkSinkConfig]):
         if not done and context.writer_inherits:  # upgraded: what it wrote before writers had ids
             done = self.storage.checkpoint(self._changefeed)
         self._done_ts = int(done.get("resolved-ts", 0))
-        self._by_writer: dict[str, bool] = {}
+        self._by_writer = {}
         if cfg.catalog_database:
             self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {cfg.catalog_database}")
         log.info("Spark sink writing %s tables under %s (done up to ts %d)", cfg.mode, root, self._done_ts)

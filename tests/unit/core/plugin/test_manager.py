@@ -275,6 +275,28 @@ def test_an_executor_starts_what_it_needs_when_the_capture_starts(caplog):
     assert pm.executors.get("spark").start is start_spark
 
 
+def test_an_executor_stops_what_it_started_when_the_capture_stopped(caplog):
+    """The Spark executor stops Spark once the capture stopped; a stop that fails is logged."""
+    from cdcflow.core.data.pipeline import stop_spark
+
+    stopped = []
+
+    class Stopping:
+        @hookimpl
+        def cdcflow_register_executors(self, registry):
+            registry.add("cold", lambda context: None, stop=lambda: stopped.append("cold"))
+            registry.add("broken", lambda context: None, stop=lambda: 1 / 0)
+
+    pm = PluginManager.default(autoload=False)
+    pm.register(Stopping(), name="stopping")
+    pm.executors.stop("cold")
+    assert stopped == ["cold"]
+    pm.executors.stop("broken")
+    assert "executor broken: stopping at capture stop failed" in caplog.text
+    pm.executors.stop("in-process")  # nothing to stop
+    assert pm.executors.get("spark").stop is stop_spark
+
+
 # -- commands ----------------------------------------------------------------------------
 
 
