@@ -55,6 +55,8 @@ T = TypeVar("T")
 
 #: Seconds over which checkpoints are batched into one metastore write.
 DEFAULT_CHECKPOINT_WINDOW = 0.5
+#: A heartbeat's new checkpoint is written at once when the last write is at least this old.
+MIN_CHECKPOINT_WRITE_INTERVAL = 0.2
 
 
 class Coordinator:
@@ -209,9 +211,10 @@ class Coordinator:
 
             async def heartbeat() -> None:
                 await self._carry_out(self.controller.on_heartbeat(beat.sender, beat.statuses, time.time()))
-                if self._pending and time.monotonic() - self._last_flush >= self.checkpoint_window:
-                    # A window passed since the last write: this checkpoint goes now, not at
-                    # the next tick (up to a window later); the ticker writes what comes sooner.
+                if self._pending and time.monotonic() - self._last_flush >= MIN_CHECKPOINT_WRITE_INTERVAL:
+                    # This checkpoint goes now, not at the next tick (up to a window later);
+                    # writes stay at most one per MIN_CHECKPOINT_WRITE_INTERVAL, the ticker
+                    # writes what comes sooner.
                     await self._flush_checkpoints()
 
             self._submit(heartbeat)
