@@ -19,20 +19,32 @@ A capture reports a range it was told to replicate as ``REPLICATING`` with check
 ts T and resolved ts T while it reads and delivers it, and resolved ts T + 1
 (:func:`range_done_ts`) once the range is in every sink: the maintainer counts a range
 done from that report.
+
+The ranges delivered are kept in the metastore (:class:`SnapshotRecord`, written by the
+coordinator from the maintainer's status), so that a maintainer started elsewhere (its
+capture died, the changefeed was paused and resumed) places only the key ranges not
+delivered yet (:func:`remaining`), and places the tables at once when the record says
+the snapshot is complete.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from cdcflow.core.data.events import Span
 
 __all__ = [
+    "SnapshotRecord",
     "is_snapshot_range",
+    "merged",
     "range_batch_id",
     "range_done_ts",
     "range_keys",
     "range_name",
+    "remaining",
     "snapshot_range",
 ]
 
@@ -71,3 +83,90 @@ def range_batch_id(span: Span) -> int:
     id keep every range's rows) and the same on every capture that delivers it."""
     keys = range_keys(span)
     return -(1000 + (zlib.crc32(keys.table_id.to_bytes(8, "big") + keys.start + b"|" + keys.end)))
+
+
+def merged(spans: Iterable[Span]) -> list[Span]:
+    """The key ranges of ``spans`` with overlapping and adjacent ranges of a table joined,
+    ordered by table and start key."""
+    out: list[Span] = []
+    for span in sorted(spans, key=lambda s: (s.table_id, s.start)):
+        last = out[-1] if out else None
+        if last is not None and last.table_id == span.table_id and (not last.end or span.start <= last.end):
+            end = b"" if not last.end or not span.end else max(last.end, span.end)
+            out[-1] = Span(last.table_id, last.start, end)
+        else:
+            out.append(span)
+    return out
+
+
+def remaining(spans: Iterable[Span], done: Iterable[Span]) -> list[Span]:
+    """The parts of the key ranges ``spans`` that no range of ``done`` (of the same table)
+    covers: what is left to read of a snapshot whose ``done`` ranges were delivered, also
+    when the ranges were cut differently (regions split or merged in between)."""
+    covered: dict[int, list[Span]] = {}
+    for span in merged(done):
+        covered.setdefault(span.table_id, []).append(span)
+    out: list[Span] = []
+    for span in spans:
+        start: bytes | None = span.start
+        for cut in covered.get(span.table_id, ()):
+            if start is None or (span.end and cut.start >= span.end):
+                break
+            if cut.end and cut.end <= start:
+                continue
+            if cut.start > start:
+                out.append(Span(span.table_id, start, cut.start))
+            # The rest starts where the cut ends; nothing is left when it reaches the end.
+            start = None if not cut.end or (span.end and cut.end >= span.end) else cut.end
+        if start is not None:
+            out.append(Span(span.table_id, start, span.end))
+    return out
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """What the metastore keeps of an initial snapshot shared by a cluster: its ts, the key
+    ranges delivered to every sink (:func:`merged`, each a table's key range: table id
+    positive), how many of the planned ranges and rows that was, and whether the snapshot is
+    complete (every range delivered; the tables may stream from ``ts``)."""
+
+    ts: int
+    done: tuple[Span, ...] = ()
+    #: Ranges delivered and planned (the progress's parts), rows delivered.
+    parts_done: int = 0
+    parts_total: int = 0
+    rows_done: int = 0
+    complete: bool = False
+    #: When the snapshot started and was complete (wall clock, seconds; None until then)
+    #: and its plan's unit, for its progress.
+    started_at: float = 0.0
+    finished_at: float | None = None
+    unit: str = "range"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ts": self.ts,
+            "done": [[s.table_id, s.start.hex(), s.end.hex()] for s in self.done],
+            "parts_done": self.parts_done,
+            "parts_total": self.parts_total,
+            "rows_done": self.rows_done,
+            "complete": self.complete,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "unit": self.unit,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SnapshotRecord:
+        done = tuple(Span(int(t), bytes.fromhex(a), bytes.fromhex(b)) for t, a, b in data.get("done", ()))
+        return cls(
+            int(data["ts"]),
+            done,
+            int(data.get("parts_done", 0)),
+            int(data.get("parts_total", 0)),
+            int(data.get("rows_done", 0)),
+            bool(data.get("complete", False)),
+            float(data.get("started_at", 0.0)),
+            None if data.get("finished_at") is None else float(data["finished_at"]),
+            str(data.get("unit", "range")),
+        )

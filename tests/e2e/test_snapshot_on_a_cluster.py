@@ -12,10 +12,16 @@ its own ranges and spans with batch ids of its own).
 Then the same with the stores answering ServerIsBusy until both captures are reading: the
 capture not running the maintainer is SIGKILLed, its ranges are placed on the other, which
 reads them and completes the snapshot.
+
+Then the capture running the maintainer is SIGKILLed after some ranges were delivered (the
+leaders of one table's regions are on a store answering ServerIsBusy, the others' reads
+go through): the maintainer started on the other capture finds the ranges delivered in the
+metastore and places only the others; no range delivered by the dead capture is read again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import time
@@ -28,11 +34,15 @@ from typing import Any
 import pytest
 import yaml
 
+from cdcflow.core.control.metastore import open_metastore
 from cdcflow.core.data.pipeline.spark_executor import changefeed_dir
+from cdcflow.core.data.snapshot_ranges import SnapshotRecord
 from cdcflow.core.data.types import TypeCode
 from cdcflow.core.testing import until_sync
 from cdcflow.core.testing.compare import diff, typed_rows
 from cdcflow.plugins.sources.playground import Playground
+from cdcflow.plugins.sources.playground._keys import encode_key
+from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 from tests.e2e.e2e_shop import mysql_rows
 from tests.etcd_server import EtcdServer
 from tests.fixtures.mariadb import MariaDB, start_mariadb
@@ -73,11 +83,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         etcd.stop()
 
 
-def start_cluster(env: Env, name: str) -> list[Server]:
+def start_cluster(env: Env, name: str, master: str = "local[1]") -> list[Server]:
     base = env.tmp / name
     base.mkdir()
     settings = base / "server.yaml"
-    spark = {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": False}}
+    spark = {"master": master, "conf": {"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": False}}
     settings.write_text(yaml.safe_dump({"server": {"spark": spark}}))
     metastore = f"etcd://{env.etcd.endpoint}/{name}"
     extra = ("--executor", "spark", "--config", str(settings))
@@ -107,6 +117,26 @@ def ranges_read(server: Server) -> set[str]:
     """The snapshot ranges a capture started reading (a reads.log in the range's directory)."""
     ranges = changefeed_dir(server.log_path.parent / server.name, CF) / "snapshot" / "ranges"
     return {p.parent.name for p in ranges.glob("*/reads.log") if p.read_text().strip()}
+
+
+def ranges_delivered(server: Server) -> set[str]:
+    """The snapshot ranges a capture delivered to every sink (a ``done`` file in the range's directory)."""
+    ranges = changefeed_dir(server.log_path.parent / server.name, CF) / "snapshot" / "ranges"
+    return {p.parent.name for p in ranges.glob("*/done")}
+
+
+def stored_record(env: Env, name: str) -> SnapshotRecord | None:
+    """The changefeed's snapshot record in the cluster's metastore."""
+
+    async def read() -> dict[str, Any] | None:
+        store = open_metastore(f"etcd://{env.etcd.endpoint}/{name}")
+        try:
+            return (await store.list_snapshot_records()).get(CF)
+        finally:
+            await store.close()
+
+    data = asyncio.run(read())
+    return SnapshotRecord.from_json(data) if data is not None else None
 
 
 def maintainer_of(servers: list[Server]) -> Server:
@@ -252,6 +282,64 @@ def test_a_capture_killed_mid_snapshot_has_its_ranges_read_by_the_other(env: Env
         env.pg.stop_workload()
         checkpoint = wait_checkpoint(env, [survivor], env.pg.now())
         assert in_flight <= ranges_read(survivor), "the survivor read the ranges the dead capture was reading"
+        assert_files_equal(env, out, checkpoint)
+    finally:
+        env.pg.kv_faults.clear()
+        env.pg.stop_workload()
+        stop(servers)
+
+
+@pytest.mark.timeout(900)
+def test_the_maintainers_capture_killed_mid_snapshot_its_successor_reads_only_what_was_left(env: Env) -> None:
+    store_ids = list(env.pg.cluster.store_ids())
+    fast, slow = store_ids[0], store_ids[1]
+    orders = [encode_key(k) for k in table_record_span(env.pg.table_id("orders"))]
+    for region in env.pg.regions():  # orders' regions led by the slow store, every other by the fast one
+        env.pg.transfer_leader(region.id, slow if region.overlaps(*orders) else fast)
+    # Task slots for the ranges waiting on the slow store and for the others (they sleep
+    # between retries, so more slots than cores cost nothing).
+    servers = start_cluster(env, "moved", master="local[4]")
+    out = env.tmp / "moved" / "out"
+    try:
+        env.pg.kv_region_error(slow, "server_is_busy", 1_000_000)  # the orders ranges wait
+        start_ts = env.pg.now()
+        create_changefeed(env, servers[0], out, start_ts)
+        victim = maintainer_of(servers)
+        survivor = next(s for s in servers if s is not victim)
+
+        def some_delivered_and_stored() -> bool:
+            delivered = ranges_delivered(victim) | ranges_delivered(survivor)
+            record = stored_record(env, "moved")
+            return bool(ranges_delivered(victim)) and record is not None and record.parts_done == len(delivered)
+
+        until_sync(some_delivered_and_stored, timeout=CATCH_UP, interval=0.5, message="ranges delivered and stored")
+        delivered_by_victim = ranges_delivered(victim)
+        read_by_survivor = ranges_read(survivor)
+        record = stored_record(env, "moved")
+        assert record is not None and not record.complete, record
+        victim.kill()
+        in_flight = ranges_read(victim) - delivered_by_victim
+        until_sync(
+            lambda: (
+                "initial snapshot at" in survivor.log_path.read_text(errors="replace")
+                and "resumed:" in survivor.log_path.read_text(errors="replace")
+            ),
+            timeout=CATCH_UP,
+            interval=0.5,
+            message="the changefeed's maintainer started again on the survivor, from the stored record",
+        )
+        env.pg.kv_faults.clear()
+        env.pg.start_workload(RATE)
+        time.sleep(3)
+        env.pg.stop_workload()
+        checkpoint = wait_checkpoint(env, [survivor], env.pg.now())
+        read_after = ranges_read(survivor) - read_by_survivor
+        assert not read_after & delivered_by_victim, (
+            f"delivered before the kill, read again: {read_after & delivered_by_victim}"
+        )
+        assert ranges_read(victim) & ranges_read(survivor) <= in_flight, "read twice: only ranges in flight"
+        final = stored_record(env, "moved")
+        assert final is not None and final.complete and final.parts_done == final.parts_total
         assert_files_equal(env, out, checkpoint)
     finally:
         env.pg.kv_faults.clear()

@@ -24,7 +24,7 @@ Rules worth knowing:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,9 @@ class Decisions:
     commands: list[Command] = field(default_factory=list)
     checkpoints: dict[str, ChangeFeedStatus] = field(default_factory=dict)
     state_changes: list[tuple[str, S, S, dict[str, Any] | None]] = field(default_factory=list)
+    #: The snapshot records the changefeeds' maintainers report (stored when they changed;
+    #: a complete one is acknowledged to its maintainer once stored).
+    snapshot_records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def extend(self, other: Decisions) -> None:
         self.infos.extend(other.infos)
@@ -84,6 +87,7 @@ class Decisions:
         self.commands.extend(other.commands)
         self.checkpoints.update(other.checkpoints)
         self.state_changes.extend(other.state_changes)
+        self.snapshot_records.update(other.snapshot_records)
 
 
 @dataclass
@@ -101,6 +105,8 @@ class ChangefeedRuntime:
     block_reason: str | None = None
     #: The initial snapshot's progress its maintainer last reported (None: none known).
     snapshot: dict[str, Any] | None = None
+    #: The snapshot record as stored in the metastore (None: none).
+    snapshot_record: dict[str, Any] | None = None
 
 
 class Controller:
@@ -114,10 +120,15 @@ class Controller:
 
     # -- loading and bootstrap -----------------------------------------------------------
 
-    def load(self, records: Iterable[tuple[ChangeFeedInfo, ChangeFeedStatus]]) -> None:
+    def load(
+        self,
+        records: Iterable[tuple[ChangeFeedInfo, ChangeFeedStatus]],
+        snapshot_records: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
         for info, status in records:
             if info.state is not S.REMOVED:
-                self.changefeeds[info.id] = ChangefeedRuntime(info, status)
+                record = (snapshot_records or {}).get(info.id)
+                self.changefeeds[info.id] = ChangefeedRuntime(info, status, snapshot_record=record)
 
     def bootstrap(
         self, reports: dict[str, Sequence[MaintainerStatus]], captures: Sequence[str], now: float
@@ -226,6 +237,8 @@ class Controller:
                 continue
             rt.last_heartbeat = now
             rt.snapshot = st.snapshot
+            if st.snapshot_record is not None:
+                out.snapshot_records[rt.info.id] = st.snapshot_record
             out.extend(self._progress(rt, st))
             if st.error is not None or st.state == "failed":
                 out.extend(self._on_error(rt, st.error or {}, now))

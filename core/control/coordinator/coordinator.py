@@ -115,7 +115,7 @@ class Coordinator:
 
     async def _throne(self) -> None:
         """Load the changefeeds, bootstrap every manager, adopt or place maintainers."""
-        self.controller.load(await self.store.list_changefeeds())
+        self.controller.load(await self.store.list_changefeeds(), await self.store.list_snapshot_records())
         self._captures = [c.id for c in await self.store.list_captures()]
         self.center.set_peers({c.id: c.advertise_addr for c in await self.store.list_captures()})
         self._bootstrap = {}
@@ -282,6 +282,24 @@ class Coordinator:
         for command in decisions.commands:
             self._send(command)
         self._pending.update(decisions.checkpoints)
+        for cf, snapshot in decisions.snapshot_records.items():
+            await self._keep_snapshot_record(cf, snapshot)
+
+    async def _keep_snapshot_record(self, changefeed_id: str, record: dict[str, Any]) -> None:
+        """Store the snapshot record a maintainer reported when it changed; a complete one,
+        once stored, is acknowledged to the maintainer (on every report of it, so that a
+        lost acknowledgement is sent again), which then places the tables."""
+        rt = self.controller.changefeeds.get(changefeed_id)
+        if rt is None:
+            return
+        if record != rt.snapshot_record:
+            await self.store.save_snapshot_record(changefeed_id, record, self.term)
+            rt.snapshot_record = record
+        if record.get("complete") and rt.capture is not None:
+            ack = CheckpointTsMessage(
+                self.capture_id, self.term.term, changefeed_id, rt.info.epoch, rt.status.checkpoint_ts, True
+            )
+            self.center.send(rt.capture, Topic.MAINTAINER_MANAGER, ack)
 
     def _send(self, command: AddMaintainer | RemoveMaintainer) -> None:
         message: Message
@@ -297,6 +315,7 @@ class Coordinator:
                 command.epoch,
                 rt.info.to_json(),
                 rt.status.checkpoint_ts,
+                rt.snapshot_record,
             )
         else:
             message = RemoveMaintainerRequest(

@@ -34,13 +34,26 @@ the tables' spans. The scheduler places them like spans (two-phase add,
 balance, and a capture's unfinished ranges placed again when it dies: the new
 capture reads them from scratch); each capture reads the ranges it is given
 in Spark tasks and delivers each to every sink at T, then reports it done.
-Only when every range is done does the maintainer give the scheduler the
-tables' spans, added from T (a new maintainer that finds a table's span
-running on a capture knows an earlier one got that far, and places the tables
-at once): their changes above T reach the sinks after every
-snapshot row of their table, which is what upserting sinks need (a snapshot
-row delivered late would overwrite a newer value). Meanwhile the checkpoint
-stays T, so the GC safepoint protects T. The requests carry the changefeed
+Only when every range is done, and the coordinator stored that (below), does
+the maintainer give the scheduler the tables' spans, added from T: their
+changes above T reach the sinks after every snapshot row of their table,
+which is what upserting sinks need (a snapshot row delivered late would
+overwrite a newer value). Meanwhile the checkpoint stays T, so the GC
+safepoint protects T.
+
+The ranges delivered are kept in the metastore: the maintainer's status
+carries the snapshot's record (:class:`~cdcflow.core.data.snapshot_ranges.SnapshotRecord`:
+the key ranges delivered, merged, and whether every range is), which the
+coordinator stores when it changed and hands to the changefeed's next
+maintainer (``AddMaintainerRequest.snapshot_record``). A maintainer started
+with a record of its snapshot places only the key ranges the record does not
+cover (:func:`~cdcflow.core.data.snapshot_ranges.remaining`: regions may have
+split or merged since), with as few captures as one, and places the tables at
+once when the record is complete. The tables are placed only after the
+coordinator acknowledged the complete record (``CheckpointTsMessage.snapshot_complete``),
+so no maintainer can place a range again once changes above T may have reached
+a sink. (A new maintainer that finds a table's span running on a capture knows
+an earlier one got that far too, and places the tables at once.) The requests carry the changefeed
 with ``initial_snapshot`` off, so that no executor takes a snapshot of its own
 spans on top. With one capture alive (``cdcflow run``), or a source that cannot
 name its parts' key ranges, the capture running the spans copies them before
@@ -81,7 +94,15 @@ from cdcflow.core.control.messaging.messages import MaintainerStatus, Scheduling
 from cdcflow.core.control.scheduling import HeartbeatResponse, ReplicationState, Scheduler, SpanReplication, Watermark
 from cdcflow.core.data.events import ResolvedEvent, Span, TableSetChange
 from cdcflow.core.data.filter import TableFilter
-from cdcflow.core.data.snapshot_ranges import is_snapshot_range, range_done_ts, snapshot_range
+from cdcflow.core.data.snapshot_ranges import (
+    SnapshotRecord,
+    is_snapshot_range,
+    merged,
+    range_done_ts,
+    range_keys,
+    remaining,
+    snapshot_range,
+)
 from cdcflow.core.data.source import Source
 from cdcflow.core.data.span_executor import SnapshotReport, SpanState
 from cdcflow.core.errors import CdcflowError, MaintainerCrashError, NotAvailableError
@@ -104,6 +125,8 @@ class Maintainer:
         checkpoint_ts: int,
         plugins: PluginManager,
         live_captures: Callable[[], list[str]],
+        *,
+        snapshot_record: SnapshotRecord | None = None,
     ) -> None:
         self.capture_id = capture_id
         self.center = center
@@ -144,6 +167,16 @@ class Maintainer:
         self._report_seq: dict[str, int] = {}
         #: The changefeed's snapshot progress as of the last tick (None: no snapshot known).
         self._progress: dict[str, Any] | None = None
+        #: The snapshot's record as stored when this maintainer started (the ranges an
+        #: earlier one saw delivered), the record as of the last tick, and whether the
+        #: coordinator acknowledged it complete (then the tables are placed).
+        self._prior = (
+            snapshot_record
+            if snapshot_record is not None and info.initial_snapshot and snapshot_record.ts == info.start_ts
+            else None
+        )
+        self._record: SnapshotRecord | None = None
+        self._record_kept = False
 
     @property
     def changefeed_id(self) -> str:
@@ -169,6 +202,7 @@ class Maintainer:
             total,
             replicating,
             self._progress,
+            self._record.to_json() if self._record is not None else None,
         )
 
     async def _run(self) -> None:
@@ -219,31 +253,76 @@ class Maintainer:
             self._follower = asyncio.create_task(
                 self._follow(source, changes, table_filter), name=f"table-changes-{self.info.id}-{self.epoch}"
             )
-        return Placement(scheduler, self.info.id, self.epoch, ranges or self.tables.spans())
+        return Placement(scheduler, self.info.id, self.epoch, ranges if ranges is not None else self.tables.spans())
 
-    async def _plan_snapshot(self, source: Source[Any], trigger: Span | None) -> list[Span]:
-        """The snapshot ranges to place on the cluster (see the module docs), or [] when
-        the capture running each span copies it itself."""
-        info = self.info
-        if not info.initial_snapshot or self.checkpoint_ts != info.start_ts or len(self.live_captures()) < 2:
-            return []
+    async def _plan_snapshot(self, source: Source[Any], trigger: Span | None) -> list[Span] | None:
+        """The snapshot ranges to place on the cluster (see the module docs), or None when
+        the tables are placed: no snapshot, one the stored record says is complete, or one
+        the capture running each span copies itself."""
+        info, prior = self.info, self._prior
+        if not info.initial_snapshot or self.checkpoint_ts != info.start_ts:
+            return None
+        if prior is not None and prior.complete:
+            log.info("changefeed %s: the initial snapshot at %d was delivered; placing the tables", info.id, prior.ts)
+            self._agent_info = dataclasses.replace(info, initial_snapshot=False)
+            return None
+        if prior is None and len(self.live_captures()) < 2:
+            return None
         assert self.tables is not None
         spans = {i: span for i, span in enumerate(self.tables.spans()) if span != trigger and span.table_id > 0}
         if not spans:
-            return []
+            return None
         plan = await source.snapshot_plan(spans, self.checkpoint_ts)
         keys = [task.key_range() for task in plan.tasks]
         if any(k is None or k.table_id <= 0 for k in keys):
-            return []
-        ranges = [snapshot_range(k) for k in keys if k is not None]
+            return None
+        planned = [k for k in keys if k is not None]
+        left = planned if prior is None else remaining(planned, prior.done)
+        ranges = [snapshot_range(k) for k in left]
         self.snapshot_ranges = self._placed_ranges = frozenset(ranges)
-        self._snapshot_unit, self._snapshot_started = plan.unit, time.time()
+        self._snapshot_unit = plan.unit
+        self._snapshot_started = prior.started_at if prior is not None else time.time()
         self._agent_info = dataclasses.replace(info, initial_snapshot=False)
-        log.info(
-            "changefeed %s: initial snapshot at %d placed on the cluster: %d %ss of %d spans",
-            *(info.id, self.checkpoint_ts, len(ranges), plan.unit, len(spans)),
-        )
+        if prior is None:
+            log.info(
+                "changefeed %s: initial snapshot at %d placed on the cluster: %d %ss of %d spans",
+                *(info.id, self.checkpoint_ts, len(ranges), plan.unit, len(spans)),
+            )
+        else:
+            log.info(
+                "changefeed %s: initial snapshot at %d resumed: %d range(s) delivered before; "
+                "%d key range(s) of %d planned %ss left to place",
+                *(info.id, self.checkpoint_ts, prior.parts_done, len(ranges), len(planned), plan.unit),
+            )
         return ranges
+
+    def snapshot_record(self) -> SnapshotRecord | None:
+        """The record of the snapshot the cluster shares, as of now (see the module docs);
+        None when none is being placed here."""
+        if self.snapshot_ranges is None:
+            return None
+        prior, delivered = self._prior, self._delivered
+        before = prior.parts_done if prior is not None else 0
+        rows = sum(r.rows_done for span, r in self._range_reports.items() if span in delivered)
+        complete = delivered >= self.snapshot_ranges
+        last = self._record
+        finished = None if not complete else last.finished_at if last is not None and last.finished_at else time.time()
+        return SnapshotRecord(
+            self.info.start_ts,
+            tuple(merged([*(prior.done if prior is not None else ()), *(range_keys(s) for s in delivered)])),
+            before + len(delivered),
+            before + len(self._placed_ranges),
+            (prior.rows_done if prior is not None else 0) + rows,
+            complete,
+            self._snapshot_started,
+            finished,
+            self._snapshot_unit,
+        )
+
+    def on_snapshot_kept(self) -> None:
+        """The coordinator stored this snapshot's record complete: the tables may be placed."""
+        if self._record is not None and self._record.complete:
+            self._record_kept = True
 
     def _snapshot_done(self) -> bool:
         """Whether every snapshot range is delivered (then the tables' spans are placed)."""
@@ -293,10 +372,11 @@ class Maintainer:
     def _tick(self, *, stopping: bool = False) -> None:
         assert self.placement is not None
         tables = self.tables
-        if self.snapshot_ranges is not None and not stopping and self._snapshot_done():
-            log.info("changefeed %s: every snapshot range delivered; placing the tables", self.info.id)
+        if self.snapshot_ranges is not None and not stopping and self._snapshot_done() and self._record_kept:
+            log.info("changefeed %s: every snapshot range delivered and recorded; placing the tables", self.info.id)
             self.snapshot_ranges = None
-            self._delivered, self._snapshot_finished = self._placed_ranges, time.time()
+            self._delivered = self._placed_ranges
+            self._snapshot_finished = self._record.finished_at if self._record is not None else None
             if tables is not None:
                 self.placement.set_spans(tables.spans())
         due = tables is not None and not stopping and tables.apply_due(self.checkpoint_ts)
@@ -314,6 +394,7 @@ class Maintainer:
         self._send(
             self.placement.outgoing(requests, self.checkpoint_ts), tables.barrier() if tables is not None else None
         )
+        self._record = self.snapshot_record()
         self.block_reason = self._blocked()
         self._progress = self.snapshot_progress()
 
@@ -334,6 +415,8 @@ class Maintainer:
 
     def _blocked(self) -> str:
         assert self.placement is not None
+        if self.snapshot_ranges is not None and self._record is not None and self._record.complete:
+            return "initial snapshot: every range delivered; waiting for the coordinator to record it"
         if self.snapshot_ranges is not None:
             return f"initial snapshot: {len(self.snapshot_ranges)} range(s) placed on the captures, not all delivered"
         absent = self.placement.absent()
@@ -412,7 +495,7 @@ class Maintainer:
         clock; ``finished_at`` None until done). None when no snapshot is known here."""
         if not self.info.initial_snapshot:
             return None
-        if self._placed_ranges:
+        if self._placed_ranges or self._prior is not None:
             return self._ranges_progress()
         live = set(self.live_captures())
         reports = [r for capture, r in sorted(self._own_reports.items()) if capture in live]
@@ -438,11 +521,15 @@ class Maintainer:
         }
 
     def _ranges_progress(self) -> dict[str, Any]:
-        """The progress of the snapshot shared by the cluster: ranges delivered of all placed."""
-        placed, delivered = self._placed_ranges, self._delivered
+        """The progress of the snapshot shared by the cluster: ranges delivered of all
+        planned (those an earlier maintainer saw delivered, from the stored record, and
+        those placed here)."""
+        placed, delivered, prior = self._placed_ranges, self._delivered, self._prior
+        before = prior.parts_done if prior is not None else 0
+        rows_before = prior.rows_done if prior is not None else 0
         reports = {span: r for span, r in self._range_reports.items() if span in placed}
-        rows_done = sum(r.rows_done for r in reports.values())
-        fraction = 0.0
+        rows_done = rows_before + sum(r.rows_done for r in reports.values())
+        fraction = float(before)
         estimates = []
         for span in placed:
             report = reports.get(span)
@@ -452,20 +539,26 @@ class Maintainer:
                 fraction += report.parts_done / report.parts_total
             if report is not None and (report.parts_done or span in delivered):
                 estimates.append(max(report.rows_done, report.rows_estimate))
-        estimate = round(sum(estimates) / len(estimates) * len(placed)) if estimates else 0
-        finished = self._snapshot_finished
+        estimate = rows_before + (round(sum(estimates) / len(estimates) * len(placed)) if estimates else 0)
+        record = self._record
+        finished = (
+            self._snapshot_finished
+            or (record.finished_at if record is not None else None)
+            or (prior.finished_at or prior.started_at if prior is not None and prior.complete else None)
+        )
         read = all(s in delivered or (s in reports and reports[s].phase in ("deliver", "done")) for s in placed)
         phase = "done" if finished is not None else "deliver" if read else "read"
+        total = before + len(placed)
         return {
-            "unit": self._snapshot_unit,
+            "unit": self._snapshot_unit if placed or prior is None else prior.unit,
             "phase": phase,
-            "parts_done": len(delivered),
-            "parts_total": len(placed),
+            "parts_done": before + len(delivered),
+            "parts_total": total,
             "rows_done": rows_done,
             "rows_estimate": max(rows_done, estimate),
-            "fraction": round(fraction / len(placed), 4),
+            "fraction": round(fraction / total, 4) if total else 1.0,
             "captures": len({self._range_capture[s] for s in reports if s in self._range_capture}),
-            "started_at": round(self._snapshot_started, 3),
+            "started_at": round(self._snapshot_started or (prior.started_at if prior is not None else 0.0), 3),
             "finished_at": round(finished, 3) if finished is not None else None,
         }
 

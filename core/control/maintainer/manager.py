@@ -36,6 +36,7 @@ from cdcflow.core.control.messaging.messages import (
     Topic,
 )
 from cdcflow.core.control.span_host import SpanHost
+from cdcflow.core.data.snapshot_ranges import SnapshotRecord
 from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = ["MaintainerManager"]
@@ -108,6 +109,8 @@ class MaintainerManager:
             maintainer = self.maintainers.get(message.changefeed_id)
             if maintainer is not None and maintainer.epoch == message.epoch:
                 maintainer.on_checkpoint(message.checkpoint_ts)
+                if message.snapshot_complete:
+                    maintainer.on_snapshot_kept()
         elif isinstance(message, SchedulingMessage):
             await self.host.on_request(message)
 
@@ -132,6 +135,7 @@ class MaintainerManager:
             req.checkpoint_ts,
             self.plugins,
             self.live_captures,
+            snapshot_record=SnapshotRecord.from_json(req.snapshot_record) if req.snapshot_record else None,
         )
         self.maintainers[req.changefeed_id] = maintainer
         maintainer.start()

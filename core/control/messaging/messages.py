@@ -58,7 +58,9 @@ class MaintainerStatus:
     ``error`` is a :meth:`CdcflowError.to_dict` when the maintainer hit one.
     ``snapshot``: the changefeed's initial snapshot progress
     (:meth:`~cdcflow.core.control.maintainer.maintainer.Maintainer.snapshot_progress`),
-    None when none is known.
+    None when none is known. ``snapshot_record``: what the coordinator keeps in the
+    metastore of a snapshot shared by the cluster, while one runs
+    (:class:`~cdcflow.core.data.snapshot_ranges.SnapshotRecord` as JSON), else None.
     """
 
     changefeed_id: str
@@ -70,6 +72,7 @@ class MaintainerStatus:
     spans_total: int = 0
     spans_replicating: int = 0
     snapshot: dict[str, Any] | None = None
+    snapshot_record: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,10 @@ class CoordinatorBootstrapResponse(Message):
 
 @dataclass(frozen=True, slots=True)
 class AddMaintainerRequest(Message):
-    """Start the changefeed's maintainer on the target capture (EventInit + Start)."""
+    """Start the changefeed's maintainer on the target capture (EventInit + Start).
+
+    ``snapshot_record``: the changefeed's initial-snapshot record as stored (the ranges
+    a cluster delivered so far), None when there is none."""
 
     coordinator_id: str
     coordinator_version: int
@@ -94,6 +100,7 @@ class AddMaintainerRequest(Message):
     epoch: int
     info: dict[str, Any]
     checkpoint_ts: int
+    snapshot_record: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +136,16 @@ class BlockStatusRequest(Message):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointTsMessage(Message):
-    """The coordinator's persisted checkpoint of a changefeed, for its maintainer."""
+    """The coordinator's persisted checkpoint of a changefeed, for its maintainer.
+
+    ``snapshot_complete``: the stored snapshot record says the initial snapshot is
+    complete (the maintainer waits for it before it places the tables)."""
 
     coordinator_version: int
     changefeed_id: str
     epoch: int
     checkpoint_ts: int
+    snapshot_complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)

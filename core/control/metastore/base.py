@@ -29,6 +29,7 @@ import abc
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo, ChangeFeedStatus
 from cdcflow.core.errors import MetaStoreIOError, Retryable
@@ -132,7 +133,7 @@ class MetaStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_changefeed(self, changefeed_id: str, term: OwnerTerm) -> None:
-        """Delete the changefeed and its progress (idempotent)."""
+        """Delete the changefeed, its progress and its snapshot record (idempotent)."""
 
     @abc.abstractmethod
     async def update_checkpoints(self, statuses: Mapping[str, ChangeFeedStatus], term: OwnerTerm) -> dict[str, int]:
@@ -141,6 +142,16 @@ class MetaStore(abc.ABC):
         Returns the stored checkpoint of each changefeed written; ids that no
         longer exist are skipped.
         """
+
+    @abc.abstractmethod
+    async def save_snapshot_record(self, changefeed_id: str, record: Mapping[str, Any], term: OwnerTerm) -> None:
+        """Store the changefeed's initial-snapshot record (the ranges its cluster delivered:
+        :class:`~cdcflow.core.data.snapshot_ranges.SnapshotRecord` as JSON), replacing the
+        last; skipped when the changefeed no longer exists."""
+
+    @abc.abstractmethod
+    async def list_snapshot_records(self) -> dict[str, dict[str, Any]]:
+        """Every changefeed's initial-snapshot record, by changefeed id."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

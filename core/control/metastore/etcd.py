@@ -293,6 +293,7 @@ class EtcdMetaStore(MetaStore):
                 success=[
                     self.tx.delete(self._key("changefeed", "info", changefeed_id)),
                     self.tx.delete(self._key("changefeed", "status", changefeed_id)),
+                    self.tx.delete(self._key("changefeed", "snapshot", changefeed_id)),
                 ],
                 failure=[],
             )
@@ -327,6 +328,29 @@ class EtcdMetaStore(MetaStore):
             return written
 
         return await self._call("update checkpoints", update)
+
+    async def save_snapshot_record(self, changefeed_id: str, record: Mapping[str, Any], term: OwnerTerm) -> None:
+        info_key = self._key("changefeed", "info", changefeed_id)
+
+        def save() -> None:
+            ok, _ = self.client.transaction(
+                compare=[*self._owner_compares(term), self.tx.version(info_key) > 0],
+                success=[self.tx.put(self._key("changefeed", "snapshot", changefeed_id), json.dumps(dict(record)))],
+                failure=[],
+            )
+            if not ok:
+                self._raise_not_owner(term)  # else the changefeed was removed: nothing to keep
+
+        await self._call("save snapshot record", save)
+
+    async def list_snapshot_records(self) -> dict[str, dict[str, Any]]:
+        def read() -> dict[str, dict[str, Any]]:
+            return {
+                meta.key.decode().rsplit("/", 1)[-1]: json.loads(v)
+                for v, meta in self.client.get_prefix(self._key("changefeed", "snapshot", ""))
+            }
+
+        return await self._call("list snapshot records", read)
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS owner (k INTEGER PRIMARY KEY CHECK (k = 1), capture_i
 CREATE TABLE IF NOT EXISTS changefeed (id TEXT PRIMARY KEY, info TEXT NOT NULL, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS status (id TEXT PRIMARY KEY, checkpoint_ts INTEGER NOT NULL,
                                    resolved_ts INTEGER NOT NULL, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshot (id TEXT PRIMARY KEY, record TEXT NOT NULL);
 INSERT OR IGNORE INTO owner (k, capture_id, term) VALUES (1, NULL, 0);
 """
 
@@ -326,6 +327,7 @@ class SQLiteMetaStore(MetaStore):
                 self._check_owner(db, term)
                 db.execute("DELETE FROM changefeed WHERE id = ?", (changefeed_id,))
                 db.execute("DELETE FROM status WHERE id = ?", (changefeed_id,))
+                db.execute("DELETE FROM snapshot WHERE id = ?", (changefeed_id,))
 
         self._run("delete changefeed", delete)
 
@@ -346,6 +348,23 @@ class SQLiteMetaStore(MetaStore):
             return written
 
         return self._run("update checkpoints", update)
+
+    async def save_snapshot_record(self, changefeed_id: str, record: Mapping[str, Any], term: OwnerTerm) -> None:
+        def save() -> None:
+            with self._tx() as db:
+                self._check_owner(db, term)
+                if db.execute("SELECT 1 FROM changefeed WHERE id = ?", (changefeed_id,)).fetchone():
+                    db.execute(
+                        "INSERT OR REPLACE INTO snapshot (id, record) VALUES (?, ?)",
+                        (changefeed_id, json.dumps(dict(record))),
+                    )
+
+        self._run("save snapshot record", save)
+
+    async def list_snapshot_records(self) -> dict[str, dict[str, Any]]:
+        sql = "SELECT id, record FROM snapshot"
+        rows = self._run("list snapshot records", lambda: self._db.execute(sql).fetchall())
+        return {cf: json.loads(record) for cf, record in rows}
 
     async def close(self) -> None:
         self._db.close()

@@ -77,5 +77,11 @@ class TimedMetaStore(MetaStore):
     async def update_checkpoints(self, statuses: Mapping[str, ChangeFeedStatus], term: OwnerTerm) -> dict[str, int]:
         return await self._timed("update_checkpoints", self.inner.update_checkpoints(statuses, term))
 
+    async def save_snapshot_record(self, changefeed_id: str, record: Mapping[str, Any], term: OwnerTerm) -> None:
+        await self._timed("save_snapshot_record", self.inner.save_snapshot_record(changefeed_id, record, term))
+
+    async def list_snapshot_records(self) -> dict[str, dict[str, Any]]:
+        return await self._timed("list_snapshot_records", self.inner.list_snapshot_records())
+
     async def close(self) -> None:
         await self.inner.close()

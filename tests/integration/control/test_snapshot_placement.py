@@ -2,10 +2,13 @@
 
 With two live captures the maintainer plans the snapshot (one range per region of the
 bulk-loaded table) and gives the scheduler those ranges instead of the tables' spans; the
-tables' spans follow once every range is reported delivered (resolved ts T + 1), or at once
-when a capture reports a table's span running (an earlier maintainer placed them). With one
-live capture it places the tables' spans as before (each capture copies its own). The agents'
-side is played by heartbeat responses sent to the maintainer as a capture's agent sends them.
+tables' spans follow once every range is reported delivered (resolved ts T + 1) and the
+coordinator acknowledged the snapshot's record complete, or at once when a capture reports a
+table's span running (an earlier maintainer placed them). A maintainer started with the
+stored record of an earlier one places only the ranges not delivered, or the tables when the
+record is complete. With one live capture and no record it places the tables' spans as before
+(each capture copies its own). The agents' side is played by heartbeat responses sent to the
+maintainer as a capture's agent sends them, the coordinator's by calling the maintainer.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.messages import SchedulingMessage
 from cdcflow.core.control.scheduling import HeartbeatResponse
 from cdcflow.core.data.events import Span
-from cdcflow.core.data.snapshot_ranges import is_snapshot_range, range_done_ts
+from cdcflow.core.data.snapshot_ranges import SnapshotRecord, is_snapshot_range, merged, range_done_ts, range_keys
 from cdcflow.core.data.span_executor import SnapshotReport, SpanState, SpanStatus
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import until
@@ -63,16 +66,28 @@ def report(span: Span, parts_done: int, parts_total: int, rows: int, phase: str 
     return SnapshotReport(span, "range", phase, parts_done, parts_total, rows, estimate, 1.0)
 
 
-async def started(pg: Playground, tmp: Path, captures: list[str]) -> tuple[Maintainer, MessageCenter, int]:
+async def started(
+    pg: Playground, tmp: Path, captures: list[str], record: SnapshotRecord | None = None
+) -> tuple[Maintainer, MessageCenter, int]:
     center = MessageCenter(captures[0])
-    start_ts = pg.now()
+    start_ts = record.ts if record is not None else pg.now()
+    info = changefeed(pg, tmp, start_ts)
     maintainer = Maintainer(
-        captures[0], center, changefeed(pg, tmp, start_ts), start_ts, PluginManager.default(), lambda: captures
+        captures[0], center, info, start_ts, PluginManager.default(), lambda: captures, snapshot_record=record
     )
     maintainer.start()
     await until(lambda: maintainer.placement is not None or maintainer.error, timeout=30, interval=0.05)
     assert maintainer.error is None, maintainer.error
     return maintainer, center, start_ts
+
+
+def recorded(maintainer: Maintainer, *, complete: bool = False, parts: int | None = None) -> SnapshotRecord | None:
+    """The snapshot record in the maintainer's status, once it is complete / has ``parts`` done."""
+    data = maintainer.status().snapshot_record
+    record = SnapshotRecord.from_json(data) if data is not None else None
+    if record is None or (complete and not record.complete) or (parts is not None and record.parts_done != parts):
+        return None
+    return record
 
 
 def table_spans(maintainer: Maintainer) -> list[Span]:
@@ -98,8 +113,15 @@ def test_ranges_first_then_the_tables_once_every_range_is_delivered(pg: Playgrou
             await asyncio.sleep(0.5)
             assert maintainer.snapshot_ranges == ranges
             assert set(maintainer.placement.spans) == ranges
-            # Every range delivered: the tables' spans are placed, from T.
+            # Every range delivered: the record says so; once the coordinator stored it, the
+            # tables' spans are placed, from T.
             maintainer.on_scheduling(heartbeat("c2", 2, *done[half:]))
+            complete = await until(lambda: recorded(maintainer, complete=True), timeout=10, interval=0.05)
+            assert complete.done == tuple(merged(range_keys(r) for r in ranges))
+            assert complete.parts_done == complete.parts_total == len(ranges)
+            await until(lambda: "waiting for the coordinator" in maintainer.block_reason, timeout=10, interval=0.05)
+            assert maintainer.snapshot_ranges == ranges
+            maintainer.on_snapshot_kept()
             await until(lambda: maintainer.snapshot_ranges is None, timeout=10, interval=0.05)
             assert maintainer.placement.spans == table_spans(maintainer)
             assert maintainer.checkpoint_ts == ts
@@ -193,8 +215,99 @@ def test_the_changefeeds_progress_counts_the_ranges_of_every_capture(pg: Playgro
             last = await until(lambda: at(total, 100 * len(mine) + 80 * len(theirs)), timeout=10, interval=0.05)
             assert last["phase"] == "done" and last["parts_total"] == total and last["fraction"] == 1.0
             assert last["rows_estimate"] == last["rows_done"] and last["finished_at"] is not None
+            maintainer.on_snapshot_kept()
             await until(lambda: maintainer.snapshot_ranges is None, timeout=10, interval=0.05)
             assert maintainer.status().snapshot == last
+        finally:
+            await maintainer.close()
+            await center.close()
+
+    asyncio.run(main())
+
+
+def test_a_maintainer_started_with_the_record_places_only_the_ranges_not_delivered(
+    pg: Playground, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        first, center, ts = await started(pg, tmp_path, ["c1", "c2"])
+        try:
+            ranges = sorted(first.snapshot_ranges or ())
+            total, half = len(ranges), len(ranges) // 2
+            assert half >= 1
+            done = [SpanStatus(r, SpanState.REPLICATING, ts, range_done_ts(ts)) for r in ranges[:half]]
+            delivered = tuple(report(r, 1, 1, 100, "done") for r in ranges[:half])
+            first.on_scheduling(heartbeat("c2", 1, *done, reports=delivered))
+            stored = await until(lambda: recorded(first, parts=half), timeout=10, interval=0.05)
+            assert not stored.complete and stored.rows_done == 100 * half and stored.parts_total == total
+        finally:
+            await first.close()
+            await center.close()
+        # The changefeed's next maintainer (its capture died: one capture left) gets the record.
+        second, center, _ = await started(pg, tmp_path, ["c1"], SnapshotRecord.from_json(stored.to_json()))
+        try:
+            assert second.snapshot_ranges == frozenset(ranges[half:])
+            assert second.placement is not None and set(second.placement.spans) == set(ranges[half:])
+            progress = await until(lambda: second.status().snapshot, timeout=10, interval=0.05)
+            assert (progress["parts_done"], progress["parts_total"], progress["rows_done"]) == (half, total, 100 * half)
+            rest = [SpanStatus(r, SpanState.REPLICATING, ts, range_done_ts(ts)) for r in ranges[half:]]
+            second.on_scheduling(
+                heartbeat("c1", 1, *rest, reports=tuple(report(r, 1, 1, 50, "done") for r in ranges[half:]))
+            )
+            complete = await until(lambda: recorded(second, complete=True), timeout=10, interval=0.05)
+            assert complete.parts_done == total and complete.rows_done == 100 * half + 50 * (total - half)
+            assert complete.done == tuple(merged(range_keys(r) for r in ranges))
+            await asyncio.sleep(0.3)
+            assert second.snapshot_ranges is not None, "the tables wait for the record to be stored"
+            second.on_snapshot_kept()
+            await until(lambda: second.snapshot_ranges is None, timeout=10, interval=0.05)
+            assert second.placement.spans == table_spans(second)
+        finally:
+            await second.close()
+            await center.close()
+
+    asyncio.run(main())
+
+
+def test_a_maintainer_started_with_a_complete_record_places_the_tables(pg: Playground, tmp_path: Path) -> None:
+    async def main() -> None:
+        ts = pg.now()
+        table = pg.table_id("customers")
+        record = SnapshotRecord(ts, (Span(table, b"", b""),), 6, 6, 1000, True, 1.0, 2.0)
+        maintainer, center, _ = await started(pg, tmp_path, ["c1", "c2"], record)
+        try:
+            assert maintainer.snapshot_ranges is None
+            assert maintainer.placement is not None and maintainer.placement.spans == table_spans(maintainer)
+            assert maintainer.status().snapshot_record is None
+            progress = await until(lambda: maintainer.status().snapshot, timeout=10, interval=0.05)
+            assert progress["phase"] == "done" and progress["parts_done"] == progress["parts_total"] == 6
+            assert progress["rows_done"] == 1000 and progress["finished_at"] == 2.0
+        finally:
+            await maintainer.close()
+            await center.close()
+
+    asyncio.run(main())
+
+
+def test_a_record_covering_every_range_but_not_complete_completes_before_the_tables(
+    pg: Playground, tmp_path: Path
+) -> None:
+    """Every range delivered, the maintainer gone before the coordinator stored "complete":
+    the next one places no range, reports the record complete and places the tables once
+    it is stored."""
+
+    async def main() -> None:
+        ts = pg.now()
+        table = pg.table_id("customers")
+        record = SnapshotRecord(ts, (Span(table, b"", b""),), 6, 6, 1000, False, 1.0)
+        maintainer, center, _ = await started(pg, tmp_path, ["c1", "c2"], record)
+        try:
+            assert maintainer.snapshot_ranges == frozenset()
+            complete = await until(lambda: recorded(maintainer, complete=True), timeout=10, interval=0.05)
+            assert complete.parts_done == complete.parts_total == 6 and complete.done == record.done
+            assert maintainer.placement is not None and maintainer.placement.spans == []
+            maintainer.on_snapshot_kept()
+            await until(lambda: maintainer.snapshot_ranges is None, timeout=10, interval=0.05)
+            assert maintainer.placement.spans == table_spans(maintainer)
         finally:
             await maintainer.close()
             await center.close()

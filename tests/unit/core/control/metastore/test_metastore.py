@@ -91,6 +91,34 @@ def test_changefeed_records(url):
     asyncio.run(main())
 
 
+def test_snapshot_records(url):
+    async def main():
+        store = open_metastore(url)
+        s = await store.open_session(capture("a"), 5)
+        term = await store.campaign(s)
+        await store.save_snapshot_record("cf-1", {"ts": 10}, term)  # no such changefeed: not kept
+        assert await store.list_snapshot_records() == {}
+        await store.create_changefeed(info(), ChangeFeedStatus(10, 10), term)
+        await store.create_changefeed(info("cf-2"), ChangeFeedStatus(10, 10), term)
+        await store.save_snapshot_record("cf-1", {"ts": 10, "done": [[5, "61", "62"]]}, term)
+        await store.save_snapshot_record("cf-1", {"ts": 10, "done": [[5, "61", ""]], "complete": True}, term)
+        await store.save_snapshot_record("cf-2", {"ts": 10}, term)
+        assert await store.list_snapshot_records() == {
+            "cf-1": {"ts": 10, "done": [[5, "61", ""]], "complete": True},
+            "cf-2": {"ts": 10},
+        }
+        await store.delete_changefeed("cf-1", term)
+        assert await store.list_snapshot_records() == {"cf-2": {"ts": 10}}
+        await store.resign(term)
+        with pytest.raises(NotOwnerError):
+            await store.save_snapshot_record("cf-2", {"ts": 11}, term)
+        assert await store.list_snapshot_records() == {"cf-2": {"ts": 10}}
+        await s.close()
+        await store.close()
+
+    asyncio.run(main())
+
+
 def test_session_expiry_is_noticed(url):
     async def main():
         store = open_metastore(url)
