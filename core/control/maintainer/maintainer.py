@@ -177,6 +177,10 @@ class Maintainer:
         )
         self._record: SnapshotRecord | None = None
         self._record_kept = False
+        #: The record's key ranges merged, and the delivered ranges they were merged from
+        #: (rebuilt only when a range is delivered, not on every tick).
+        self._merged_done: tuple[Span, ...] = ()
+        self._merged_of: frozenset[Span] | None = None
 
     @property
     def changefeed_id(self) -> str:
@@ -303,13 +307,17 @@ class Maintainer:
             return None
         prior, delivered = self._prior, self._delivered
         before = prior.parts_done if prior is not None else 0
-        rows = sum(r.rows_done for span, r in self._range_reports.items() if span in delivered)
+        reports = self._range_reports
+        rows = sum(reports[span].rows_done for span in delivered if span in reports)
+        if delivered != self._merged_of:
+            done = [*(prior.done if prior is not None else ()), *(range_keys(s) for s in delivered)]
+            self._merged_done, self._merged_of = tuple(merged(done)), delivered
         complete = delivered >= self.snapshot_ranges
         last = self._record
         finished = None if not complete else last.finished_at if last is not None and last.finished_at else time.time()
         return SnapshotRecord(
             self.info.start_ts,
-            tuple(merged([*(prior.done if prior is not None else ()), *(range_keys(s) for s in delivered)])),
+            self._merged_done,
             before + len(delivered),
             before + len(self._placed_ranges),
             (prior.rows_done if prior is not None else 0) + rows,
