@@ -33,7 +33,7 @@ from cdcflow.core.control.changefeed import (
 )
 from cdcflow.core.control.coordinator.spec import info_from_connector, section_from_request, validate_section
 from cdcflow.core.control.gc.manager import overwrite_checkpoint_ts
-from cdcflow.core.data.events import tso_physical_ms
+from cdcflow.core.data.events import tso_utc_text
 from cdcflow.core.errors import (
     CdcflowError,
     ConfigInvalidError,
@@ -111,9 +111,7 @@ def changefeed_json(
         "id": info.id,
         "state": info.state.value,
         "checkpoint_tso": status.checkpoint_ts,
-        "checkpoint_time": time.strftime(
-            "%Y-%m-%d %H:%M:%S", time.gmtime(tso_physical_ms(status.checkpoint_ts) / 1000)
-        ),
+        "checkpoint_time": tso_utc_text(status.checkpoint_ts),
         "resolved_ts": status.resolved_ts,
         "start_ts": info.start_ts,
         "epoch": info.epoch,

@@ -46,7 +46,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from cdcflow.core.data.events import tso_physical_ms
+from cdcflow.core.data.events import tso_physical_ms, tso_utc_text, utc_text
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.hookspec import hookimpl
 from cdcflow.core.version import __version__
@@ -263,9 +263,7 @@ class StatusHistory:
                     "id": info.id,
                     "state": info.state.value,
                     "checkpoint_tso": status.checkpoint_ts,
-                    "checkpoint_time": time.strftime(
-                        "%Y-%m-%d %H:%M:%S", time.gmtime(tso_physical_ms(status.checkpoint_ts) / 1000)
-                    ),
+                    "checkpoint_time": tso_utc_text(status.checkpoint_ts),
                     "checkpoint_lag": round(lag_seconds(status.checkpoint_ts, now), 3),
                     "resolved_lag": round(lag_seconds(status.resolved_ts, now), 3),
                     "rows_per_second": latest.get(info.id, {}).get("rows_per_second", 0.0),
@@ -317,7 +315,7 @@ def snapshot_progress_json(raw: dict[str, Any] | None, now: float) -> dict[str, 
         "rows_done": rows,
         "rows_estimate": int(raw.get("rows_estimate", 0)),
         "captures": int(raw.get("captures", 0)),
-        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "started": utc_text(started),
         "elapsed_seconds": round(elapsed, 1),
         "rows_per_second": round(rows / elapsed, 1) if elapsed > 0 else 0.0,
         "eta_seconds": eta,

@@ -181,9 +181,9 @@ async def _replace(coordinator: Coordinator, store: MetaStore, declared: ChangeF
 
 def _utc(ts: int) -> str:
     """A TSO's physical time."""
-    from cdcflow.core.data.events import tso_physical_ms
+    from cdcflow.core.data.events import tso_utc_text
 
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(tso_physical_ms(ts) / 1000))
+    return f"{tso_utc_text(ts)} UTC"
 
 
 async def _apply_declaration(coordinator: Coordinator, store: MetaStore, declared: ChangeFeedInfo) -> None:

@@ -9,6 +9,7 @@ by ``(commit_ts, start_ts, key)``, the event store's order (ARCHITECTURE.md,
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -31,6 +32,8 @@ __all__ = [
     "TypeCode",
     "tso_from_ms",
     "tso_physical_ms",
+    "tso_utc_text",
+    "utc_text",
 ]
 
 #: Bits of the logical part of a TSO.
@@ -40,6 +43,16 @@ TSO_LOGICAL_BITS = 18
 def tso_physical_ms(ts: int) -> int:
     """Milliseconds since the epoch encoded in a TSO."""
     return ts >> TSO_LOGICAL_BITS
+
+
+def utc_text(seconds: float) -> str:
+    """``seconds`` since the epoch as ``YYYY-MM-DD HH:MM:SS``, in UTC (logs, REST, the CLI)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+
+
+def tso_utc_text(ts: int) -> str:
+    """A TSO's physical time as ``YYYY-MM-DD HH:MM:SS``, in UTC."""
+    return utc_text(tso_physical_ms(ts) / 1000)
 
 
 def tso_from_ms(ms: int, logical: int = 0) -> int:

@@ -62,7 +62,7 @@ from cdcflow.core.config.settings import (
     ServerSettings,
     SparkSettings,
 )
-from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span, utc_text
 from cdcflow.core.data.filter import TableFilter, replicates_ddl
 from cdcflow.core.data.logservice.manifest import read_manifest
 from cdcflow.core.data.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
@@ -153,8 +153,8 @@ def claim_changefeed_dir(directory: Path, changefeed_id: str, created_at: float)
             "changefeed %s was created again (at %s; its files are of the one created at %s): "
             "discarding the previous changefeed's event store, Spark checkpoint and snapshot in %s",
             changefeed_id,
-            _utc(created_at),
-            _utc(recorded),
+            f"{utc_text(created_at)} UTC",
+            f"{utc_text(recorded)} UTC",
             directory,
         )
         shutil.rmtree(directory)
@@ -162,10 +162,6 @@ def claim_changefeed_dir(directory: Path, changefeed_id: str, created_at: float)
     tmp = owner.with_suffix(".tmp")
     tmp.write_text(json.dumps({"changefeed_id": changefeed_id, "created_at": created_at}), encoding="utf-8")
     os.replace(tmp, owner)
-
-
-def _utc(stamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
 
 
 def discard_changefeed_data(data_dir: str | Path, changefeed_id: str) -> None:
