@@ -263,8 +263,8 @@ class SinkContext:
     #: replays by batch id keeps its record per (changefeed, writer). The Spark
     #: pipeline keeps the id in its checkpoint directory: a restart on the same
     #: directory keeps it, a lost directory gets a new one.
-    #: "" when the runtime has one writer only and no directory (the test kit,
-    #: the in-process executor).
+    #: The in-process executor has a new one per executor (its batch ids start at 0).
+    #: "" when the runtime has one writer only (the test kit's ``drive``).
     writer_id: str = ""
     #: The writer's directory holds batches written before writers had ids (an
     #: upgrade): what a sink recorded then under no writer ("") is this writer's

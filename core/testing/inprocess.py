@@ -16,7 +16,11 @@ written to every sink as one micro-batch; the span's checkpoint is that
 resolved ts once every sink returned, and observers hear of it as of a
 pipeline batch (``cdcflow_batch_flushed``). Batch ids increase per executor, so a
 restarted changefeed may write a range again under new ids (sinks see an
-at-least-once replay, which their contract makes idempotent).
+at-least-once replay, which their contract makes idempotent). Since its batch ids
+start at 0, each executor is a writer of its own to the sinks
+(``SinkContext.writer_id``, a new id per executor): a sink that recognises replays
+by (changefeed, writer, batch id) never takes one executor's batch for another's
+(two captures of a cluster, or the same capture before a restart).
 
 The changefeed checkpoint from the maintainer's heartbeats
 (:meth:`~cdcflow.core.data.span_executor.SpanExecutor.set_changefeed_checkpoint`) is
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +88,8 @@ class InProcessSpanExecutor(SpanExecutor):
         self._opened = False
         self._error: BaseException | None = None
         self._batch_ids = itertools.count()
+        #: This executor's writer identity (its batch ids are its own; see the module docs).
+        self.writer_id = uuid.uuid4().hex
         self.barrier_ts: int | None = None
         #: The newest changefeed checkpoint written to the sinks (0: none yet).
         self.changefeed_checkpoint = 0
@@ -97,7 +104,14 @@ class InProcessSpanExecutor(SpanExecutor):
             await self.source.prepare_mounter(restart_ts)
             self._mounter = self.source.mounter()
         for sink in self.sinks:
-            sink.open(SinkContext(self.context.changefeed_id, restart_ts=restart_ts, plugins=self.context.plugins))
+            sink.open(
+                SinkContext(
+                    self.context.changefeed_id,
+                    restart_ts=restart_ts,
+                    plugins=self.context.plugins,
+                    writer_id=self.writer_id,
+                )
+            )
         self._opened = True
         self._write_checkpoint()
 

@@ -2,12 +2,21 @@
 
 Layout under the target directory::
 
-    {schema}/{table}/{batch_id:012d}-{end_ts}.{ext}   rows of one batch, written from the driver
-    {schema}/{table}/{batch_id:012d}-{end_ts}-p{partition:05d}.{ext}
-                                                       rows of one partition of a batch, written by a Spark task
+    {schema}/{table}/{batch}.{ext}                     rows of one batch, written from the driver
+    {schema}/{table}/{batch}-p{partition:05d}.{ext}    rows of one partition of a batch, written by a Spark task
     {schema}/{table}/ddl-{commit_ts}.{ext}            a table's DDL
     {schema}/ddl-{commit_ts}.{ext}                    a schema-level DDL
-    metadata                                           {"checkpoint-ts": …, "batch-id": …}
+    metadata                                           {"checkpoint-ts": …, "batch-id": …, "writer": …}
+
+where ``{batch}`` is ``{batch_id:012d}-{end_ts}``, followed by ``-w{writer}`` when the
+pipeline has a writer identity (``SinkContext.writer_id``; the Spark pipeline always
+has one). Batch ids are numbered per writer: on a cluster every capture running the
+changefeed is a writer of its own, and two captures can write batches of the same id
+and end ts into one table's directory (spans of one table on two captures); the
+writer in the name keeps one capture's file from replacing the other's, while a
+replay by the same writer still writes the same names. ``metadata`` is the last batch
+any writer finished (with its writer): on a cluster, the changefeed's checkpoint is the
+one in the metastore (``cdcflow cli changefeed query``), not this file's.
 
 Schema and table names come from the upstream and may hold anything, so each
 is written as one safe path segment, never joined raw (``segment_of``,
@@ -176,6 +185,7 @@ class FileSink(Sink[FileSinkConfig]):
         super().__init__(config)
         self._dir = directory_of(config)
         self._codec: Codec[Any] | None = None
+        self._writer = ""
 
     @classmethod
     def check_config(cls, config: PluginConfig, plugins: PluginManager) -> list[tuple[str, str]]:
@@ -194,13 +204,14 @@ class FileSink(Sink[FileSinkConfig]):
         plugins = context.require_plugins("file")
         codec_cls = plugins.codecs[self.config.protocol]
         self._codec = codec_cls(codec_cls.Config())
+        self._writer = context.writer_id
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DownstreamUnavailableError(f"file sink cannot create {self._dir}: {exc}") from exc
 
     def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
-        return _FileTaskWriter(self._dir, self._require_codec(), self.config.fsync)
+        return _FileTaskWriter(self._dir, self._require_codec(), self.config.fsync, self._writer)
 
     def write_batch(self, batch: MicroBatch) -> None:
         codec = self._require_codec()
@@ -210,7 +221,7 @@ class FileSink(Sink[FileSinkConfig]):
             by_table[row.table].append(row)
         try:
             for table, rows in by_table.items():
-                name = f"{batch.batch_id:012d}-{batch.end_ts}.{ext}"
+                name = f"{batch_stem(batch, self._writer)}.{ext}"
                 self._write_file(self._table_dir(table) / name, codec.encode_rows(rows))
             for ddl in batch.ddl:
                 folder = (
@@ -222,6 +233,8 @@ class FileSink(Sink[FileSinkConfig]):
                 if message is not None:
                     self._write_file(folder / f"ddl-{ddl.commit_ts}.{ext}", [message])
             meta = {"changefeed-id": batch.changefeed_id, "batch-id": batch.batch_id, "checkpoint-ts": batch.end_ts}
+            if self._writer:
+                meta["writer"] = self._writer
             self._write_bytes(self._dir / "metadata", json.dumps(meta, sort_keys=True).encode() + b"\n")
         except OSError as exc:
             raise DownstreamUnavailableError(
@@ -242,6 +255,13 @@ class FileSink(Sink[FileSinkConfig]):
 
     def _write_bytes(self, path: Path, data: bytes) -> None:
         _write_atomically(path, data, fsync=self.config.fsync)
+
+
+def batch_stem(batch: MicroBatch, writer: str) -> str:
+    """The start of the names of ``batch``'s files: ``{batch_id:012d}-{end_ts}``, then
+    ``-w{writer}`` for a pipeline with a writer identity (module docs)."""
+    stem = f"{batch.batch_id:012d}-{batch.end_ts}"
+    return f"{stem}-w{segment_of(writer)}" if writer else stem
 
 
 def _write_atomically(path: Path, data: bytes, *, fsync: bool) -> None:
@@ -272,10 +292,11 @@ def _fsync_dir(directory: Path) -> None:
 class _FileTaskWriter(TaskWriter):
     """Ships the target directory and the codec to Spark tasks."""
 
-    def __init__(self, directory: Path, codec: Codec[Any], fsync: bool) -> None:
+    def __init__(self, directory: Path, codec: Codec[Any], fsync: bool, writer: str) -> None:
         self.directory = directory
         self.codec = codec
         self.fsync = fsync
+        self.writer = writer
 
     def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
         return _FilePartitionWriter(self, batch, partition)
@@ -287,7 +308,7 @@ class _FilePartitionWriter(PartitionWriter):
 
     def __init__(self, target: _FileTaskWriter, batch: MicroBatch, partition: int) -> None:
         self._target = target
-        self._name = f"{batch.batch_id:012d}-{batch.end_ts}-p{partition:05d}.{target.codec.file_extension}"
+        self._name = f"{batch_stem(batch, target.writer)}-p{partition:05d}.{target.codec.file_extension}"
         self._batch_id = batch.batch_id
         self._open: dict[TableName, tuple[Path, BinaryIO]] = {}
         #: The temporary file of each target path, renamed into place on flush.

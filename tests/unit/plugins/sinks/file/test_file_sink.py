@@ -175,3 +175,31 @@ def test_the_sink_takes_its_codecs_from_the_context_only(tmp_path):
     sink = FileSink(FileSinkConfig(path=str(tmp_path)))
     with pytest.raises(CdcflowError, match=r"SinkContext\.plugins, which is None"):
         sink.open(SinkContext("cf"))
+
+
+def test_two_writers_of_a_changefeed_keep_their_own_files_of_one_table(tmp_path):
+    """Batch ids are numbered per writer: two captures holding spans of one table can write
+    batches of the same id and end ts. Each keeps its file; a writer's replay writes the same
+    names again (driver-side batches and task partitions alike)."""
+    import pickle
+
+    def opened(writer: str) -> FileSink:
+        sink = FileSink(FileSinkConfig(path=str(tmp_path), fsync=False))
+        sink.open(SinkContext("cf", plugins=PLUGINS, writer_id=writer))
+        return sink
+
+    first, second = opened("a1"), opened("b2")
+    for sink, row_id in ((first, 1), (second, 2), (first, 1)):  # the last one: first's replay
+        sink.write_batch(MicroBatch("cf", 3, 10, 30, (insert("shop", "orders", {"id": row_id}, commit_ts=20),)))
+        part = pickle.loads(pickle.dumps(sink.task_writer([]))).open(MicroBatch("cf", 4, 30, 40), 0)
+        part.write([insert("shop", "orders", {"id": row_id * 10}, commit_ts=35)])
+        part.flush()
+        part.close()
+    files = {p.name: json.loads(p.read_text())["after"]["id"] for p in (tmp_path / "shop" / "orders").iterdir()}
+    assert files == {
+        "000000000003-30-wa1.jsonl": 1,
+        "000000000003-30-wb2.jsonl": 2,
+        "000000000004-40-wa1-p00000.jsonl": 10,
+        "000000000004-40-wb2-p00000.jsonl": 20,
+    }
+    assert json.loads((tmp_path / "metadata").read_text())["writer"] == "a1"
