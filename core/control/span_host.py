@@ -189,6 +189,7 @@ class SpanHost:
             self._closing[changefeed_id] = self._closing.get(changefeed_id, 0) + 1
             try:
                 await run.executor.close()
+                log.info("changefeed %s: its executor on capture %s is closed", changefeed_id, self.capture_id)
             except Exception:
                 log.exception("closing the executor of changefeed %s failed", changefeed_id)
             finally:
