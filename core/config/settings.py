@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_ERROR_STUCK_DURATION",
     "DEFAULT_GC_TTL",
     "DEFAULT_MEMORY_QUOTA",
+    "DEFAULT_RECLAIM_INTERVAL",
     "DEFAULT_SPILL_DISK_QUOTA",
     "DEFAULT_TRIGGER_INTERVAL",
     "MAX_CHANGEFEED_ID_LENGTH",
@@ -70,6 +71,8 @@ class _Settings(BaseModel):
 #: A capture's directory for local state; the metastore file and the Spark warehouse
 #: are in it unless configured elsewhere.
 DEFAULT_DATA_DIR = "./data"
+#: Seconds between two sweeps of a capture's data directory for removed changefeeds' files (5 min).
+DEFAULT_RECLAIM_INTERVAL = 300.0
 #: Seconds between two looks of a changefeed's streaming query for new resolved data.
 DEFAULT_TRIGGER_INTERVAL = 0.5
 #: Rows a micro-batch holds at most, by default (server.spark.max-batch-rows).
@@ -172,6 +175,12 @@ class ServerSettings(_Settings):
     advertise_addr: str = Field("", description="host:port other captures use to reach this one; api-addr when empty.")
     data_dir: str = Field(DEFAULT_DATA_DIR, description="Directory for the event store's spill files and local state.")
     gc_ttl: Duration = Field(DEFAULT_GC_TTL, description="TTL of the upstream GC safepoint cdcflow keeps (e.g. 24h).")
+    reclaim_interval: Duration = Field(
+        DEFAULT_RECLAIM_INTERVAL,
+        ge=0,
+        description="How often the capture deletes the files (event store, Spark checkpoint, snapshot) of "
+        "changefeeds that no longer exist from its data-dir; also once when it starts (0: never).",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark settings.")
     metrics: bool = Field(

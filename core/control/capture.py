@@ -5,9 +5,10 @@ A capture registers in the metastore under a session, campaigns for owner
 host. When its session is lost — the metastore expired it, e.g. after a
 long pause — it "suicides": stops everything it runs and joins again with a
 new session and a new capture id, so that it never acts on work that has
-been handed to others meanwhile. :meth:`Capture.drain` is the graceful
-shutdown: resign ownership (the checkpoints are flushed first), stop the
-maintainers, close the session.
+been handed to others meanwhile. While joined it also sweeps its data
+directory for the files of removed changefeeds (:mod:`.reclaim`).
+:meth:`Capture.drain` is the graceful shutdown: resign ownership (the
+checkpoints are flushed first), stop the maintainers, close the session.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.core.config.settings import DEFAULT_API_ADDR, DEFAULT_DATA_DIR, DEFAULT_GC_TTL, ServerSettings
+from cdcflow.core.config.settings import (
+    DEFAULT_API_ADDR,
+    DEFAULT_DATA_DIR,
+    DEFAULT_GC_TTL,
+    DEFAULT_RECLAIM_INTERVAL,
+    ServerSettings,
+)
 from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo
 from cdcflow.core.control.coordinator.controller import DEFAULT_HEARTBEAT_TIMEOUT
 from cdcflow.core.control.coordinator.coordinator import DEFAULT_CHECKPOINT_WINDOW, Coordinator
@@ -34,6 +41,7 @@ from cdcflow.core.control.messaging.center import MessageCenter
 from cdcflow.core.control.messaging.grpc import GrpcTransport, MessageServer, TLSConfig
 from cdcflow.core.control.metastore.base import MetaStore, NotOwnerError, Session
 from cdcflow.core.control.metastore.timed import TimedMetaStore
+from cdcflow.core.control.reclaim import ChangefeedFilesSweeper
 from cdcflow.core.control.span_host import SpanHost
 from cdcflow.core.data.span_executor import ExecutorFactory
 from cdcflow.core.errors import CdcflowError
@@ -67,6 +75,8 @@ class CaptureOptions:
     gc_tick: float = DEFAULT_GC_TICK
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     checkpoint_window: float = DEFAULT_CHECKPOINT_WINDOW
+    #: Seconds between sweeps of data_dir for the files of removed changefeeds (0: no sweep).
+    reclaim_interval: float = DEFAULT_RECLAIM_INTERVAL
     tls: TLSConfig | None = None
     #: Record metrics (server.metrics); off: /metrics serves only what it reads when scraped.
     metrics: bool = True
@@ -159,6 +169,11 @@ class Capture:
             asyncio.create_task(self._watch_captures(), name="capture-watch"),
             asyncio.create_task(self._campaign(self.session), name="capture-campaign"),
         ]
+        if self.options.reclaim_interval > 0:
+            # The removed changefeeds' files: swept now, then every reclaim-interval (never
+            # those of a changefeed with an executor here).
+            sweeper = ChangefeedFilesSweeper(self.store, self.options.data_dir, host.changefeeds_here, self.metrics)
+            tasks.append(asyncio.create_task(sweeper.run(self.options.reclaim_interval), name="capture-reclaim"))
         self.joined.set()
         stop = asyncio.create_task(self._stopping.wait())
         lost = asyncio.create_task(self.session.lost.wait())

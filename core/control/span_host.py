@@ -90,6 +90,8 @@ class SpanHost:
         #: The newest maintainer epoch removed per changefeed: later requests of it or
         #: older ones (still in flight when it was removed) must not start spans again.
         self._removed: dict[str, int] = {}
+        #: Executors closing, by changefeed (their files may still be written meanwhile).
+        self._closing: dict[str, int] = {}
         self._task = asyncio.create_task(self._tick_loop(), name=f"span-host-{capture_id}")
 
     async def on_request(self, message: SchedulingMessage) -> None:
@@ -176,13 +178,24 @@ class SpanHost:
         if run is not None and run.epoch <= epoch:
             await self._close(changefeed_id)
 
+    def changefeeds_here(self) -> set[str]:
+        """The changefeeds with an executor on this capture, running or closing: the
+        capture's sweep leaves their files alone (:mod:`cdcflow.core.control.reclaim`)."""
+        return set(self.runs) | set(self._closing)
+
     async def _close(self, changefeed_id: str) -> None:
         run = self.runs.pop(changefeed_id, None)
         if run is not None:
+            self._closing[changefeed_id] = self._closing.get(changefeed_id, 0) + 1
             try:
                 await run.executor.close()
+                log.info("changefeed %s: its executor on capture %s is closed", changefeed_id, self.capture_id)
             except Exception:
                 log.exception("closing the executor of changefeed %s failed", changefeed_id)
+            finally:
+                left = self._closing.pop(changefeed_id) - 1
+                if left:
+                    self._closing[changefeed_id] = left
 
     async def _tick_loop(self) -> None:
         while True:

@@ -111,6 +111,11 @@ METRICS: tuple[MetricSpec, ...] = (
        "Times this capture lost its metastore session and joined again (a suicide, seed 001)."),
     _m("cdcflow_coordinator_term", "gauge", "", "term",
        "Owner term of the coordinator this capture runs (0: not the owner)."),
+    _m("cdcflow_reclaimed_changefeed_dirs_total", "counter", "", "directories",
+       "Directories of changefeeds that no longer exist deleted from this capture's data-dir by its sweep.",
+       scraped=False),
+    _m("cdcflow_reclaimed_bytes_total", "counter", "", "bytes",
+       "Bytes the files of those directories held.", scraped=False),
     _m("cdcflow_metastore_operation_duration_seconds", "histogram", "operation", "seconds",
        "Duration of metastore operations, by operation (get_changefeed, update_checkpoints, campaign ...).",
        scraped=False),
@@ -388,6 +393,8 @@ class CaptureMetrics:
         self.batch_seconds = histogram("cdcflow_spark_batch_duration_seconds", DURATION_BUCKETS)
         self.batch_rows = histogram("cdcflow_spark_batch_rows", ROWS_BUCKETS)
         self.task_seconds = histogram("cdcflow_spark_task_duration_seconds", DURATION_BUCKETS)
+        self.reclaimed_dirs = counter("cdcflow_reclaimed_changefeed_dirs_total")
+        self.reclaimed_bytes = counter("cdcflow_reclaimed_bytes_total")
         self.retries = counter("cdcflow_retries_total")
         self.errors = counter("cdcflow_errors_total")
         self._changefeeds: dict[str, ChangefeedMetrics] = {}
@@ -427,6 +434,11 @@ class CaptureMetrics:
         self.metastore_seconds.labels(operation).observe(seconds)
         if error is not None:
             self.metastore_errors.labels(operation).inc()
+
+    def reclaimed(self, nbytes: int) -> None:
+        """A removed changefeed's directory of ``nbytes`` was deleted from the data dir."""
+        self.reclaimed_dirs.inc()
+        self.reclaimed_bytes.inc(nbytes)
 
     def exposition(self, snapshot: Snapshot) -> bytes:
         """The Prometheus text of everything: recorded metrics and ``snapshot``'s."""

@@ -35,16 +35,16 @@ identity that sinks key their records by: :mod:`.writer`) and
 ``snapshot/`` (the initial snapshot's plan and parts). All survive a
 restart. ``changefeed.json`` says which changefeed of the id they are for (its
 creation time): a changefeed created again under a removed one's id discards
-the previous one's files before it starts (:func:`claim_changefeed_dir`).
+the previous one's files before it starts (:func:`claim_changefeed_dir`). The
+files of a changefeed that no longer exists are reclaimed by the capture's sweep
+(:mod:`cdcflow.core.data.pipeline.files`, :mod:`cdcflow.core.control.reclaim`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -62,13 +62,14 @@ from cdcflow.core.config.settings import (
     ServerSettings,
     SparkSettings,
 )
-from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span, utc_text
+from cdcflow.core.data.events import DDLEvent, RawKVEvent, ResolvedEvent, RowChange, Span
 from cdcflow.core.data.filter import TableFilter, replicates_ddl
 from cdcflow.core.data.logservice.manifest import read_manifest
 from cdcflow.core.data.logservice.store import DEFAULT_CHUNK_ROWS, EventStore
 from cdcflow.core.data.pipeline.backoff import FIRST_RETRY_DELAY, MAX_RETRY_DELAY, is_retryable
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS
+from cdcflow.core.data.pipeline.files import OWNER_FILE, changefeed_dir, claim_changefeed_dir, discard_changefeed_data
 from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS, DEFAULT_TASK_ROWS, ChangefeedPipeline
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
 from cdcflow.core.data.pipeline.writer import writer_identity
@@ -83,7 +84,7 @@ from cdcflow.core.data.snapshot_ranges import (
 from cdcflow.core.data.source import SnapshotPlan, Source
 from cdcflow.core.data.span_executor import ExecutorContext, SnapshotReport, SpanExecutor, SpanState, SpanStatus
 from cdcflow.core.data.transform import TransformChain
-from cdcflow.core.errors import BackPressureError, CdcflowError
+from cdcflow.core.errors import BackPressureError
 from cdcflow.core.metrics import CaptureMetrics, ChangefeedMetrics, ExecutorStats
 from cdcflow.core.plugin.manager import PluginManager
 
@@ -113,60 +114,6 @@ _SNAPSHOT_SETTLE = 1.0
 _RANGE_THREADS = 4
 #: See :attr:`PipelineContext.stall_timeout`.
 DEFAULT_STALL_TIMEOUT = 30.0
-
-
-def changefeed_dir(data_dir: str | Path, changefeed_id: str) -> Path:
-    """Where a changefeed's event store and Spark checkpoint live."""
-    return Path(data_dir) / "changefeeds" / changefeed_id
-
-
-#: The file in a changefeed's directory that says which changefeed of the id it is for.
-OWNER_FILE = "changefeed.json"
-
-
-def claim_changefeed_dir(directory: Path, changefeed_id: str, created_at: float) -> None:
-    """Make ``directory`` the files of the changefeed ``changefeed_id`` created at ``created_at``.
-
-    A changefeed removed and created again under the same id (``cli changefeed
-    remove`` then ``create``, or ``cdcflow run`` replacing the embedded
-    playground's) must not resume the previous one's event store, Spark
-    checkpoint and snapshot: they hold chunks, offsets and batch ids of another
-    start ts (a new start ts below the old one's published ts would skip rows).
-    The directory records the creation time of the changefeed it belongs to;
-    one recorded for another creation is deleted first. A directory without the
-    record (made by a version that did not keep it) is taken as this changefeed's.
-    """
-    owner = directory / OWNER_FILE
-    try:
-        recorded = json.loads(owner.read_text(encoding="utf-8")).get("created_at")
-    except FileNotFoundError:
-        recorded = None
-    except (OSError, ValueError, AttributeError) as exc:
-        raise CdcflowError(
-            f"changefeed {changefeed_id}: cannot read {owner} ({exc}); it says which changefeed the files in "
-            f"{directory} belong to. Remove the directory if the changefeed is new, or restore the file"
-        ) from exc
-    if recorded is not None and recorded == created_at:
-        return
-    if recorded is not None:
-        log.info(
-            "changefeed %s was created again (at %s; its files are of the one created at %s): "
-            "discarding the previous changefeed's event store, Spark checkpoint and snapshot in %s",
-            changefeed_id,
-            f"{utc_text(created_at)} UTC",
-            f"{utc_text(recorded)} UTC",
-            directory,
-        )
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = owner.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"changefeed_id": changefeed_id, "created_at": created_at}), encoding="utf-8")
-    os.replace(tmp, owner)
-
-
-def discard_changefeed_data(data_dir: str | Path, changefeed_id: str) -> None:
-    """Delete a removed changefeed's event store and Spark checkpoint."""
-    shutil.rmtree(changefeed_dir(data_dir, changefeed_id), ignore_errors=True)
 
 
 @dataclass
