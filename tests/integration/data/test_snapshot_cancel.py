@@ -17,7 +17,7 @@ from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineS
 from cdcflow.core.data.snapshot_ranges import range_done_ts, range_name, snapshot_range
 from cdcflow.core.data.span_executor import SpanState
 from cdcflow.core.testing import ListSink, insert, until
-from tests.integration.data.gated_snapshot import GatedSnapshotSource
+from tests.integration.data.gated import GatedSnapshotSource
 
 pytestmark = pytest.mark.integration
 
