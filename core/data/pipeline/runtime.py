@@ -45,6 +45,7 @@ the writes of a batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -153,6 +154,54 @@ class _DropInterruptedBatches(logging.Filter):
 
 
 _PY4J_FILTER = _DropInterruptedBatches()
+
+#: Stops in progress that keep Spark's stream-execution loggers quiet (see :func:`_stream_errors_off`).
+_quiet_stops = 0
+_quiet_lock = threading.Lock()
+#: The loggers' explicit levels before the first of them (None: none was configured).
+_quiet_before: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def _stream_errors_off(spark: Any, query: Any) -> Iterator[None]:
+    """Keep the ERROR Spark's stream execution logs, with the whole Java trace, when a
+    batch fails ("Query ... terminated with error") out of Spark's log while ``query`` is
+    being stopped: a batch the stop interrupts fails on purpose (the pipeline logs one
+    line of its own, :meth:`ChangefeedPipeline._on_batch`). Only for the stop (the
+    loggers are restored after it); a batch that fails otherwise is logged with its
+    cause. Stops of several queries at once share one quiet period."""
+    global _quiet_stops
+    try:
+        jvm = spark.sparkContext._jvm
+        log4j = jvm.org.apache.logging.log4j
+        configurator = log4j.core.config.Configurator
+        # Spark's loggers are named after the class whose code logs: the query's own
+        # (MicroBatchExecution), where the stream thread reports how the query ended.
+        names = {str(query._jsq.streamingQuery().getClass().getName())}
+    except Exception:  # noqa: BLE001 - py4j's errors (no log4j 2, not a classic query): nothing to quiet
+        yield
+        return
+    with _quiet_lock:
+        if _quiet_stops == 0:
+            loggers = log4j.LogManager.getContext(False).getConfiguration().getLoggers()
+            for name in names:
+                _quiet_before[name] = loggers.get(name).getLevel() if loggers.containsKey(name) else None
+                configurator.setLevel(name, log4j.Level.OFF)
+        _quiet_stops += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_stops -= 1
+            if _quiet_stops == 0:
+                context = log4j.LogManager.getContext(False)
+                for name, level in _quiet_before.items():
+                    if level is None:
+                        context.getConfiguration().removeLogger(name)
+                    else:
+                        configurator.setLevel(name, level)
+                context.updateLoggers()
+                _quiet_before.clear()
 
 
 class ChangefeedPipeline:
@@ -263,7 +312,8 @@ class ChangefeedPipeline:
             while query.isActive and time.monotonic() < deadline and query.status.get("isTriggerActive"):
                 time.sleep(0.05)
             self._stopping.set()
-            query.stop()
+            with _stream_errors_off(self.spark, query):
+                query.stop()
         self.checkpoints.stop(grace)
 
     def emit_checkpoint(self, ts: int) -> None:
@@ -299,9 +349,14 @@ class ChangefeedPipeline:
         began = time.perf_counter()
         try:
             rows = self._deliver_with_retry(frame, batch_id, (start_ts, start_chunk), (end_ts, end_chunk))
-        except Exception:
+        except Exception as exc:
             if not self._stopping.is_set():
                 raise
+            log.warning(
+                "changefeed %s: batch %d (ts %d..%d) interrupted by the stop (%s); it was not committed "
+                "and is replayed on the next start",
+                *(self.changefeed_id, batch_id, start_ts, end_ts, _first_line(exc)),
+            )
             # Raised without its cause: Spark matches the message of a failed batch
             # with regular expressions, which overflow the stack on a long Java trace.
             message = f"changefeed {self.changefeed_id}: batch {batch_id} interrupted by stop; replayed on restart"
@@ -702,6 +757,18 @@ class ChangefeedPipeline:
         if manifest is None:
             raise CdcflowError(f"changefeed {self.changefeed_id}: the event store's manifest is gone")
         return offset_ts(offset), offset_chunk(offset, manifest)
+
+
+def _first_line(error: BaseException, limit: int = 160) -> str:
+    """What a short log line says of ``error``: its type and its message's first line
+    (of a Java exception raised through py4j, the Java exception's)."""
+    java = getattr(error, "java_exception", None)
+    lines = str(java if java is not None else error).strip().splitlines()
+    if java is not None:
+        return lines[0][:limit] if lines else type(error).__name__
+    text = lines[0] if lines else ""
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _sink_name(sink: Sink[Any]) -> str:

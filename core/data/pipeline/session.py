@@ -45,6 +45,7 @@ __all__ = [
     "LOG4J2_CONFIG",
     "TASK_MODULES",
     "spark_conf",
+    "spark_job_group",
     "spark_log_level",
     "spark_session",
     "spawn_jvm_without_fork",
@@ -129,6 +130,26 @@ def spark_session(settings: SparkSettings, plugins: PluginManager | None = None)
         session.sparkContext.setLogLevel(spark_log_level())
         session.dataSource.register(CdcflowDataSource)
         return session
+
+
+#: The local properties :func:`spark_job_group` sets (and restores) on the calling thread.
+_JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+@contextlib.contextmanager
+def spark_job_group(spark: Any, group: str, description: str) -> Iterator[None]:
+    """Run the Spark jobs this thread starts inside the block in job group ``group``, so
+    that ``sparkContext.cancelJobGroup(group)`` from any thread cancels them and
+    interrupts their tasks. Spark keeps the group per thread (PySpark pins each Python
+    thread to a JVM thread); the thread's previous group is restored after the block."""
+    context = spark.sparkContext
+    before = [context.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES]
+    context.setJobGroup(group, description, True)
+    try:
+        yield
+    finally:
+        for key, value in zip(_JOB_GROUP_PROPERTIES, before, strict=True):
+            context.setLocalProperty(key, value)
 
 
 #: What every task of the pipeline imports in Spark's Python workers.

@@ -98,6 +98,9 @@ _PART_SUMMARY = pa.schema(
 _PART_FILE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
 #: Seconds between two progress reports while parts are read.
 PROGRESS_INTERVAL = 1.0
+#: One lock per snapshot directory of the process (:meth:`InitialSnapshot.exclusive`).
+_FILES_IN_USE: dict[str, threading.Lock] = {}
+_FILES_GUARD = threading.Lock()
 
 
 def part_file_name(part: int, rows: int) -> str:
@@ -347,13 +350,8 @@ class InitialSnapshot:
         # One partition per part, in plan (key) order: parallelize keeps the slices as given.
         rdd = spark.sparkContext.parallelize(pending, len(pending))
         frame = spark.createDataFrame(rdd, "part INT, task BINARY")
-        context = spark.sparkContext
-        context.setJobGroup(self.job_group, f"cdcflow {self.changefeed_id}: initial snapshot at {self.ts}", True)
-        try:
+        with self.jobs(spark):
             out = frame.mapInArrow(task, PART_SUMMARY_DDL).collect()
-        finally:
-            context.setLocalProperty("spark.jobGroup.id", None)
-            context.setLocalProperty("spark.job.description", None)
         failed = sorted((r for r in out if r["error"]), key=lambda r: r["part"])
         if failed:
             raise pickle.loads(failed[0]["error"])
@@ -363,9 +361,28 @@ class InitialSnapshot:
         suffix = f"-{self.range_name}" if self.range_name is not None else ""
         return f"cdcflow-snapshot-{self.changefeed_id}{suffix}"
 
+    def jobs(self, spark: Any) -> contextlib.AbstractContextManager[None]:
+        """The Spark jobs this thread starts in the block are the snapshot's: its read's and
+        its delivery's, which :meth:`cancel` cancels (a job group per snapshot)."""
+        from cdcflow.core.data.pipeline.session import spark_job_group
+
+        description = f"cdcflow {self.changefeed_id}: initial snapshot at {self.ts}{self._range_label}"
+        return spark_job_group(spark, self.job_group, description)
+
     def cancel(self, spark: Any) -> None:
-        """Cancel the read's Spark job (the executor closes): parts read so far stay read."""
+        """Cancel the snapshot's running Spark jobs (its read's or its delivery's; the
+        executor closes, or the range is removed): parts read so far stay read. A job
+        started after this call is not cancelled by it: call it until the thread that
+        reads and delivers the snapshot ended."""
         spark.sparkContext.cancelJobGroup(self.job_group)
+
+    def exclusive(self) -> threading.Lock:
+        """The process's lock on this snapshot's files: held while they are read, delivered
+        and deleted (:meth:`mark_done`), so that a read or delivery of the same snapshot
+        started again (a range removed and added back, an executor of the changefeed
+        started again in this process) never lists part files another one deletes."""
+        with _FILES_GUARD:
+            return _FILES_IN_USE.setdefault(str(self.directory.resolve()), threading.Lock())
 
     def frame(self, spark: Any) -> Any:
         """The records of every part read, as a DataFrame of the event store's record schema."""

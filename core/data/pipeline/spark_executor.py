@@ -112,6 +112,8 @@ DEFAULT_PUBLISH_INTERVAL = 0.1
 _SNAPSHOT_SETTLE = 1.0
 #: Snapshot ranges read and delivered at once on one capture (Spark runs their parts as it has cores).
 _RANGE_THREADS = 4
+#: Seconds between cancellations of a stopped snapshot's Spark jobs while its thread ends.
+_CANCEL_POLL = 0.5
 #: See :attr:`PipelineContext.stall_timeout`.
 DEFAULT_STALL_TIMEOUT = 30.0
 
@@ -452,9 +454,12 @@ class PipelineSpanExecutor(SpanExecutor):
         for span in list(self._ranges):
             await self._remove_range(span, closing=True)
         if self._starting is not None:
-            if self.snapshot is not None and self._spark is not None and not self._starting.done():
-                self.snapshot.cancel(self._spark)  # a snapshot being read: its parts read so far stay
-            # A start in progress cannot be interrupted (it runs in a thread); let it end, then stop it.
+            # A start in progress cannot be interrupted (it runs in a thread): its snapshot's
+            # Spark jobs are cancelled (the parts read so far stay), then it is let end.
+            while not self._starting.done():
+                if self.snapshot is not None and self._spark is not None:
+                    self.snapshot.cancel(self._spark)
+                await asyncio.wait([self._starting], timeout=_CANCEL_POLL)
             await asyncio.gather(self._starting, return_exceptions=True)
             self._starting = None
         pipeline, self.pipeline = self.pipeline, None
@@ -700,10 +705,14 @@ class PipelineSpanExecutor(SpanExecutor):
     def _take_snapshot(
         self, pipeline: ChangefeedPipeline, snapshot: InitialSnapshot, plan: SnapshotPlan, spans: dict[int, Span]
     ) -> None:
-        """Read the parts not read yet, deliver the whole snapshot as one batch, mark it done."""
-        rows = snapshot.read(self._spark, plan)
-        written = pipeline.deliver_snapshot(snapshot.frame(self._spark), snapshot.ts, rows, spans)
-        snapshot.delivered(written)
+        """Read the parts not read yet, deliver the whole snapshot as one batch, mark it done
+        (every Spark job of it in the snapshot's job group, which :meth:`close` cancels)."""
+        with snapshot.exclusive(), snapshot.jobs(self._spark):
+            if snapshot.done:
+                return
+            rows = snapshot.read(self._spark, plan)
+            written = pipeline.deliver_snapshot(snapshot.frame(self._spark), snapshot.ts, rows, spans)
+            snapshot.delivered(written)
 
     # -- snapshot ranges ----------------------------------------------------------------
 
@@ -730,13 +739,14 @@ class PipelineSpanExecutor(SpanExecutor):
         read = self._ranges.get(span)
         if read is None:
             return self._removed.get(span)
-        if read.state is not SpanState.STOPPING:
-            read.state = SpanState.STOPPING
-            if read.task is not None and not read.task.done() and read.snapshot is not None and self._spark is not None:
-                read.snapshot.cancel(self._spark)
+        read.state = SpanState.STOPPING
         if read.task is not None and not read.task.done():
+            if read.snapshot is not None and self._spark is not None:
+                # Again on every call: a job the range's thread started since is cancelled too.
+                read.snapshot.cancel(self._spark)
             if not closing:
                 return None
+            # The task ends once the range's thread did (see _read_range), never before.
             read.task.cancel()
             await asyncio.gather(read.task, return_exceptions=True)
         del self._ranges[span]
@@ -764,7 +774,12 @@ class PipelineSpanExecutor(SpanExecutor):
                         plan, spans = kept
                     if self._range_threads is None:
                         self._range_threads = ThreadPoolExecutor(_RANGE_THREADS, thread_name_prefix="snapshot-range")
-                    await loop.run_in_executor(self._range_threads, self._deliver_range, loop, read, plan, spans)
+                    work = loop.run_in_executor(self._range_threads, self._deliver_range, loop, read, plan, spans)
+                    try:
+                        await asyncio.shield(work)
+                    except asyncio.CancelledError:
+                        await self._stop_snapshot_jobs(snapshot, work)
+                        raise
                 if read.stopping():
                     return
                 read.done = True
@@ -785,18 +800,40 @@ class PipelineSpanExecutor(SpanExecutor):
                 await self._pause(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY)
 
+    async def _stop_snapshot_jobs(self, snapshot: InitialSnapshot, work: asyncio.Future[None]) -> None:
+        """Cancel the Spark jobs of ``snapshot`` until ``work`` — the thread reading and
+        delivering it — ended. Cancelling the asyncio task that awaits the thread does not
+        stop the thread, nor the Spark job it waits on in the JVM: left running, that job
+        would read the snapshot's part files while a later read or delivery of the range
+        deletes them (``FAILED_READ_FILE.FILE_NOT_EXIST``), and its delivery would write to
+        sinks being closed. The cancelled job fails its thread at once."""
+        while not work.done():
+            if self._spark is not None:
+                snapshot.cancel(self._spark)  # again each time: a job started since is cancelled too
+            await asyncio.wait([work], timeout=_CANCEL_POLL)
+        if not work.cancelled() and work.exception() is not None:
+            log.info(
+                "changefeed %s: snapshot at %d%s stopped; its Spark jobs were cancelled (parts read so far stay read)",
+                *(self.changefeed_id, snapshot.ts, f", range {snapshot.range_name}" if snapshot.range_name else ""),
+            )
+
     def _deliver_range(
         self, loop: asyncio.AbstractEventLoop, read: _LoadedRange, plan: SnapshotPlan, spans: dict[int, Span]
     ) -> None:
         snapshot = read.snapshot
         assert snapshot is not None
         pipeline = self.pipeline or self._build_pipeline(loop)
-        rows = snapshot.read(self._spark, plan)
-        if read.stopping():
-            return  # removed while it was read: its new capture delivers it
-        frame = snapshot.frame(self._spark)
-        written = pipeline.deliver_snapshot(frame, snapshot.ts, rows, spans, range_batch_id(read.span))
-        snapshot.delivered(written)
+        # Every Spark job of the range in its job group (cancelled when the range is removed),
+        # its files held: an earlier read of it in this process that is still ending goes first.
+        with snapshot.exclusive(), snapshot.jobs(self._spark):
+            if read.stopping() or snapshot.done:
+                return
+            rows = snapshot.read(self._spark, plan)
+            if read.stopping():
+                return  # removed while it was read: its new capture delivers it
+            frame = snapshot.frame(self._spark)
+            written = pipeline.deliver_snapshot(frame, snapshot.ts, rows, spans, range_batch_id(read.span))
+            snapshot.delivered(written)
 
     def _start_session(self) -> Any:
         """The capture's SparkSession, retried: launching Spark's JVM while other

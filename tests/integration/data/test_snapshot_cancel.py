@@ -1,0 +1,123 @@
+"""A snapshot range removed (or its executor closed) while Spark reads it: its Spark job is
+cancelled in Spark, not only the asyncio task that awaited it, and a later read of the
+range in this process never finds its part files deleted under it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.core.config.settings import SparkSettings
+from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
+from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor, changefeed_dir
+from cdcflow.core.data.snapshot_ranges import range_done_ts, range_name, snapshot_range
+from cdcflow.core.data.span_executor import SpanState
+from cdcflow.core.testing import ListSink, insert, until
+from tests.integration.data.gated import GatedSnapshotSource
+
+pytestmark = pytest.mark.integration
+
+TS = 500
+ROWS = 40
+SPARK_WAIT = 120.0  # a hang guard for steps that take seconds with local Spark on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from cdcflow.core.data.pipeline.session import spark_session, stop_spark_session
+
+    session = spark_session(SparkSettings(master="local[2]"))
+    yield session
+    stop_spark_session()
+
+
+def _source(gate: Path) -> GatedSnapshotSource:
+    events = [insert("shop", "orders", {"id": i}, commit_ts=100 + i) for i in range(ROWS)]
+    source = GatedSnapshotSource(GatedSnapshotSource.Config(), [*events, GatedSnapshotSource.resolved(TS)])
+    source.gate_dir = gate
+    return source
+
+
+def _executor(spark: Any, tmp_path: Path, sink: ListSink) -> PipelineSpanExecutor:
+    return PipelineSpanExecutor(
+        PipelineContext("cf", _source(tmp_path / "gate"), [sink], data_dir=tmp_path / "data", start_ts=TS, spark=spark)
+    )
+
+
+async def _range(executor: PipelineSpanExecutor) -> Any:
+    (table,) = await executor.source.list_tables()
+    (span,) = await executor.source.spans_for(table)
+    return snapshot_range(span)
+
+
+def _group(tmp_path: Path, placed: Any) -> str:
+    return InitialSnapshot(changefeed_dir(tmp_path / "data", "cf"), "cf", TS, range_name=range_name(placed)).job_group
+
+
+def _running_jobs(spark: Any, group: str) -> list[int]:
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [(job, tracker.getJobInfo(job)) for job in tracker.getJobIdsForGroup(group)]
+    return [job for job, info in jobs if info is not None and info.status == "RUNNING"]
+
+
+async def _read_started(executor: PipelineSpanExecutor, spark: Any, tmp_path: Path) -> tuple[Any, str]:
+    """Place the range, wait until its Spark job runs a part (held at the gate)."""
+    (tmp_path / "gate").mkdir(exist_ok=True)
+    placed = await _range(executor)
+    assert await executor.add_span(placed, TS, prepare=False)
+    group = _group(tmp_path, placed)
+    await until(lambda: any((tmp_path / "gate").glob("started-*")), timeout=SPARK_WAIT)
+    assert _running_jobs(spark, group), "the range's read must run in Spark for this test to mean anything"
+    return placed, group
+
+
+async def _deliver_again(spark: Any, tmp_path: Path) -> ListSink:
+    """A new executor of the changefeed reads and delivers the range whole."""
+    (tmp_path / "gate" / "open").touch()
+    sink = ListSink()
+    executor = _executor(spark, tmp_path, sink)
+    try:
+        placed = await _range(executor)
+        assert await executor.add_span(placed, TS, prepare=False)
+        await until(
+            lambda: executor.status(placed).resolved_ts == range_done_ts(TS) or executor.error(),
+            timeout=SPARK_WAIT,
+        )
+        assert executor.error() is None
+    finally:
+        await executor.close()
+    return sink
+
+
+def test_closing_the_executor_mid_read_cancels_the_ranges_spark_job(spark: Any, tmp_path: Path) -> None:
+    async def main() -> ListSink:
+        executor = _executor(spark, tmp_path, ListSink())
+        _, group = await _read_started(executor, spark, tmp_path)
+        await executor.close()
+        # Closed means the range's Spark job is over, not merely no longer awaited.
+        assert _running_jobs(spark, group) == []
+        return await _deliver_again(spark, tmp_path)
+
+    sink = asyncio.run(main())
+    assert sorted(row.after["id"] for row in sink.rows) == list(range(ROWS))
+
+
+def test_removing_a_range_mid_read_cancels_its_spark_job(spark: Any, tmp_path: Path) -> None:
+    async def main() -> ListSink:
+        executor = _executor(spark, tmp_path, ListSink())
+        try:
+            placed, group = await _read_started(executor, spark, tmp_path)
+            final = await until(lambda: executor.remove_span(placed), timeout=SPARK_WAIT)
+            assert final == TS  # stopped, not delivered: its new capture delivers it
+            assert executor.status(placed).state is SpanState.STOPPED
+            assert _running_jobs(spark, group) == []
+        finally:
+            await executor.close()
+        return await _deliver_again(spark, tmp_path)
+
+    sink = asyncio.run(main())
+    assert sorted(row.after["id"] for row in sink.rows) == list(range(ROWS))
