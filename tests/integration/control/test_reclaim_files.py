@@ -79,9 +79,12 @@ def test_a_removed_changefeeds_files_go_and_a_paused_ones_stay(pg: Playground, t
         assert cli(server, env, "changefeed", "query", "-c", CF)["state"] == "paused"
 
         cli(server, env, "changefeed", "remove", "-c", CF)
-        until_sync(lambda: not mine.exists(), timeout=SWEPT, interval=REST_POLL,
+        # The directory is moved aside first, then deleted, then the line is logged.
+        reclaimed = f"reclaimed the files of removed changefeed {CF}:"
+        until_sync(lambda: reclaimed in log(), timeout=SWEPT, interval=REST_POLL,
                    message="the removed changefeed's files reclaimed", observe=tail)  # fmt: skip
-        [line] = [x for x in log().splitlines() if f"reclaimed the files of removed changefeed {CF}:" in x]
+        assert not mine.exists()
+        [line] = [x for x in log().splitlines() if reclaimed in x]
         freed = re.search(r"\((\d+) bytes freed\)", line)
         assert str(mine) in line and freed is not None and int(freed.group(1)) > 0, line
         for name in ("gone-before-start", "gone-while-paused"):
