@@ -1,6 +1,6 @@
 """End to end: rows/s from the playground to the Kafka mock cluster, next to two ceilings.
 
-    .venv/bin/python -m benchmarks.bench_e2e [--txns 3000] [--rate TXNS_PER_S]
+    .venv/bin/python -m benchmarks.bench_e2e [--txns 3000] [--rate TXNS_PER_S] [--stages]
     .venv/bin/python -m benchmarks.bench_e2e --memory [--rows 1000000] [--quota 64MiB] [--trace FILE]
     .venv/bin/python -m benchmarks.bench_e2e --metrics-overhead [--txns 3000] [--rounds 2]
 
@@ -18,6 +18,14 @@ Throughput mode, all in one run on the same machine:
   where the checkpoint lag is the pipeline's latency, not a queue.
   The checkpoint lag (wall clock − checkpoint's physical time) is sampled from the
   capture's metastore every 0.2 s meanwhile: p50 / p99 are reported.
+* **stages** (with ``--stages``) — where the lag comes from: the capture's
+  ``GET /api/v2/changefeeds/{id}/statistics`` is read every 0.1 s meanwhile, whose
+  ``stages`` give the ts each stage of the way reached (the source's resolved ts, the
+  event store's published ts, the end of the newest micro-batch begun, the ts the
+  sinks flushed, the maintainer's checkpoint, the coordinator's, and the persisted
+  one). Reported per stage: its lag (wall clock − ts) p50 / p99; and per hop (a stage
+  to the next) the time the next stage took to reach a ts the stage was seen at
+  (mean / p99, to the 0.1 s of the sampling). The reads cost the capture a little.
 * **mount** — the same committed row events, decoded by ``TiDBMounter`` in this
   process (schema loaded from the status API first, not timed): the raw decode rate.
 * **produce** — the mounted rows encoded as Open Protocol messages (not timed), then
@@ -73,7 +81,7 @@ from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBMounter
 from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
 from cdcflow.plugins.sources.tikv.tidb.status_api import StatusAPIClient
-from tests.e2e.e2e_kafka import CaptureProcess
+from tests.e2e.e2e_kafka import CHANGEFEED, CaptureProcess
 
 PARTITIONS = 3
 
@@ -116,6 +124,70 @@ class LagSampler(threading.Thread):
         self._done.set()
         self.join()
         return self.samples
+
+
+#: The stages a change goes through, in order (the ``stages`` of the statistics answer,
+#: then the persisted checkpoint).
+STAGES = (
+    "source_resolved_ts",
+    "published_ts",
+    "batch_end_ts",
+    "flushed_ts",
+    "maintainer_checkpoint_ts",
+    "coordinator_checkpoint_ts",
+    "persisted_checkpoint_ts",
+)
+
+
+class StageSampler(threading.Thread):
+    """Each stage's ts, every ``interval`` s, from the capture's statistics endpoint."""
+
+    def __init__(self, capture: CaptureProcess, interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://{capture.api_address()}/api/v2/changefeeds/{CHANGEFEED}/statistics"
+        self.interval = interval
+        self.samples: list[tuple[float, list[int]]] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval):
+            with urllib.request.urlopen(self.url, timeout=30) as resp:
+                body = json.loads(resp.read())
+            stages = body["captures"][0].get("stages", {}) if body["captures"] else {}
+            stages = {**stages, "persisted_checkpoint_ts": body["checkpoint_tso"]}
+            if all(stages.get(name) for name in STAGES):
+                self.samples.append((body["time"], [stages[name] for name in STAGES]))
+
+    def stop(self) -> dict[str, Any]:
+        self._done.set()
+        self.join()
+        return stage_report(self.samples)
+
+
+def stage_report(samples: list[tuple[float, list[int]]]) -> dict[str, Any]:
+    """Per stage its lag p50 / p99; per hop the time the next stage took to reach a ts
+    the stage was first seen at (see the module docs)."""
+    lags = {name: [max(0.0, t - tso_physical_ms(ts[k]) / 1000) for t, ts in samples] for k, name in enumerate(STAGES)}
+    report: dict[str, Any] = {"samples": len(samples), "lag_s": {}, "hop_s": {}}
+    for name, values in lags.items():
+        report["lag_s"][name] = {"p50": round(percentile(values, 50), 3), "p99": round(percentile(values, 99), 3)}
+    for k in range(len(STAGES) - 1):
+        delays = []
+        for i in range(1, len(samples)):
+            seen = samples[i][1][k]
+            if seen <= samples[i - 1][1][k]:
+                continue  # not a new ts of this stage
+            for j in range(i, len(samples)):
+                if samples[j][1][k + 1] >= seen:
+                    delays.append(samples[j][0] - samples[i][0])
+                    break
+        name = f"{STAGES[k].removesuffix('_ts')} -> {STAGES[k + 1].removesuffix('_ts')}"
+        report["hop_s"][name] = {
+            "mean": round(statistics.mean(delays), 3) if delays else None,
+            "p99": round(percentile(delays, 99), 3),
+            "n": len(delays),
+        }
+    return report
 
 
 async def mount_all(status_address: str, start_ts: int, events: list[RawKVEvent]) -> tuple[float, list[RowChange]]:
@@ -178,6 +250,9 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
             capture.wait_checkpoint(pg.now(), timeout=600)
             sampler = LagSampler(capture)
             sampler.start()
+            stages = StageSampler(capture) if args.stages else None
+            if stages is not None:
+                stages.start()
             measured_from = pg.now()
             recorder.on = True
             started = time.perf_counter()
@@ -193,6 +268,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
             capture.wait_checkpoint(pg.now(), timeout=1800)
             e2e_s = time.perf_counter() - started
             lags = sampler.stop()
+            breakdown = stages.stop() if stages is not None else None
         finally:
             capture.stop()
         rows = len(recorder.events)
@@ -214,6 +290,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
         "checkpoint_lag_p50_s": round(percentile(lags, 50), 2),
         "checkpoint_lag_p99_s": round(percentile(lags, 99), 2),
         "checkpoint_lag_max_s": round(max(lags), 2) if lags else None,
+        **({"stages": breakdown} if breakdown is not None else {}),
     }
 
 
@@ -362,6 +439,9 @@ def main() -> None:
         type=float,
         default=0.0,
         help="throughput mode: commit at this many transactions/s (about 6.4 rows each) instead of a burst",
+    )
+    parser.add_argument(
+        "--stages", action="store_true", help="throughput mode: also break the checkpoint lag down by stage"
     )
     parser.add_argument("--memory", action="store_true", help="one huge transaction; report peak RSS")
     parser.add_argument("--rows", type=int, default=1_000_000, help="memory mode: rows of the transaction")

@@ -22,6 +22,7 @@ from cdcflow.core.data.events import tso_physical_ms
 
 if TYPE_CHECKING:
     from cdcflow.core.api.server import ApiServer
+    from cdcflow.core.metrics import ExecutorStats
 
 __all__ = ["add_statistics_routes", "local_statistics"]
 
@@ -60,7 +61,29 @@ def local_statistics(server: ApiServer, changefeed_id: str) -> dict[str, Any] | 
             chunks_pending=stats.chunks_pending,
             regions=stats.feed.regions if stats.feed is not None else None,
         )
+    part["stages"] = _stages(server, changefeed_id, stats)
     return part
+
+
+def _stages(server: ApiServer, changefeed_id: str, stats: ExecutorStats | None) -> dict[str, int | None]:
+    """Where a change is on its way through this capture, as the ts each stage reached
+    (None: the stage does not run here). In order: the source's resolved ts (lowest
+    over replicating spans), the event store's published ts, the end of the newest
+    micro-batch Spark began, the ts every sink flushed (the spans' checkpoint here),
+    the maintainer's changefeed checkpoint, the coordinator's (before its metastore
+    write; the persisted one is the answer's ``checkpoint_tso``)."""
+    capture = server.capture
+    maintainer = capture.manager.maintainers.get(changefeed_id) if capture.manager is not None else None
+    coordinator = capture.coordinator
+    runtime = coordinator.controller.changefeeds.get(changefeed_id) if coordinator is not None else None
+    return {
+        "source_resolved_ts": stats.source_resolved_ts if stats is not None else None,
+        "published_ts": stats.resolved_ts if stats is not None else None,
+        "batch_end_ts": stats.batch_end_ts if stats is not None else None,
+        "flushed_ts": stats.checkpoint_ts if stats is not None else None,
+        "maintainer_checkpoint_ts": maintainer.checkpoint_ts if maintainer is not None else None,
+        "coordinator_checkpoint_ts": runtime.status.checkpoint_ts if runtime is not None else None,
+    }
 
 
 def _lag(now: float, ts: int) -> float:

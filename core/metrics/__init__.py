@@ -229,6 +229,11 @@ class ExecutorStats:
     chunks_pending: int = 0
     dropped_duplicates: int = 0
     feed: FeedStats | None = None
+    #: The lowest over replicating spans of the newest resolved ts their feeds delivered
+    #: (0: none yet): what the event store publishes next.
+    source_resolved_ts: int = 0
+    #: The end offset of the newest micro-batch Spark began (0: none yet).
+    batch_end_ts: int = 0
 
 
 @dataclass(frozen=True)

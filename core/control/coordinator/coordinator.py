@@ -69,6 +69,7 @@ class Coordinator:
         gc: GCManager | None = None,
         *,
         checkpoint_window: float = DEFAULT_CHECKPOINT_WINDOW,
+        min_write_interval: float = MIN_CHECKPOINT_WRITE_INTERVAL,
         gc_tick: float = DEFAULT_GC_TICK,
         heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
         bootstrap_wait: float = 2.0,
@@ -84,8 +85,14 @@ class Coordinator:
         self.bootstrap_wait = bootstrap_wait
         self._work: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._pending: dict[str, ChangeFeedStatus] = {}
-        #: When checkpoints were last written (monotonic clock).
+        #: When checkpoints were last written (monotonic clock), and the checkpoint written
+        #: last per changefeed.
         self._last_flush = 0.0
+        self._written: dict[str, int] = {}
+        #: The write of a new checkpoint due once the last write is min_write_interval old.
+        self._due: asyncio.Task[None] | None = None
+        #: A heartbeat's new checkpoint is written once the last write is this old.
+        self.min_write_interval = min_write_interval
         self._bootstrap: dict[str, Any] = {}
         self._captures: list[str] = []
         self.stopped = asyncio.Event()
@@ -132,6 +139,9 @@ class Coordinator:
 
     async def _step_down(self) -> None:
         self.center.unregister(Topic.COORDINATOR, self._on_message)
+        if self._due is not None:
+            self._tasks.append(self._due)
+            self._due = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -211,13 +221,38 @@ class Coordinator:
 
             async def heartbeat() -> None:
                 await self._carry_out(self.controller.on_heartbeat(beat.sender, beat.statuses, time.time()))
-                if self._pending and time.monotonic() - self._last_flush >= MIN_CHECKPOINT_WRITE_INTERVAL:
-                    # This checkpoint goes now, not at the next tick (up to a window later);
-                    # writes stay at most one per MIN_CHECKPOINT_WRITE_INTERVAL, the ticker
-                    # writes what comes sooner.
-                    await self._flush_checkpoints()
+                if self._checkpoint_moved():
+                    # A new checkpoint is written as soon as the last write is
+                    # MIN_CHECKPOINT_WRITE_INTERVAL old: now, or by a flush due then, not
+                    # at the ticker's next tick (up to a window later). A resolved ts alone
+                    # waits for the ticker.
+                    if time.monotonic() - self._last_flush >= self.min_write_interval:
+                        await self._flush_checkpoints()
+                    else:
+                        self._flush_when_due()
 
             self._submit(heartbeat)
+
+    def _checkpoint_moved(self) -> bool:
+        """Whether a pending status carries a checkpoint above the last one written."""
+        return any(st.checkpoint_ts > self._written.get(cf, 0) for cf, st in self._pending.items())
+
+    def _flush_when_due(self) -> None:
+        """Write the pending checkpoints once the last write is ``min_write_interval`` old
+        (one such flush at a time; it writes whatever is pending then)."""
+        if self._due is not None and not self._due.done():
+            return
+
+        async def flush() -> None:
+            await asyncio.sleep(max(0.0, self._last_flush + self.min_write_interval - time.monotonic()))
+
+            async def write() -> None:
+                if self._checkpoint_moved():  # else the ticker wrote it meanwhile
+                    await self._flush_checkpoints()
+
+            await self._await_quietly(self._submit(write), "checkpoint write")
+
+        self._due = asyncio.create_task(flush(), name="coordinator-checkpoint-due")
 
     async def _ticker(self) -> None:
         while True:
@@ -337,6 +372,7 @@ class Coordinator:
                     self._pending[cf] = status
             raise
         for cf, checkpoint in written.items():
+            self._written[cf] = max(self._written.get(cf, 0), checkpoint)
             rt = self.controller.changefeeds.get(cf)
             if rt is not None and rt.capture is not None:
                 self.center.send(

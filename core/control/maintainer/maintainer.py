@@ -181,6 +181,10 @@ class Maintainer:
         #: (rebuilt only when a range is delivered, not on every tick).
         self._merged_done: tuple[Span, ...] = ()
         self._merged_of: frozenset[Span] | None = None
+        #: Set when a span's checkpoint moved: the next tick runs at once, not TICK later.
+        self._wake = asyncio.Event()
+        #: Called after a tick that moved the checkpoint (the manager's heartbeat goes then).
+        self.on_progress: Callable[[], None] | None = None
 
     @property
     def changefeed_id(self) -> str:
@@ -217,7 +221,11 @@ class Maintainer:
                     self._follower.result()  # raises what stopped it
                     self._follower = None  # the source ended its changes: nothing more to follow
                 self._tick()
-                await asyncio.sleep(TICK)
+                # Every TICK, or at once when a response moves a span's checkpoint.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(TICK):
+                        await self._wake.wait()
+                self._wake.clear()
         except asyncio.CancelledError:
             raise
         except CdcflowError as exc:
@@ -396,7 +404,10 @@ class Maintainer:
             statuses = {r.span: r for r in self.placement.scheduler.replication_status()}
             tables.settle(statuses.values(), watermark.checkpoint_ts if watermark is not None else None)
         if watermark is not None and not stopping:
+            before = self.checkpoint_ts
             self._advance(watermark, statuses)
+            if self.checkpoint_ts > before and self.on_progress is not None:
+                self.on_progress()
         # Heartbeats carry the changefeed checkpoint to every capture's sinks (see the
         # module docs for why it is safe to promise downstream).
         self._send(
@@ -459,7 +470,8 @@ class Maintainer:
             self._take_reports(message.payload)
             if self.snapshot_ranges is not None:
                 self._streaming_seen(message.payload)
-            self.placement.receive(message.payload)
+            if self.placement.receive(message.payload):
+                self._wake.set()
 
     def _streaming_seen(self, payload: dict[str, Any]) -> None:
         """A capture reports a table's span of this changefeed loaded: an earlier maintainer

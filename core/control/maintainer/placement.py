@@ -55,17 +55,32 @@ class Placement:
         self.spans = list(spans)
         scheduler.bind(changefeed_id, epoch)
         self._inbox: list[AgentMessage] = []
+        #: The highest checkpoint received per span (what makes a response wake a tick).
+        self._checkpoints: dict[Span, int] = {}
 
     def set_spans(self, spans: Sequence[Span]) -> None:
         """The changefeed's spans from now on (tables were created or dropped); the
         next ticks add the new ones and remove those no longer listed."""
         self.spans = list(spans)
 
-    def receive(self, payload: dict[str, Any]) -> None:
-        """An agent's response (as JSON); applied on the next tick. Others' are dropped."""
+    def receive(self, payload: dict[str, Any]) -> bool:
+        """An agent's response (as JSON); applied on the next tick. Others' are dropped.
+
+        Returns whether it moves a span's checkpoint above any this placement received
+        before (then a tick now may move the watermark: the maintainer ticks at once).
+        A repeat of a checkpoint already received returns False, so responses to the
+        heartbeat requests of such a tick do not wake it again."""
         message = decode(payload)
-        if isinstance(message, HeartbeatResponse | DispatchTableResponse) and self.scheduler.accepts(message):
-            self._inbox.append(message)
+        if not isinstance(message, HeartbeatResponse | DispatchTableResponse) or not self.scheduler.accepts(message):
+            return False
+        self._inbox.append(message)
+        statuses = message.spans if isinstance(message, HeartbeatResponse) else (message.status,)
+        moved = False
+        for status in statuses:
+            if status.checkpoint_ts > self._checkpoints.get(status.span, 0):
+                self._checkpoints[status.span] = status.checkpoint_ts
+                moved = True
+        return moved
 
     def tick(
         self, checkpoint_ts: int, captures: Collection[str], *, stopping: bool = False

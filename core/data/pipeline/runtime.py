@@ -259,6 +259,8 @@ class ChangefeedPipeline:
         #: The last retryable error a sink raised, while the batch is retried (None once it succeeds).
         self.batch_error: CdcflowError | None = None
         self.batches_flushed = 0
+        #: The end offset of the newest micro-batch begun (0: none yet).
+        self.batch_end_ts = 0
         self.rows_flushed = 0
         #: Where micro-batches are recorded (None: metrics off).
         self.metrics = metrics
@@ -344,6 +346,7 @@ class ChangefeedPipeline:
 
     def _on_batch(self, frame: Any, batch_id: int) -> None:
         (start_ts, start_chunk), (end_ts, end_chunk) = self._batch_offsets(batch_id)
+        self.batch_end_ts = max(self.batch_end_ts, end_ts)
         # Spark started batch N, so every batch before it is committed: their chunks can go.
         self.store.release(start_ts, before_chunk=start_chunk)
         began = time.perf_counter()

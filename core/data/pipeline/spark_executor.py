@@ -301,6 +301,8 @@ class PipelineSpanExecutor(SpanExecutor):
         self.publish_interval = context.publish_interval
         self.stall_timeout = context.stall_timeout
         self._pending_resolved: dict[Span, int] = {}
+        #: The newest resolved ts each feed delivered (what ``stats`` reports of the source).
+        self._feed_resolved: dict[Span, int] = {}
         self._publisher: asyncio.Task[None] | None = None
         # Store work that writes files (cuts, spills) runs in a thread while this
         # lock is held; feeds take it to put events, so the event loop never
@@ -362,6 +364,7 @@ class PipelineSpanExecutor(SpanExecutor):
             loaded.feed.cancel()
             await asyncio.gather(loaded.feed, return_exceptions=True)
         self._pending_resolved.pop(span, None)
+        self._feed_resolved.pop(span, None)
         async with self._store_io:
             await asyncio.to_thread(self.store.remove_span, span)
         self._removed[span] = final
@@ -436,6 +439,11 @@ class PipelineSpanExecutor(SpanExecutor):
             chunks_pending=store.chunks,
             dropped_duplicates=store.dropped_duplicates,
             feed=self.source.feed_stats() if self._source_open else None,
+            source_resolved_ts=min(
+                (self._feed_resolved.get(s.span, 0) for s in self._spans.values() if s.state is SpanState.REPLICATING),
+                default=0,
+            ),
+            batch_end_ts=self.pipeline.batch_end_ts if self.pipeline is not None else 0,
         )
 
     async def set_barrier(self, ts: int) -> None:
@@ -859,6 +867,7 @@ class PipelineSpanExecutor(SpanExecutor):
                     if event.span == span:
                         # Applied by _publish_resolved: many resolved ts coalesce into one cut.
                         self._pending_resolved[span] = event.ts
+                        self._feed_resolved[span] = event.ts
                 elif isinstance(event, DDLEvent):
                     if replicates_ddl(self.table_filter, event):
                         store.put_ddl(event)
