@@ -8,7 +8,6 @@ import asyncio
 import json
 import logging
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -28,22 +27,7 @@ from cdcflow.core.data.pipeline.files import (
     discard_changefeed_data,
 )
 from cdcflow.core.metrics import CaptureMetrics
-from tests.etcd_server import EtcdServer, free_port
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.integration)])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/meta.db"
-    server = request.getfixturevalue("etcd")
-    return f"etcd://{server.endpoint}/t{time.time_ns()}"
+from tests.etcd_server import free_port
 
 
 def info(cf: str, created_at: float, state: ChangefeedState = ChangefeedState.NORMAL) -> ChangeFeedInfo:
@@ -66,11 +50,11 @@ def files_of(data_dir: Path, cf: str, created_at: float, nbytes: int = 1000) -> 
     return directory
 
 
-def test_removed_changefeeds_files_go_and_the_others_stay(url, tmp_path, caplog):
+def test_removed_changefeeds_files_go_and_the_others_stay(metastore_url, tmp_path, caplog):
     data = tmp_path / "data"
 
     async def main():
-        store = open_metastore(url)
+        store = open_metastore(metastore_url)
         term = await owner(store)
         await store.create_changefeed(info("live", 10.0), ChangeFeedStatus(5, 5), term)
         await store.create_changefeed(info("paused", 11.0, ChangefeedState.PAUSED), ChangeFeedStatus(5, 5), term)
@@ -146,11 +130,11 @@ class _CreatedDuringTheSweep(TimedMetaStore):
         return listed
 
 
-def test_a_changefeed_created_during_the_sweep_keeps_its_files(url, tmp_path):
+def test_a_changefeed_created_during_the_sweep_keeps_its_files(metastore_url, tmp_path):
     data = tmp_path / "data"
 
     async def main():
-        inner = open_metastore(url)
+        inner = open_metastore(metastore_url)
         term = await owner(inner)
         old = files_of(data, "reborn", 40.0)  # a removed changefeed's, its id created again below
         sweeper = ChangefeedFilesSweeper(_CreatedDuringTheSweep(inner, term, data), data, set)

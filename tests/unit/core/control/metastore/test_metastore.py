@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from cdcflow.core.control.changefeed import CaptureInfo, ChangeFeedInfo, ChangeFeedStatus
 from cdcflow.core.control.metastore import MetaStoreConflictError, NotOwnerError, open_metastore
 from cdcflow.core.errors import DuplicateChangefeedIDError, MetaStoreIOError
-from tests.etcd_server import EtcdServer
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.integration)])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/meta.db"
-    server = request.getfixturevalue("etcd")
-    return f"etcd://{server.endpoint}/t{time.time_ns()}"
 
 
 def capture(cid: str) -> CaptureInfo:
@@ -36,9 +19,9 @@ def info(cid: str = "cf-1", version: int = 1) -> ChangeFeedInfo:
     return ChangeFeedInfo(cid, {"type": "list"}, [{"type": "list"}], version=version)
 
 
-def test_sessions_owner_and_fencing(url):
+def test_sessions_owner_and_fencing(metastore_url):
     async def main():
-        store = open_metastore(url)
+        store = open_metastore(metastore_url)
         a = await store.open_session(capture("a"), 2)
         b = await store.open_session(capture("b"), 2)
         assert [c.id for c in await store.list_captures()] == ["a", "b"]
@@ -64,9 +47,9 @@ def test_sessions_owner_and_fencing(url):
     asyncio.run(main())
 
 
-def test_changefeed_records(url):
+def test_changefeed_records(metastore_url):
     async def main():
-        store = open_metastore(url)
+        store = open_metastore(metastore_url)
         s = await store.open_session(capture("a"), 5)
         term = await store.campaign(s)
         await store.create_changefeed(info(), ChangeFeedStatus(10, 10), term)
@@ -91,9 +74,9 @@ def test_changefeed_records(url):
     asyncio.run(main())
 
 
-def test_snapshot_records(url):
+def test_snapshot_records(metastore_url):
     async def main():
-        store = open_metastore(url)
+        store = open_metastore(metastore_url)
         s = await store.open_session(capture("a"), 5)
         term = await store.campaign(s)
         await store.save_snapshot_record("cf-1", {"ts": 10}, term)  # no such changefeed: not kept
@@ -119,9 +102,9 @@ def test_snapshot_records(url):
     asyncio.run(main())
 
 
-def test_session_expiry_is_noticed(url):
+def test_session_expiry_is_noticed(metastore_url):
     async def main():
-        store = open_metastore(url)
+        store = open_metastore(metastore_url)
         watcher = store.watch_captures()
         assert await anext(watcher) == []
         s = await store.open_session(capture("a"), 1)
