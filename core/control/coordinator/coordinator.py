@@ -234,11 +234,8 @@ class Coordinator:
             self._submit(heartbeat)
 
     def _checkpoint_moved(self) -> bool:
-        """Whether a pending status carries another checkpoint than the last one written
-        (a resolved ts that moved alone waits for the ticker). Another, not only a higher
-        one: a changefeed created again under a removed one's id, or resumed at a
-        checkpoint set back, writes its checkpoint at once too."""
-        return any(st.checkpoint_ts != self._written.get(cf) for cf, st in self._pending.items())
+        """Whether a pending status carries a checkpoint above the last one written."""
+        return any(st.checkpoint_ts > self._written.get(cf, 0) for cf, st in self._pending.items())
 
     def _flush_when_due(self) -> None:
         """Write the pending checkpoints once the last write is ``min_write_interval`` old
@@ -315,7 +312,6 @@ class Coordinator:
         for changefeed_id in decisions.removed:
             await self.store.delete_changefeed(changefeed_id, self.term)
             self._pending.pop(changefeed_id, None)
-            self._written.pop(changefeed_id, None)
         for cf, old, new, error in decisions.state_changes:
             self.plugins.changefeed_state_changed(cf, old.value, new.value, error)
         for command in decisions.commands:
@@ -376,7 +372,7 @@ class Coordinator:
                     self._pending[cf] = status
             raise
         for cf, checkpoint in written.items():
-            self._written[cf] = checkpoint
+            self._written[cf] = max(self._written.get(cf, 0), checkpoint)
             rt = self.controller.changefeeds.get(cf)
             if rt is not None and rt.capture is not None:
                 self.center.send(

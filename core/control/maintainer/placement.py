@@ -62,8 +62,6 @@ class Placement:
         """The changefeed's spans from now on (tables were created or dropped); the
         next ticks add the new ones and remove those no longer listed."""
         self.spans = list(spans)
-        kept = set(self.spans)
-        self._checkpoints = {span: ts for span, ts in self._checkpoints.items() if span in kept}
 
     def receive(self, payload: dict[str, Any]) -> bool:
         """An agent's response (as JSON); applied on the next tick. Others' are dropped.
