@@ -53,7 +53,7 @@ from cdcflow.core.errors import ConfigInvalidError, ConfigIssue
 from cdcflow.core.secrets import mask_uri
 from cdcflow.core.testing.compare import diff, typed_rows
 from cdcflow.core.testing.servers.mariadb import free_port
-from cdcflow.core.testing.waiting import WaitTimeout, until_sync
+from cdcflow.core.testing.waiting import WaitTimeout, until_resolved, until_sync
 
 if TYPE_CHECKING:
     from cdcflow.core.testing.servers import KafkaServer, MariaDB, SparkCluster
@@ -433,7 +433,9 @@ class Deployment:
         replayed up to ``ts`` when the sink writes only the change log) are compared with the
         snapshot at ``ts`` (default: the checkpoint). Kafka sinks are rebuilt by an independent
         consumer: in the Open Protocol, and in canal-json with ``enable-tidb-extension``, at the
-        topic's resolved ts (at least ``ts``); in canal-json without it, in offset order, at ``ts``.
+        topic's resolved ts (at least ``ts``: the topic is read again for up to a minute until it
+        is, since resolved events follow the persisted checkpoint); in canal-json without it, in
+        offset order, at ``ts``.
         Call it once the workload has stopped and :meth:`wait_checkpoint` passed its last commit.
         A sink it cannot read (a file sink, Kafka in Avro or json, a Spark sink writing catalog
         tables by MERGE) fails the call unless its kind is in ``skip``; so does a deployment
@@ -531,12 +533,16 @@ class SinkReader:
         if self.kind == "kafka:open-protocol":
             from cdcflow.core.testing import open_protocol
 
-            replica = open_protocol.rebuild(open_protocol.read_topic(self.options["bootstrap"], self.options["topic"]))
+            bootstrap, topic = self.options["bootstrap"], self.options["topic"]
+            replica = until_resolved(lambda: open_protocol.rebuild(open_protocol.read_topic(bootstrap, topic)), ts)
             return self._at_resolved(replica.resolved_ts, ts), list(replica.tables.get((db, table), {}).values())
         if self.kind == "kafka:canal-json":
             from cdcflow.core.testing import canal_json
 
-            canal = canal_json.rebuild(canal_json.read_topic(self.options["bootstrap"], self.options["topic"]))
+            bootstrap, topic = self.options["bootstrap"], self.options["topic"]
+            canal = canal_json.rebuild(canal_json.read_topic(bootstrap, topic))
+            if canal.resolved_ts:  # watermarks (enable-tidb-extension): wait for one at ts
+                canal = until_resolved(lambda: canal_json.rebuild(canal_json.read_topic(bootstrap, topic)), ts)
             at = self._at_resolved(canal.resolved_ts, ts) if canal.resolved_ts else ts
             return at, list(canal.tables.get((db, table), {}).values())
         from cdcflow.core.testing.spark_tables import changelog_rows, snapshot_rows
@@ -549,7 +555,10 @@ class SinkReader:
         return ts, rows
 
     def _at_resolved(self, resolved: int, ts: int) -> int:
-        assert resolved >= ts, f"topic {self.options['topic']} resolved only to {resolved}, below {ts}"
+        assert resolved >= ts, (
+            f"topic {self.options['topic']} resolved only to {resolved}, below {ts}, a minute after the checkpoint "
+            f"passed it; the capture's log:\n{self.deployment.log_tail()}"
+        )
         return resolved
 
     def _mysql(self, db: str, table: str) -> list[dict[str, Any]]:

@@ -27,11 +27,18 @@ import inspect
 import textwrap
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, overload
+from typing import Protocol, TypeVar, overload
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_TIMEOUT", "WaitTimeout", "until", "until_sync"]
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_TIMEOUT", "WaitTimeout", "until", "until_resolved", "until_sync"]
 
 T = TypeVar("T")
+
+
+class _Resolved(Protocol):
+    resolved_ts: int
+
+
+R = TypeVar("R", bound=_Resolved)
 
 #: Seconds :func:`until` waits by default: long enough for any unit test step on a loaded machine.
 DEFAULT_TIMEOUT = 30.0
@@ -146,6 +153,26 @@ def until_sync(
         if remaining <= 0:
             raise WaitTimeout(message or _describe(predicate), timeout, observe() if observe is not None else value)
         time.sleep(min(interval, remaining))
+
+
+def until_resolved(read: Callable[[], R], ts: int, *, timeout: float = 60.0, interval: float = 0.5) -> R:
+    """``read()`` (a topic rebuilt by a consumer recipe) again until its ``resolved_ts``
+    reaches ``ts`` or ``timeout`` passes; the last result either way, for the caller to
+    assert on and to show.
+
+    A changefeed's Kafka resolved events trail its persisted checkpoint: the
+    checkpoint reaches the captures with the maintainer's next heartbeat, and
+    each writes it to its sinks between two batches. A topic read at the moment
+    the checkpoint passed ``ts`` may hold every row and not yet the resolved
+    event that lets a consumer apply them.
+    """
+    _check(timeout, interval)
+    deadline = time.monotonic() + timeout
+    latest = read()
+    while latest.resolved_ts < ts and time.monotonic() < deadline:
+        time.sleep(interval)
+        latest = read()
+    return latest
 
 
 def _describe(predicate: Callable[..., object]) -> str:

@@ -24,6 +24,7 @@ import yaml
 
 from cdcflow.core.control.metastore import open_metastore
 from cdcflow.core.testing.open_protocol import Replica, column_value, decode, read_topic, rebuild
+from cdcflow.core.testing.waiting import until_resolved
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground._keys import encode_key
 from cdcflow.plugins.sources.tikv.tidb import keys
@@ -178,11 +179,17 @@ def region_of(pg: Playground, raw_key: bytes) -> int:
     return pg.cluster.regions.locate(encode_key(raw_key)).id
 
 
-def replicate(bootstrap: str, topic: str) -> Replica:
-    partitions = read_topic(bootstrap, topic)
-    replica = rebuild(partitions)
-    replica.raw = partitions  # type: ignore[attr-defined]  # kept to explain a mismatch
-    return replica
+def replicate(bootstrap: str, topic: str, at_least: int = 0) -> Replica:
+    """The topic rebuilt by the consumer recipe; with ``at_least``, read again (up to a minute)
+    until it is resolved to that ts: resolved events trail the persisted checkpoint."""
+
+    def read() -> Replica:
+        partitions = read_topic(bootstrap, topic)
+        replica = rebuild(partitions)
+        replica.raw = partitions  # type: ignore[attr-defined]  # kept to explain a mismatch
+        return replica
+
+    return until_resolved(read, at_least)
 
 
 def produced_late(replica: Replica, table: str, ids: list[Any]) -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import dataclass
 
 import pytest
 
 from cdcflow.core.testing import WaitTimeout, until, until_sync
+from cdcflow.core.testing.waiting import until_resolved
 
 
 class Counter:
@@ -121,6 +123,27 @@ def test_until_sync_refuses_an_async_predicate():
 
     with pytest.raises(TypeError, match="await until"):
         until_sync(probe)
+
+
+@dataclass
+class Rebuilt:
+    resolved_ts: int
+
+
+def test_until_resolved_reads_again_until_the_resolved_ts_reaches_the_one_asked():
+    reads = iter([Rebuilt(0), Rebuilt(90), Rebuilt(100), Rebuilt(120)])
+    assert until_resolved(lambda: next(reads), 100, interval=0.001) == Rebuilt(100)
+
+
+def test_until_resolved_returns_the_last_read_when_the_time_is_up():
+    reads: list[int] = []
+
+    def read() -> Rebuilt:
+        reads.append(1)
+        return Rebuilt(5)
+
+    assert until_resolved(read, 100, timeout=0.0) == Rebuilt(5)  # the caller asserts and shows it
+    assert len(reads) == 1
 
 
 @pytest.mark.parametrize(("timeout", "interval"), [(-1.0, 0.1), (1.0, 0.0)])
