@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_ERROR_STUCK_DURATION",
     "DEFAULT_GC_TTL",
+    "DEFAULT_KEEP_WORKERS",
     "DEFAULT_MEMORY_QUOTA",
     "DEFAULT_RECLAIM_INTERVAL",
     "DEFAULT_SPILL_DISK_QUOTA",
@@ -75,6 +76,8 @@ DEFAULT_DATA_DIR = "./data"
 DEFAULT_RECLAIM_INTERVAL = 300.0
 #: Seconds between two looks of a changefeed's streaming query for new resolved data.
 DEFAULT_TRIGGER_INTERVAL = 0.5
+#: Seconds between two runs of the job that keeps Spark's idle Python workers (server.spark.keep-workers).
+DEFAULT_KEEP_WORKERS = 40.0
 #: Rows a micro-batch holds at most, by default (server.spark.max-batch-rows).
 DEFAULT_MAX_BATCH_ROWS = 100_000
 
@@ -98,6 +101,17 @@ class SparkSettings(_Settings):
             "Rows a micro-batch may hold: a larger resolved interval (a catch-up, an initial scan) is "
             "published and read as several batches, so the checkpoint moves during it (0: no bound; "
             "one transaction is never split)."
+        ),
+    )
+
+    keep_workers: Duration = Field(
+        DEFAULT_KEEP_WORKERS,
+        ge=0,
+        description=(
+            "How often a one-task-per-core Spark job runs while no other job does, so that Spark does not "
+            "end the idle Python workers (it does after a minute without Python work) and the first batch "
+            "after a quiet spell does not start them and import the task modules again (0: never; keep it "
+            "under a minute)."
         ),
     )
 

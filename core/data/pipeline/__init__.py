@@ -17,24 +17,34 @@ from cdcflow.core.plugin.hookspec import hookimpl
 
 if TYPE_CHECKING:
     from cdcflow.core.config.settings import ServerSettings
+    from cdcflow.core.data.pipeline.session import WorkerKeeper
     from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = ["cdcflow_register_executors", "executor_factory", "start_spark", "stop_spark"]
 
 log = logging.getLogger(__name__)
 
+#: The capture's keeper of Spark's Python workers, while its Spark runs.
+_keeper: WorkerKeeper | None = None
+
 
 def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     """Start the capture's SparkSession (its JVM and Python workers take seconds) when the
     capture starts, and warm its Python workers (started, the task modules imported),
-    so the first micro-batch or initial snapshot read need not wait for either."""
-    from cdcflow.core.data.pipeline.session import spark_session, warm_python_workers, worker_modules
+    so the first micro-batch or initial snapshot read need not wait for either; then
+    keep them (``server.spark.keep-workers``, :class:`~cdcflow.core.data.pipeline.session.WorkerKeeper`)."""
+    from cdcflow.core.data.pipeline.session import WorkerKeeper, spark_session, warm_python_workers, worker_modules
 
+    global _keeper
     session = spark_session(server.spark, plugins)
+    modules = worker_modules(plugins)
     try:
-        warm_python_workers(session, worker_modules(plugins))
+        warm_python_workers(session, modules)
     except Exception as exc:  # noqa: BLE001 - the session is up; the first tasks start workers instead
         log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
+    if _keeper is None:
+        _keeper = WorkerKeeper(session, modules, server.spark.keep_workers)
+        _keeper.start()
 
 
 def stop_spark() -> None:
@@ -42,6 +52,11 @@ def stop_spark() -> None:
     end before the process, with the sink clients the workers keep (Kafka producers),
     instead of outliving the capture's in-process servers (``kafka://mock``)."""
     from cdcflow.core.data.pipeline.session import stop_spark_session
+
+    global _keeper
+    if _keeper is not None:
+        _keeper.stop()
+        _keeper = None
 
     stop_spark_session()
 

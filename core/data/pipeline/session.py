@@ -41,9 +41,11 @@ if TYPE_CHECKING:
     from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = [
+    "KEEPER_JOB_GROUP",
     "LOCAL_DEFAULTS",
     "LOG4J2_CONFIG",
     "TASK_MODULES",
+    "WorkerKeeper",
     "spark_conf",
     "spark_job_group",
     "spark_log_level",
@@ -67,6 +69,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
 }
 
 _lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def spark_conf(settings: SparkSettings, plugins: PluginManager | None = None) -> dict[str, str]:
@@ -172,16 +175,18 @@ def worker_modules(plugins: PluginManager | None) -> list[str]:
     return list(dict.fromkeys(modules))
 
 
-def _import_all(modules: list[str], batches: Iterator[Any]) -> Iterator[Any]:
+def _import_all(modules: list[str], batches: Iterator[Any], overlap: float = 0.5) -> Iterator[Any]:
     """A ``mapInArrow`` function: import ``modules`` (a module that fails to import
-    is left for the task that needs it to report), pass the batches through."""
+    is left for the task that needs it to report), pass the batches through after
+    ``overlap`` seconds (long enough that the job's tasks overlap: each starts a
+    worker of its own)."""
     import importlib
 
     for name in modules:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    # Long enough that the job's tasks overlap: each starts a worker of its own.
-    time.sleep(0.5)
+    if overlap:
+        time.sleep(overlap)
     yield from batches
 
 
@@ -193,6 +198,72 @@ def warm_python_workers(session: Any, modules: list[str]) -> None:
     cores = max(1, int(session.sparkContext.defaultParallelism))
     job = session.range(cores, numPartitions=cores).mapInArrow(functools.partial(_import_all, modules), "id long")
     job.collect()
+
+
+#: The job group of :class:`WorkerKeeper`'s jobs (cancelled when it stops).
+KEEPER_JOB_GROUP = "cdcflow-keep-workers"
+
+
+class WorkerKeeper:
+    """Keeps the capture's Spark Python workers alive while no changefeed sends rows.
+
+    Spark ends an executor's idle Python workers once it has run no Python task for
+    a minute (PythonWorkerFactory). Changefeeds without new rows run no Spark job (an
+    empty batch skips it), so after a quiet minute the next batch with rows forked
+    new workers, imported the task modules in them (about a second on a small
+    machine) and compiled its decoders again: a burst after a quiet spell started
+    with the slowest batch of all. Every ``every`` seconds, unless a Spark job is
+    running then (its tasks keep the workers), the keeper runs one small job of a
+    task per core that imports ``modules`` (already there: nothing to do) and ends.
+    It runs in a daemon thread until :meth:`stop`.
+    """
+
+    def __init__(self, session: Any, modules: list[str], every: float) -> None:
+        self.session = session
+        self.modules = list(modules)
+        self.every = every
+        #: Jobs run so far (for tests and the log).
+        self.runs = 0
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.every <= 0 or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="spark-keep-workers", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the thread; a job it is running is cancelled."""
+        self._stopping.set()
+        if self._thread is None:
+            return
+        with contextlib.suppress(Exception):
+            self.session.sparkContext.cancelJobGroup(KEEPER_JOB_GROUP)
+        self._thread.join(timeout)
+
+    def keep(self) -> bool:
+        """Run the keeping job now unless another job runs; whether it ran."""
+        context = self.session.sparkContext
+        if context.statusTracker().getActiveJobsIds():
+            return False
+        cores = max(1, int(context.defaultParallelism))
+        job = self.session.range(cores, numPartitions=cores).mapInArrow(
+            functools.partial(_import_all, self.modules, overlap=0.0), "id long"
+        )
+        with spark_job_group(self.session, KEEPER_JOB_GROUP, "cdcflow: keep the Python workers"):
+            job.collect()
+        self.runs += 1
+        return True
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.every):
+            try:
+                self.keep()
+            except Exception as exc:  # noqa: BLE001 - the next batch starts workers instead
+                if self._stopping.is_set():
+                    return
+                log.warning("the job keeping Spark's Python workers failed (%s); tried again in %.0fs", exc, self.every)
 
 
 def stop_spark_session() -> None:

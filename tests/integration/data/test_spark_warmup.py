@@ -1,28 +1,42 @@
-"""Spark's Python workers started and the pipeline's modules imported when the capture starts."""
+"""Spark's Python workers started and the pipeline's modules imported when the capture starts,
+and kept while no changefeed sends rows."""
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from cdcflow.core.data.pipeline.session import TASK_MODULES, warm_python_workers, worker_modules
+from cdcflow.core.data.pipeline.session import TASK_MODULES, WorkerKeeper, warm_python_workers, worker_modules
 from cdcflow.core.plugin.manager import PluginManager
+from cdcflow.core.testing import until_sync
 from tests.fixtures.spark import spark  # noqa: F401 - the fixture
 
 #: A module nothing else imports in Spark's workers in this test session.
 _PROBE = "xml.dom.minidom"
 
 
-def _loaded(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+#: Another, for the keeper's job.
+_KEPT = "xml.dom.pulldom"
+
+
+def _loaded(batches: Iterator[pa.RecordBatch], probe: str = _PROBE, overlap: float = 0.0) -> Iterator[pa.RecordBatch]:
+    time.sleep(overlap)
     for batch in batches:
-        yield pa.RecordBatch.from_pydict({"loaded": [_PROBE in sys.modules] * batch.num_rows})
+        yield pa.RecordBatch.from_pydict({"loaded": [probe in sys.modules] * batch.num_rows})
 
 
-def _probe(session: Any) -> list[bool]:
-    return [row.loaded for row in session.range(1, numPartitions=1).mapInArrow(_loaded, "loaded boolean").collect()]
+def _probe(session: Any, probe: str = _PROBE, tasks: int = 1) -> list[bool]:
+    """Whether ``probe`` is imported in the worker of each of ``tasks`` tasks (with more than
+    one, they overlap: each runs in a worker of its own)."""
+    overlap = 0.5 if tasks > 1 else 0.0
+    job = session.range(tasks, numPartitions=tasks).mapInArrow(lambda b: _loaded(b, probe, overlap), "loaded boolean")
+    return [row.loaded for row in job.collect()]
 
 
 def test_the_workers_import_the_modules_before_the_first_task(spark: Any) -> None:  # noqa: F811
@@ -37,3 +51,53 @@ def test_the_modules_warmed_are_the_tasks_and_every_source_and_sink() -> None:
     assert "cdcflow.plugins.sources.tikv.plugin" in modules
     assert "cdcflow.plugins.sinks.kafka.sink" in modules
     assert len(modules) == len(set(modules))
+
+
+def test_the_keeper_runs_a_task_in_the_workers_when_no_job_runs(spark: Any) -> None:  # noqa: F811
+    cores = int(spark.sparkContext.defaultParallelism)
+    keeper = WorkerKeeper(spark, [_KEPT], every=60.0)
+    assert not any(_probe(spark, _KEPT, cores))
+    assert keeper.keep() is True
+    assert keeper.runs == 1
+    assert any(_probe(spark, _KEPT, cores))  # its tasks ran in the workers (every one of them probed)
+
+
+def _wait_for(path: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    while not Path(path).exists():
+        time.sleep(0.05)
+    yield from batches
+
+
+def test_the_keeper_leaves_the_workers_to_a_job_that_runs(spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    release = tmp_path / "release"
+    job = spark.range(1, numPartitions=1).mapInArrow(lambda b: _wait_for(str(release), b), "id long")
+    running = threading.Thread(target=job.collect)
+    running.start()
+    try:
+        until_sync(lambda: spark.sparkContext.statusTracker().getActiveJobsIds(), timeout=120)
+        keeper = WorkerKeeper(spark, [], every=60.0)
+        assert keeper.keep() is False
+        assert keeper.runs == 0
+    finally:
+        release.touch()
+        running.join(120)
+
+
+def test_the_keeper_keeps_at_its_interval_until_stopped(spark: Any) -> None:  # noqa: F811
+    keeper = WorkerKeeper(spark, [], every=0.05)
+    keeper.start()
+    try:
+        until_sync(lambda: keeper.runs >= 2, timeout=120)
+    finally:
+        keeper.stop()
+    assert keeper._thread is not None and not keeper._thread.is_alive()
+    runs = keeper.runs
+    time.sleep(0.2)  # stopped: no job after stop() returned
+    assert keeper.runs == runs
+
+
+def test_a_keeper_every_0_never_starts() -> None:
+    keeper = WorkerKeeper(object(), [], every=0)
+    keeper.start()
+    keeper.stop()
+    assert keeper._thread is None and keeper.runs == 0

@@ -300,3 +300,14 @@ def test_committed_connectors_yaml_writes_spark_tables_and_mysql_only_with_mysql
 def test_make_run_runs_the_committed_connectors_yaml():
     recipe = (REPO / "Makefile").read_text().split("\nrun:", 1)[1].split("\n\n", 1)[0]
     assert "validate connectors.yaml" in recipe and "run connectors.yaml" in recipe
+
+
+def test_spark_keep_workers_is_a_duration_0_turns_it_off(pm):
+    deployment, issues = check(GOOD, pm)
+    assert issues == [] and deployment.server.spark.keep_workers == 40.0
+    deployment, issues = check(GOOD.replace("server:\n", "server:\n  spark: {keep-workers: 30s}\n"), pm)
+    assert issues == [] and deployment.server.spark.keep_workers == 30.0
+    deployment, issues = check(GOOD.replace("server:\n", "server:\n  spark: {keep-workers: 0}\n"), pm)
+    assert issues == [] and deployment.server.spark.keep_workers == 0
+    _, issues = check(GOOD.replace("server:\n", "server:\n  spark: {keep-workers: -5s}\n"), pm)
+    assert len(issues) == 1 and "server.spark.keep-workers" in issues[0], issues
