@@ -10,6 +10,7 @@ is imported only when an executor is created.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 from cdcflow.core.data.span_executor import DEFAULT_EXECUTOR, ExecutorContext, ExecutorRegistrar, SpanExecutor
@@ -24,8 +25,9 @@ __all__ = ["cdcflow_register_executors", "executor_factory", "start_spark", "sto
 
 log = logging.getLogger(__name__)
 
-#: The capture's keeper of Spark's Python workers, while its Spark runs.
+#: The capture's keeper of Spark's Python workers, while its Spark runs (under _keeper_lock).
 _keeper: WorkerKeeper | None = None
+_keeper_lock = threading.Lock()
 
 
 def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
@@ -42,9 +44,10 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
         warm_python_workers(session, modules)
     except Exception as exc:  # noqa: BLE001 - the session is up; the first tasks start workers instead
         log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
-    if _keeper is None:
-        _keeper = WorkerKeeper(session, modules, server.spark.keep_workers)
-        _keeper.start()
+    with _keeper_lock:
+        if _keeper is None:
+            _keeper = WorkerKeeper(session, modules, server.spark.keep_workers)
+            _keeper.start()
 
 
 def stop_spark() -> None:
@@ -54,9 +57,10 @@ def stop_spark() -> None:
     from cdcflow.core.data.pipeline.session import stop_spark_session
 
     global _keeper
-    if _keeper is not None:
-        _keeper.stop()
-        _keeper = None
+    with _keeper_lock:
+        keeper, _keeper = _keeper, None
+    if keeper is not None:
+        keeper.stop()
 
     stop_spark_session()
 

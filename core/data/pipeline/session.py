@@ -261,8 +261,8 @@ class WorkerKeeper:
             try:
                 self.keep()
             except Exception as exc:  # noqa: BLE001 - the next batch starts workers instead
-                if self._stopping.is_set():
-                    return
+                if self._stopping.is_set() or getattr(self.session.sparkContext, "_jsc", None) is None:
+                    return  # stopped, or Spark stopped under it: nothing left to keep
                 log.warning("the job keeping Spark's Python workers failed (%s); tried again in %.0fs", exc, self.every)
 
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -101,3 +102,21 @@ def test_a_keeper_every_0_never_starts() -> None:
     keeper.start()
     keeper.stop()
     assert keeper._thread is None and keeper.runs == 0
+
+
+class _StoppedContext:
+    """A SparkContext after ``stop()``: no JVM side, every call fails."""
+
+    _jsc = None
+
+    def statusTracker(self) -> Any:
+        raise RuntimeError("Cannot call methods on a stopped SparkContext")
+
+
+def test_a_keeper_whose_spark_stopped_under_it_ends(caplog: Any) -> None:
+    keeper = WorkerKeeper(SimpleNamespace(sparkContext=_StoppedContext()), [], every=0.01)
+    keeper.start()
+    assert keeper._thread is not None
+    keeper._thread.join(30)
+    assert not keeper._thread.is_alive() and keeper.runs == 0
+    assert "keeping Spark's Python workers failed" not in caplog.text
