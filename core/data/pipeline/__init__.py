@@ -45,9 +45,12 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     except Exception as exc:  # noqa: BLE001 - the session is up; the first tasks start workers instead
         log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
     with _keeper_lock:
-        if _keeper is None:
+        stale = _keeper if _keeper is not None and _keeper.session is not session else None
+        if _keeper is None or stale is not None:  # none yet, or one left from a Spark stopped since
             _keeper = WorkerKeeper(session, modules, server.spark.keep_workers)
             _keeper.start()
+    if stale is not None:
+        stale.stop()
 
 
 def stop_spark() -> None:

@@ -120,3 +120,25 @@ def test_a_keeper_whose_spark_stopped_under_it_ends(caplog: Any) -> None:
     keeper._thread.join(30)
     assert not keeper._thread.is_alive() and keeper.runs == 0
     assert "keeping Spark's Python workers failed" not in caplog.text
+
+
+def test_start_spark_keeps_one_keeper_per_session(monkeypatch: Any) -> None:
+    from cdcflow.core.config.settings import ServerSettings, SparkSettings
+    from cdcflow.core.data import pipeline
+    from cdcflow.core.data.pipeline import session as session_module
+
+    first, second = SimpleNamespace(name="first"), SimpleNamespace(name="second")
+    made = iter([first, first, second])
+    monkeypatch.setattr(session_module, "spark_session", lambda *_: next(made))
+    monkeypatch.setattr(session_module, "warm_python_workers", lambda *_: None)
+    monkeypatch.setattr(pipeline, "_keeper", None)
+    server = ServerSettings(spark=SparkSettings(keep_workers=0))  # no thread: only which keeper is kept
+    plugins = PluginManager.default()
+    pipeline.start_spark(server, plugins)
+    kept = pipeline._keeper
+    assert kept is not None and kept.session is first
+    pipeline.start_spark(server, plugins)  # a second capture of the process, same Spark
+    assert pipeline._keeper is kept
+    pipeline.start_spark(server, plugins)  # Spark was stopped and started again meanwhile
+    assert pipeline._keeper is not kept and pipeline._keeper.session.name == "second"
+    assert kept._stopping.is_set()
