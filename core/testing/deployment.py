@@ -540,9 +540,13 @@ class SinkReader:
             from cdcflow.core.testing import canal_json
 
             bootstrap, topic = self.options["bootstrap"], self.options["topic"]
-            canal = canal_json.rebuild(canal_json.read_topic(bootstrap, topic))
-            if canal.resolved_ts:  # watermarks (enable-tidb-extension): wait for one at ts
-                canal = until_resolved(lambda: canal_json.rebuild(canal_json.read_topic(bootstrap, topic)), ts)
+
+            def read() -> canal_json.Replica:
+                return canal_json.rebuild(canal_json.read_topic(bootstrap, topic))
+
+            canal = read()
+            if 0 < canal.resolved_ts < ts:  # watermarks (enable-tidb-extension), not yet at ts
+                canal = until_resolved(read, ts)
             at = self._at_resolved(canal.resolved_ts, ts) if canal.resolved_ts else ts
             return at, list(canal.tables.get((db, table), {}).values())
         from cdcflow.core.testing.spark_tables import changelog_rows, snapshot_rows
