@@ -31,6 +31,7 @@ __all__ = [
     "MAX_CHANGEFEED_ID_LENGTH",
     "MAX_TSO",
     "MIN_MEMORY_QUOTA",
+    "QUICK_JIT_MAX_CORES",
     "ColumnSelectorSettings",
     "ConnectorSettings",
     "DeploymentFile",
@@ -78,6 +79,8 @@ DEFAULT_RECLAIM_INTERVAL = 300.0
 DEFAULT_TRIGGER_INTERVAL = 0.5
 #: Seconds between two runs of the job that keeps Spark's idle Python workers (server.spark.keep-workers).
 DEFAULT_KEEP_WORKERS = 40.0
+#: Machines with at most this many cores get Spark's JVM with the quick JIT only (server.spark.jit: auto).
+QUICK_JIT_MAX_CORES = 4
 #: Rows a micro-batch holds at most, by default (server.spark.max-batch-rows).
 DEFAULT_MAX_BATCH_ROWS = 100_000
 
@@ -112,6 +115,16 @@ class SparkSettings(_Settings):
             "end the idle Python workers (it does after a minute without Python work) and the first batch "
             "after a quiet spell does not start them and import the task modules again (0: never; keep it "
             "under a minute)."
+        ),
+    )
+
+    jit: Literal["auto", "quick", "full"] = Field(
+        "auto",
+        description=(
+            "How the JVM of a local-mode Spark compiles: quick (its first-tier compiler only: cheap to "
+            "compile, code somewhat slower), full (the JVM's default, both tiers: the second compiles "
+            "for minutes after a start, on the cores the pipeline needs), or auto (quick on machines "
+            f"of at most {QUICK_JIT_MAX_CORES} cores, full on larger ones). Cluster masters are left as configured."
         ),
     )
 

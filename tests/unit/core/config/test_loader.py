@@ -311,3 +311,12 @@ def test_spark_keep_workers_is_a_duration_0_turns_it_off(pm):
     assert issues == [] and deployment.server.spark.keep_workers == 0
     _, issues = check(GOOD.replace("server:\n", "server:\n  spark: {keep-workers: -5s}\n"), pm)
     assert len(issues) == 1 and "server.spark.keep-workers" in issues[0], issues
+
+
+def test_spark_jit_is_auto_quick_or_full(pm):
+    deployment, issues = check(GOOD, pm)
+    assert issues == [] and deployment.server.spark.jit == "auto"
+    deployment, issues = check(GOOD.replace("server:\n", "server:\n  spark: {jit: quick}\n"), pm)
+    assert issues == [] and deployment.server.spark.jit == "quick"
+    _, issues = check(GOOD.replace("server:\n", "server:\n  spark: {jit: fast}\n"), pm)
+    assert len(issues) == 1 and "server.spark.jit" in issues[0], issues
