@@ -123,7 +123,7 @@ class SparkSettings(_Settings):
         description=(
             "How the JVM of a local-mode Spark compiles: quick (its first-tier compiler only: cheap to "
             "compile, code somewhat slower), full (the JVM's default, both tiers: the second compiles "
-            "for minutes after a start, on the cores the pipeline needs), or auto (quick on machines "
+            "for a minute or more after a start, on the cores the pipeline needs), or auto (quick on machines "
             f"of at most {QUICK_JIT_MAX_CORES} cores, full on larger ones). Cluster masters are left as configured."
         ),
     )

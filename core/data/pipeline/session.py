@@ -84,10 +84,10 @@ QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 
 def jit_options(settings: SparkSettings, cores: int | None = None) -> list[str]:
     """The JIT options of a capture's Spark JVM (``server.spark.jit``) on a machine of
-    ``cores`` cores (default: this one's).
+    ``cores`` cores (default: the cores this process may run on).
 
     In local mode the JVM shares the machine's cores with the capture and Spark's
-    Python workers, and the JVM's second-tier compiler (C2) spends the first minutes
+    Python workers, and the JVM's second-tier compiler (C2) spends a minute or more
     after a start compiling: on two cores, a catch-up right after a start measured
     12 of the JVM's 21 CPU-seconds in the compiler threads and its live checkpoint lag
     p99 about 0.5 s higher than with the first tier only, which compiled in about one
@@ -98,9 +98,17 @@ def jit_options(settings: SparkSettings, cores: int | None = None) -> list[str]:
     ``spark.executor.extraJavaOptions``)."""
     if not settings.master.startswith("local") or settings.jit == "full":
         return []
-    if settings.jit == "auto" and (cores if cores is not None else os.cpu_count() or 1) > QUICK_JIT_MAX_CORES:
+    if settings.jit == "auto" and (cores if cores is not None else _machine_cores()) > QUICK_JIT_MAX_CORES:
         return []
     return [QUICK_JIT_OPTION]
+
+
+def _machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container's cpuset
+    limits it), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def spark_conf(settings: SparkSettings, plugins: PluginManager | None = None) -> dict[str, str]:

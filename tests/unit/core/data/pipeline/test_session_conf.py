@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from cdcflow.core.config.settings import QUICK_JIT_MAX_CORES, SparkSettings
@@ -36,3 +38,9 @@ def test_the_jit_option_joins_the_log_options_of_the_driver():
 def test_server_spark_conf_still_has_the_last_word_on_the_driver_options():
     settings = SparkSettings(master="local[2]", jit="quick", conf={"spark.driver.extraJavaOptions": "-Xss4m"})
     assert spark_conf(settings)["spark.driver.extraJavaOptions"] == "-Xss4m"
+
+
+def test_auto_counts_the_cores_this_process_may_run_on():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    quick = [QUICK_JIT_OPTION] if cores <= QUICK_JIT_MAX_CORES else []
+    assert jit_options(SparkSettings(master="local[*]")) == quick
