@@ -1,6 +1,7 @@
 """Catch-up: rows/s of a changefeed started below a backlog already committed upstream.
 
     .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2] standalone]
+        [--spark-conf KEY=VALUE ...]
     .venv/bin/python -m benchmarks.bench_catchup --metrics-overhead [--rows 200000] [--masters local[2]] [--rounds 3]
 
 The backlog is committed to the playground (the shop workload, no DDL) before any
@@ -9,6 +10,10 @@ a ``cdcflow run`` capture (tikv source over gRPC, Spark pipeline, Kafka sink pro
 Open Protocol to librdkafka's mock cluster) starts a changefeed below the backlog.
 Reported per master:
 
+* **first batch** — from the capture's start until Spark plans its first micro-batch (the
+  offset log's entry 0), and **from the first batch** — every backlog row / the seconds from
+  then until the persisted checkpoint passes the last row: the pipeline's rate, whatever
+  moment the first checkpoint happens to be seen;
 * **start-up** — from the capture's start until the persisted checkpoint first moves
   (Spark's start and the first bounded batch);
 * **catch-up** — the rows above that first checkpoint / the seconds from then until the
@@ -20,6 +25,12 @@ Reported per master:
   above the checkpoint then / the time to the end — the pipeline with the cores to
   itself, without the scan (gRPC, decoding, sorting) competing for them;
 
+* **cores** — what each kind of process spent, in cores (CPU-seconds / wall seconds),
+  over the catch-up and over the pipeline-alone part (:mod:`benchmarks.cputime`): the
+  capture's driver, Spark's Python workers, the JVM's task threads, JIT compilers, GC and
+  the rest, and the playground (this process, serving the scan). On a 2-core machine a
+  total near 2 says the run is bound by the cores, and the kinds say by whose work;
+
 and, in the same run on the same rows, the two raw stages next to it:
 
 * **mount** — the committed row events decoded by ``TiDBMounter`` in one process;
@@ -30,6 +41,9 @@ A master is a Spark master URL (``local[N]``, ``spark://host:port`` of a running
 or ``standalone``: a Spark standalone master and worker (2 cores) started on this machine
 for that run from the pyspark distribution (:mod:`cdcflow.core.testing.servers.spark`),
 the capture's driver in its own process and the executors in the worker's JVMs.
+
+``--spark-conf`` adds Spark properties to every capture of the run (``server.spark.conf``),
+so that a setting can be compared against the defaults in alternating runs.
 
 Metrics-overhead mode runs the catch-up on the first master with ``server.metrics`` on
 (the capture's ``/metrics`` scraped every second during the catch-up, fifteen times
@@ -55,6 +69,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks import cputime
 from benchmarks.bench_e2e import PARTITIONS, LagSampler, Recorder, Scraper, mount_all, percentile, produce_raw
 from cdcflow.core.data.logservice.manifest import MANIFEST_NAME, read_manifest
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
@@ -77,18 +92,19 @@ def catch_up(
     *,
     metrics: bool = True,
     scrape: bool = False,
+    spark_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
 
         with start_spark_cluster(cores=2) as spark:
-            conf = spark.driver_conf()
+            conf = {**spark.driver_conf(), **(spark_conf or {})}
             run = _catch_up(
                 pg, cluster, spark.master_url, start_ts, last_ts, commit_ts, conf, metrics=metrics, scrape=scrape
             )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
-    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, metrics=metrics, scrape=scrape)
+    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf, metrics=metrics, scrape=scrape)
 
 
 def _catch_up(
@@ -119,16 +135,14 @@ def _catch_up(
             spark_conf=spark_conf,
             metrics=metrics,
         )
-        started = time.perf_counter()
+        started, started_wall = time.perf_counter(), time.time()
         capture.start()
+        assert capture.proc is not None
+        cpu = cputime.CpuMeter(capture.proc.pid)
         try:
-            while True:
-                state, first_checkpoint = capture.checkpoint()
-                if first_checkpoint and first_checkpoint > start_ts:
-                    break
-                _check(capture, state, started)
-                time.sleep(0.1)
+            first_checkpoint, first_batch = _first_move(capture, cpu, start_ts, started)
             first_move = time.perf_counter()
+            cpu.mark("first move")
             sampler = LagSampler(capture)
             sampler.start()
             scraper = Scraper(capture) if metrics and scrape else None
@@ -144,9 +158,11 @@ def _catch_up(
                     break
                 if ingested is None and _published_ts(Path(tmp) / "data") >= last_ts:
                     ingested = (time.perf_counter(), checkpoint)
+                    cpu.mark("source has all")
                 _check(capture, state, started)
                 time.sleep(0.1)
-            done = time.perf_counter()
+            done, done_wall = time.perf_counter(), time.time()
+            cpu.mark("done")
             lags = sampler.stop()
             scrapes = scraper.stop() if scraper is not None else 0
         finally:
@@ -162,8 +178,14 @@ def _catch_up(
         ingested = (done, last_ts)
     ingested_at, checkpoint_then = ingested
     rows_left = sum(1 for ts in commit_ts if ts > checkpoint_then)
+    # Every row, from the first micro-batch's start to the checkpoint passing the last:
+    # unlike the catch-up rate it does not depend on when the first checkpoint was seen.
+    batches_s = done_wall - first_batch if first_batch is not None else None
     return {
         "master": master,
+        "first_batch_s": round(first_batch - started_wall, 1) if first_batch is not None else None,
+        "from_first_batch_s": round(batches_s, 1) if batches_s else None,
+        "from_first_batch_rows_per_s": round(len(commit_ts) / batches_s) if batches_s else None,
         "startup_s": round(first_move - started, 1),
         "source_has_all_s": round(ingested_at - started, 1),
         "rows_left_then": rows_left,
@@ -176,7 +198,39 @@ def _catch_up(
         "checkpoint_lag_p99_s": round(percentile(lags, 99), 1),
         "metrics": metrics,
         "metrics_scrapes": scrapes,
+        # Cores each kind of process used: over the catch-up (the playground serving
+        # the scan is this process), and once the source had every row.
+        "cores_from_first_batch": cpu.cores("first batch", "done"),
+        "cores_during_catch_up": cpu.cores("first move", "done"),
+        "cores_pipeline_alone": cpu.cores("source has all", "done"),
+        "spark_conf": spark_conf or {},
     }
+
+
+def _first_move(
+    capture: CaptureProcess, cpu: cputime.CpuMeter, start_ts: int, started: float
+) -> tuple[int, float | None]:
+    """Wait for the persisted checkpoint's first move above ``start_ts``: (that checkpoint,
+    when Spark planned its first micro-batch, wall clock). Marks ``cpu`` "first batch"."""
+    first_batch: float | None = None
+    while True:
+        if first_batch is None:
+            first_batch = _first_batch_at(capture.tmp / "data")
+            if first_batch is not None:
+                cpu.mark("first batch")
+        state, checkpoint = capture.checkpoint()
+        if checkpoint and checkpoint > start_ts:
+            return checkpoint, first_batch
+        _check(capture, state, started)
+        time.sleep(0.1)
+
+
+def _first_batch_at(data_dir: Path) -> float | None:
+    """When the capture's Spark query planned its first micro-batch (the wall-clock time
+    of its offset log's entry 0), or None before it has."""
+    for entry in data_dir.glob("changefeeds/*/spark-checkpoint/offsets/0"):
+        return entry.stat().st_mtime
+    return None
 
 
 def _published_ts(data_dir: Path) -> int:
@@ -232,6 +286,16 @@ def metrics_overhead(rows: int, master: str, rounds: int) -> dict[str, Any]:
     return report
 
 
+def _spark_conf(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--spark-conf {pair!r}: expected KEY=VALUE, e.g. spark.shuffle.compress=false")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (approximately)")
@@ -247,7 +311,15 @@ def main() -> None:
         default=["local[1]", "local[2]"],
         help="Spark masters to run (standalone: a local master + worker)",
     )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark property for every capture of the run (server.spark.conf); repeatable",
+    )
     args = parser.parse_args()
+    conf = _spark_conf(parser, args.spark_conf)
     if args.metrics_overhead:
         print(json.dumps(metrics_overhead(args.rows, args.masters[0], args.rounds), indent=2))
         return
@@ -260,7 +332,7 @@ def main() -> None:
         pg, recorder, start_ts, last_ts, load_s = backlog(args.rows)
         try:
             commit_ts = [e.commit_ts for e in recorder.events]
-            runs.append(catch_up(pg, cluster, master, start_ts, last_ts, commit_ts))
+            runs.append(catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf=conf))
             if n == 0:
                 rows = len(recorder.events)
                 report["rows"] = rows
