@@ -21,7 +21,8 @@ Reported per master:
   distinct values and the lag, wall clock − checkpoint, sampled every 0.2 s from the
   capture's metastore);
 * **source has all** — when the capture's event store published past the last row
-  (the EventFeed scan done), and the **pipeline alone** rate after it: the rows still
+  (the EventFeed scan done; watched from the capture's start, so it may come before
+  the first micro-batch), and the **pipeline alone** rate after it: the rows still
   above the checkpoint then / the time to the end — the pipeline with the cores to
   itself, without the scan (gRPC, decoding, sorting) competing for them;
 
@@ -66,6 +67,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +142,8 @@ def _catch_up(
         assert capture.proc is not None
         cpu = cputime.CpuMeter(capture.proc.pid)
         try:
-            first_checkpoint, first_batch = _first_move(capture, cpu, start_ts, started)
+            progress = _Progress(Path(tmp) / "data", cpu, last_ts)
+            first_checkpoint = _first_move(capture, progress, start_ts, started)
             first_move = time.perf_counter()
             cpu.mark("first move")
             sampler = LagSampler(capture)
@@ -149,16 +152,12 @@ def _catch_up(
             if scraper is not None:
                 scraper.start()
             checkpoints: set[int] = set()
-            # When the source has it all: the event store published past the last row.
-            ingested: tuple[float, int] | None = None
             while True:
                 state, checkpoint = capture.checkpoint()
                 checkpoints.add(checkpoint)
                 if checkpoint >= last_ts:
                     break
-                if ingested is None and _published_ts(Path(tmp) / "data") >= last_ts:
-                    ingested = (time.perf_counter(), checkpoint)
-                    cpu.mark("source has all")
+                progress.poll(checkpoint)
                 _check(capture, state, started)
                 time.sleep(0.1)
             done, done_wall = time.perf_counter(), time.time()
@@ -174,9 +173,8 @@ def _catch_up(
     if not rows_after:
         raise RuntimeError(f"the first checkpoint move ({first_checkpoint}) covered the whole backlog: add --rows")
     # After the source has it all the pipeline has the cores to itself: its own rate.
-    if ingested is None:
-        ingested = (done, last_ts)
-    ingested_at, checkpoint_then = ingested
+    ingested_at, checkpoint_then = progress.ingested or (done, last_ts)
+    first_batch = progress.first_batch
     rows_left = sum(1 for ts in commit_ts if ts > checkpoint_then)
     # Every row, from the first micro-batch's start to the checkpoint passing the last:
     # unlike the catch-up rate it does not depend on when the first checkpoint was seen.
@@ -207,20 +205,36 @@ def _catch_up(
     }
 
 
-def _first_move(
-    capture: CaptureProcess, cpu: cputime.CpuMeter, start_ts: int, started: float
-) -> tuple[int, float | None]:
-    """Wait for the persisted checkpoint's first move above ``start_ts``: (that checkpoint,
-    when Spark planned its first micro-batch, wall clock). Marks ``cpu`` "first batch"."""
+@dataclass
+class _Progress:
+    """What a run has reached besides the checkpoint, polled with it every 0.1 s."""
+
+    data_dir: Path
+    cpu: cputime.CpuMeter
+    last_ts: int
+    #: Wall clock: when Spark planned micro-batch 0 (its offset log's entry 0).
     first_batch: float | None = None
+    #: When the capture's event store published past the last row (the scan done), and
+    #: the persisted checkpoint then.
+    ingested: tuple[float, int] | None = None
+
+    def poll(self, checkpoint: int) -> None:
+        if self.first_batch is None:
+            self.first_batch = _first_batch_at(self.data_dir)
+            if self.first_batch is not None:
+                self.cpu.mark("first batch")
+        if self.ingested is None and _published_ts(self.data_dir) >= self.last_ts:
+            self.ingested = (time.perf_counter(), checkpoint)
+            self.cpu.mark("source has all")
+
+
+def _first_move(capture: CaptureProcess, progress: _Progress, start_ts: int, started: float) -> int:
+    """Wait for the persisted checkpoint's first move above ``start_ts``; returns it."""
     while True:
-        if first_batch is None:
-            first_batch = _first_batch_at(capture.tmp / "data")
-            if first_batch is not None:
-                cpu.mark("first batch")
         state, checkpoint = capture.checkpoint()
+        progress.poll(checkpoint)
         if checkpoint and checkpoint > start_ts:
-            return checkpoint, first_batch
+            return checkpoint
         _check(capture, state, started)
         time.sleep(0.1)
 
