@@ -18,7 +18,8 @@ threads' user + system time into kinds:
 
 Two samples taken around a run give what each kind spent during it
 (:func:`spent`); a process that exited between them loses its share, so
-the sum is a lower bound when workers come and go (they are reused here).
+each figure is a lower bound: exact for the task workers (Spark reuses them),
+possibly short for the planning processes, which Spark may start per query.
 Linux only; elsewhere the samples are empty.
 """
 
