@@ -50,6 +50,7 @@ __all__ = [
     "LOG4J2_CONFIG",
     "QUICK_JIT_OPTION",
     "TASK_MODULES",
+    "WORKERS_PER_TASK",
     "WorkerKeeper",
     "jit_options",
     "spark_conf",
@@ -222,25 +223,48 @@ def _import_all(modules: list[str], batches: Iterator[Any], overlap: float = 0.5
     """A ``mapInArrow`` function: import ``modules`` (a module that fails to import
     is left for the task that needs it to report), pass the batches through after
     ``overlap`` seconds (long enough that the job's tasks overlap: each starts a
-    worker of its own)."""
+    worker of its own).
+
+    It also makes pyarrow's first conversion of a Python list, as every task does:
+    that imports pandas when installed (PySpark's SQL extra brings it), hundreds of
+    modules, most of a second of a cold worker's first task otherwise."""
     import importlib
 
     for name in modules:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    pyarrow = sys.modules.get("pyarrow")
+    if pyarrow is not None:
+        with contextlib.suppress(Exception):
+            pyarrow.array([0])
     if overlap:
         time.sleep(overlap)
     yield from batches
 
 
-def warm_python_workers(session: Any, modules: list[str]) -> None:
-    """Start Spark's Python workers and import ``modules`` in them: one small job of a
-    task per core (``spark.python.worker.reuse`` keeps the workers for the pipeline's
-    tasks). A cold worker spends seconds in start-up and imports; without this, the
-    first micro-batch or initial snapshot read pays it."""
+#: Python workers one pipeline task runs at once: its first stage chains two Python
+#: steps (the data source's read, then the encoding or writing ``mapInArrow``), each
+#: in a worker of its own for the task's whole run.
+WORKERS_PER_TASK = 2
+
+
+def _warming_job(session: Any, modules: list[str], overlap: float) -> Any:
+    """A job of a task per core, each chaining :data:`WORKERS_PER_TASK` Python steps
+    that import ``modules``: as many workers at once as a pipeline stage runs."""
     cores = max(1, int(session.sparkContext.defaultParallelism))
-    job = session.range(cores, numPartitions=cores).mapInArrow(functools.partial(_import_all, modules), "id long")
-    job.collect()
+    job = session.range(cores, numPartitions=cores)
+    for _ in range(WORKERS_PER_TASK):
+        job = job.mapInArrow(functools.partial(_import_all, modules, overlap=overlap), "id long")
+    return job
+
+
+def warm_python_workers(session: Any, modules: list[str]) -> None:
+    """Start Spark's Python workers and import ``modules`` in them: one small job with
+    as many workers at once as a pipeline stage runs (``spark.python.worker.reuse``
+    keeps them for the pipeline's tasks). A cold worker spends more than a second
+    of CPU in start-up and imports; without this, the first micro-batch or initial
+    snapshot read pays it, its encoding steps waiting on a read step still importing."""
+    _warming_job(session, modules, overlap=0.5).collect()
 
 
 #: The job group of :class:`WorkerKeeper`'s jobs (cancelled when it stops).
@@ -256,8 +280,9 @@ class WorkerKeeper:
     new workers, imported the task modules in them (about a second on a small
     machine) and compiled its decoders again: a burst after a quiet spell started
     with the slowest batch of all. Every ``every`` seconds, unless a Spark job is
-    running then (its tasks keep the workers), the keeper runs one small job of a
-    task per core that imports ``modules`` (already there: nothing to do) and ends.
+    running then (its tasks keep the workers), the keeper runs the warming job (a
+    task per core, :data:`WORKERS_PER_TASK` workers each) that imports ``modules``
+    (already there: nothing to do) and ends.
     It runs in a daemon thread until :meth:`stop`.
     """
 
@@ -290,10 +315,7 @@ class WorkerKeeper:
         context = self.session.sparkContext
         if context.statusTracker().getActiveJobsIds():
             return False
-        cores = max(1, int(context.defaultParallelism))
-        job = self.session.range(cores, numPartitions=cores).mapInArrow(
-            functools.partial(_import_all, self.modules, overlap=0.0), "id long"
-        )
+        job = _warming_job(self.session, self.modules, overlap=0.0)
         with spark_job_group(self.session, KEEPER_JOB_GROUP, "cdcflow: keep the Python workers"):
             job.collect()
         self.runs += 1
