@@ -50,7 +50,6 @@ __all__ = [
     "LOG4J2_CONFIG",
     "QUICK_JIT_OPTION",
     "TASK_MODULES",
-    "WORKERS_PER_TASK",
     "WorkerKeeper",
     "jit_options",
     "spark_conf",
@@ -242,29 +241,14 @@ def _import_all(modules: list[str], batches: Iterator[Any], overlap: float = 0.5
     yield from batches
 
 
-#: Python workers one pipeline task runs at once: its first stage chains two Python
-#: steps (the data source's read, then the encoding or writing ``mapInArrow``), each
-#: in a worker of its own for the task's whole run.
-WORKERS_PER_TASK = 2
-
-
-def _warming_job(session: Any, modules: list[str], overlap: float) -> Any:
-    """A job of a task per core, each chaining :data:`WORKERS_PER_TASK` Python steps
-    that import ``modules``: as many workers at once as a pipeline stage runs."""
-    cores = max(1, int(session.sparkContext.defaultParallelism))
-    job = session.range(cores, numPartitions=cores)
-    for _ in range(WORKERS_PER_TASK):
-        job = job.mapInArrow(functools.partial(_import_all, modules, overlap=overlap), "id long")
-    return job
-
-
 def warm_python_workers(session: Any, modules: list[str]) -> None:
-    """Start Spark's Python workers and import ``modules`` in them: one small job with
-    as many workers at once as a pipeline stage runs (``spark.python.worker.reuse``
-    keeps them for the pipeline's tasks). A cold worker spends more than a second
-    of CPU in start-up and imports; without this, the first micro-batch or initial
-    snapshot read pays it, its encoding steps waiting on a read step still importing."""
-    _warming_job(session, modules, overlap=0.5).collect()
+    """Start Spark's Python workers and import ``modules`` in them: one small job of a
+    task per core (``spark.python.worker.reuse`` keeps the workers for the pipeline's
+    tasks). A cold worker spends seconds in start-up and imports; without this, the
+    first micro-batch or initial snapshot read pays it."""
+    cores = max(1, int(session.sparkContext.defaultParallelism))
+    job = session.range(cores, numPartitions=cores).mapInArrow(functools.partial(_import_all, modules), "id long")
+    job.collect()
 
 
 #: The job group of :class:`WorkerKeeper`'s jobs (cancelled when it stops).
@@ -280,9 +264,8 @@ class WorkerKeeper:
     new workers, imported the task modules in them (about a second on a small
     machine) and compiled its decoders again: a burst after a quiet spell started
     with the slowest batch of all. Every ``every`` seconds, unless a Spark job is
-    running then (its tasks keep the workers), the keeper runs the warming job (a
-    task per core, :data:`WORKERS_PER_TASK` workers each) that imports ``modules``
-    (already there: nothing to do) and ends.
+    running then (its tasks keep the workers), the keeper runs one small job of a
+    task per core that imports ``modules`` (already there: nothing to do) and ends.
     It runs in a daemon thread until :meth:`stop`.
     """
 
@@ -315,7 +298,10 @@ class WorkerKeeper:
         context = self.session.sparkContext
         if context.statusTracker().getActiveJobsIds():
             return False
-        job = _warming_job(self.session, self.modules, overlap=0.0)
+        cores = max(1, int(context.defaultParallelism))
+        job = self.session.range(cores, numPartitions=cores).mapInArrow(
+            functools.partial(_import_all, self.modules, overlap=0.0), "id long"
+        )
         with spark_job_group(self.session, KEEPER_JOB_GROUP, "cdcflow: keep the Python workers"):
             job.collect()
         self.runs += 1

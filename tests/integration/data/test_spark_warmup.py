@@ -14,13 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdcflow.core.data.pipeline.session import (
-    TASK_MODULES,
-    WORKERS_PER_TASK,
-    WorkerKeeper,
-    warm_python_workers,
-    worker_modules,
-)
+from cdcflow.core.data.pipeline.session import TASK_MODULES, WorkerKeeper, warm_python_workers, worker_modules
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.core.testing import until_sync
 from tests.fixtures.spark import spark  # noqa: F401 - the fixture
@@ -51,35 +45,6 @@ def test_the_workers_import_the_modules_before_the_first_task(spark: Any) -> Non
     assert _probe(spark) == [False]  # a worker of this session, not warmed with the probe
     warm_python_workers(spark, [_PROBE])
     assert _probe(spark) == [True]
-
-
-#: Another, for the workers of a stage's chained steps.
-_CHAINED = "wave"
-
-
-def _step(batches: Iterator[pa.RecordBatch], probe: str) -> Iterator[pa.RecordBatch]:
-    """A chained probing step: the batches it gets, with whether ``probe`` is imported
-    in its worker appended as a column (each task's steps overlap its sibling's)."""
-    time.sleep(0.5)
-    for batch in batches:
-        yield batch.append_column(f"step{batch.num_columns}", pa.array([probe in sys.modules] * batch.num_rows))
-
-
-def test_every_worker_of_a_stage_with_chained_steps_is_warmed(spark: Any) -> None:  # noqa: F811
-    cores = int(spark.sparkContext.defaultParallelism)
-
-    def probe_chained() -> list[bool]:
-        """Whether the probe is imported in each worker of each task's chained steps."""
-        job, schema = spark.range(cores, numPartitions=cores), "id long"
-        for step in range(WORKERS_PER_TASK):
-            schema += f", step{step + 1} boolean"
-            job = job.mapInArrow(lambda b: _step(b, _CHAINED), schema)
-        return [flag for row in job.collect() for flag in list(row)[1:]]
-
-    assert not any(probe_chained())
-    warm_python_workers(spark, [_CHAINED])
-    loaded = probe_chained()
-    assert len(loaded) == cores * WORKERS_PER_TASK and all(loaded)
 
 
 def test_the_warming_step_imports_what_pyarrow_imports_on_its_first_conversion() -> None:
