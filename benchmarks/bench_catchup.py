@@ -27,9 +27,9 @@ Reported per master:
   itself, without the scan (gRPC, decoding, sorting) competing for them;
 * **cores** — what each kind of process spent, in cores (CPU-seconds / wall seconds),
   from the first batch, over the catch-up and over the pipeline-alone part
-  (:mod:`benchmarks.cputime`): the
-  capture's driver, Spark's Python workers, the JVM's task threads, JIT compilers, GC and
-  the rest, and the playground (this process, serving the scan). On a 2-core machine a
+  (:mod:`benchmarks.cputime`): the capture's driver, Spark's Python workers, the JVM's
+  task threads, JIT compilers, GC and the rest, and the playground (this process,
+  serving the scan). On a 2-core machine a
   total near 2 says the run is bound by the cores, and the kinds say by whose work;
 
 and, in the same run on the same rows, the two raw stages next to it:
