@@ -78,12 +78,13 @@ The contract (the runtime relies on each point):
   (``mapInArrow``, a native DataFrame write), the DDL after the rows, and flushes
   before returning, as ``write_batch`` would. Its rows are the event store's
   records (mounted, table filter applied, in no particular order: sort by
-  ``ORDER_COLUMNS``); tasks turn a record batch of them back into rows with
-  :meth:`RowDecoder.rows`, which applies the column selection and raises a
-  mount error as the CdcflowError it is. The same contract holds: idempotent on
-  replay (same ``batch_id``), errors as for ``write_batch``. ``write_frame``
-  returning None has the batch delivered through ``write_batch`` after all (a
-  sink may decline a batch it only handles on the driver); a batch without rows
+  ``ORDER_COLUMNS``, unless ``BatchFrame.one_ts`` says any order will do); tasks
+  turn a record batch of them back into rows with :meth:`RowDecoder.rows`, which
+  applies the column selection and raises a mount error as the CdcflowError it
+  is. The same contract holds: idempotent on replay (same ``batch_id``), errors
+  as for ``write_batch``. ``write_frame`` returning None has the batch
+  delivered through ``write_batch`` after all (a sink may decline a batch it
+  only handles on the driver); a batch without rows
   in the event store (only DDL or a resolved ts) always goes to ``write_batch``,
   and so does every batch when the pipeline runs without Spark (the test kit).
 
@@ -231,6 +232,10 @@ class BatchFrame:
     decoder: RowDecoder
     #: At most this many rows (the records in the batch's chunks, before filtering).
     expected_rows: int
+    #: Every row has commit ts ``end_ts`` and each key appears once (an initial
+    #: snapshot's batch): any order of the rows is the batch's order, so a sink
+    #: need not sort them.
+    one_ts: bool = False
 
 
 @dataclass(frozen=True)

@@ -487,13 +487,13 @@ class ChangefeedPipeline:
                 seconds = tasks_seconds + time.perf_counter() - committed
                 self._flushes.append((_sink_name(sink), rows, task_bytes, seconds))
         if driver_sinks and plan is not None and not on_driver:
-            driver_sinks, written = self._write_frames(frame, plan, head, ddl, driver_sinks, expected)
+            driver_sinks, written = self._write_frames(frame, plan, head, ddl, driver_sinks, expected, one_ts)
             if written is not None:
                 rows = written
                 if not driver_sinks:
                     return rows
         if driver_sinks or not task_sinks:
-            rows = self._deliver_on_driver(frame, plan, head, ddl, driver_sinks, expected)
+            rows = self._deliver_on_driver(frame, plan, head, ddl, driver_sinks, expected, one_ts)
         return rows
 
     def _write_frames(
@@ -504,12 +504,13 @@ class ChangefeedPipeline:
         ddl: tuple[Any, ...],
         sinks: Sequence[Sink[Any]],
         expected: int,
+        one_ts: bool = False,
     ) -> tuple[list[Sink[Any]], int | None]:
         """Offer the batch's mounted frame to each sink (``Sink.write_frame``): the sinks that
         declined it, and the rows the last one that took it wrote (None: none took it)."""
         mounted = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL) if plan.mounter is not None else frame
         decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection, self.transforms)
-        rows = BatchFrame(mounted, decoder, expected)
+        rows = BatchFrame(mounted, decoder, expected, one_ts)
         batch = MicroBatch(self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl=ddl)
         declined: list[Sink[Any]] = []
         written: int | None = None
@@ -653,7 +654,11 @@ class ChangefeedPipeline:
         ddl: tuple[Any, ...],
         sinks: Sequence[Sink[Any]],
         expected: int,
+        one_ts: bool = False,
     ) -> int:
+        """Mount in tasks, bring the rows to the driver in order, and write them with
+        ``write_batch`` (``one_ts``: a batch whose every row has one commit ts and each key
+        appears once, as an initial snapshot's, is not sorted: any order is its order)."""
         delivery = BatchDelivery(
             self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl, sinks, part_rows=self.part_rows
         )
@@ -670,7 +675,7 @@ class ChangefeedPipeline:
             # One Spark job (scan, filter, mount, collect) and a sort of at most collect_rows
             # rows on the driver, instead of Spark's range sort (a sampling job plus a shuffle).
             table = frame.toArrow()
-            if table.num_rows:
+            if table.num_rows and not one_ts:
                 table = table.sort_by([(column, "ascending") for column in ORDER_COLUMNS])
             read = time.perf_counter() - began
             nbytes = table.nbytes
@@ -678,7 +683,7 @@ class ChangefeedPipeline:
                 check_mounted(batch)
                 delivery.add(self._rows(list(batch_to_records(batch))))
         else:
-            ordered = frame.orderBy(*ORDER_COLUMNS)
+            ordered = frame if one_ts else frame.orderBy(*ORDER_COLUMNS)
             staging = self.work_dir / f"batch-{head.batch_id}"
             shutil.rmtree(staging, ignore_errors=True)
             # Small row groups: the driver reads one row group at a time.

@@ -43,12 +43,14 @@ class SparkSinkConfig(PluginConfig):
     catalog_database: str = Field(
         "", description="Also register the tables in this Spark catalog database (catalog.db or db); empty: do not."
     )
-    frame_writes: bool = Field(
-        False,
+    frame_writes: bool | Literal["auto"] = Field(
+        "auto",
         description=(
-            "Write each batch from its Spark frame (rows decoded by Spark tasks, no row on the driver), "
-            "the way that scales with a cluster's executors; off by default because on one machine "
-            "it is slower than writing from the driver (docs/explanation/log-service-and-pipeline.md)."
+            "Write batches from their Spark frame (rows decoded by Spark tasks, no row on the driver), "
+            "the way that scales with a cluster's executors. true: every batch; auto: an initial "
+            "snapshot's batch only (written faster from its frame even on one machine); false: none. "
+            "auto leaves micro-batches to the driver because on one machine that is faster "
+            "(docs/explanation/log-service-and-pipeline.md)."
         ),
     )
     master: str = Field("local[*]", description="spark.master when the sink has to start a Spark session itself.")

@@ -49,12 +49,15 @@ old name gets an empty version (as after DROP TABLE); a merged catalog table is
 renamed with ``ALTER TABLE … RENAME TO``. The change log stays where it was
 written: changes before the RENAME under the old name, later ones under the new.
 
-In the pipeline the sink writes each batch from its Spark frame
+In the pipeline the sink can write a batch from its Spark frame
 (``Sink.write_frame``, see :mod:`.batchframe`): Spark tasks decode the rows
 into typed columns and Spark writes the change log and the snapshot; no row
-is brought to the driver. Batches with a RENAME TABLE, and catalog tables
-that may be merged (``table-format`` other than ``versioned`` with
-``catalog-database``), are written from the driver; both leave the same tables.
+is brought to the driver. ``frame-writes`` says which batches: every batch
+(``true``), an initial snapshot's batch only (``auto``, the default), or none
+(``false``); the others have their rows mounted by Spark tasks and written
+from the driver. Batches with a RENAME TABLE, and catalog tables that may be
+merged (``table-format`` other than ``versioned`` with ``catalog-database``),
+are always written from the driver; both ways leave the same tables.
 
 Not interpreted: a DDL event without ``schema_after`` (columns then appear
 when rows carry them).
@@ -251,11 +254,13 @@ class SparkSink(Sink[SparkSinkConfig]):
 
     def write_frame(self, batch: MicroBatch, rows: BatchFrame) -> int | None:
         """The batch written by Spark from its frame (see :mod:`.batchframe`): the same tables
-        as :meth:`write_batch`, no row on the driver. Declined (None) unless ``frame-writes`` is
-        on, for a batch with a RENAME TABLE and for catalog tables that may be merged: those
-        go through ``write_batch``."""
+        as :meth:`write_batch`, no row on the driver. Declined (None), to go through
+        ``write_batch``, when ``frame-writes`` does not take the batch (``auto``: only a
+        one-ts batch, an initial snapshot's), for a batch with a RENAME TABLE and for
+        catalog tables that may be merged."""
         storage = self._require_storage()
-        if not self.config.frame_writes or any(e.renamed_from is not None for e in batch.ddl):
+        wanted = self.config.frame_writes is True or (self.config.frame_writes == "auto" and rows.one_ts)
+        if not wanted or any(e.renamed_from is not None for e in batch.ddl):
             return None
         if self.config.catalog_database and self.config.table_format != "versioned":
             return None
@@ -276,7 +281,9 @@ class SparkSink(Sink[SparkSinkConfig]):
 
         ddl_of = ddl_by_table(batch.ddl)
         ddl_ts = {name: tuple(sorted(e.commit_ts for e in events)) for name, events in ddl_of.items()}
-        ordered = rows.frame.orderBy(*ORDER_COLUMNS).persist()
+        # A one-ts batch (an initial snapshot's) is in order as it comes: no range sort,
+        # whose sampling job would mount every row once more.
+        ordered = (rows.frame if rows.one_ts else rows.frame.orderBy(*ORDER_COLUMNS)).persist()
         try:
             summary = ordered.mapInArrow(SummaryTask(rows.decoder, ddl_ts), SUMMARY_DDL).collect()
             found = read_summaries([r.asDict() for r in summary])

@@ -1,6 +1,8 @@
 """A snapshot range removed (or its executor closed) while Spark reads it: its Spark job is
 cancelled in Spark, not only the asyncio task that awaited it, and a later read of the
-range in this process never finds its part files deleted under it."""
+range in this process never finds its part files deleted under it. And a snapshot's batch
+reaches a sink written from the driver whole, without a sort (every row at one ts, each
+key once: any order is its order)."""
 
 from __future__ import annotations
 
@@ -42,9 +44,11 @@ def _source(gate: Path) -> GatedSnapshotSource:
     return source
 
 
-def _executor(spark: Any, tmp_path: Path, sink: ListSink) -> PipelineSpanExecutor:
+def _executor(spark: Any, tmp_path: Path, sink: ListSink, **options: Any) -> PipelineSpanExecutor:
     return PipelineSpanExecutor(
-        PipelineContext("cf", _source(tmp_path / "gate"), [sink], data_dir=tmp_path / "data", start_ts=TS, spark=spark)
+        PipelineContext(
+            "cf", _source(tmp_path / "gate"), [sink], data_dir=tmp_path / "data", start_ts=TS, spark=spark, **options
+        )
     )
 
 
@@ -75,11 +79,12 @@ async def _read_started(executor: PipelineSpanExecutor, spark: Any, tmp_path: Pa
     return placed, group
 
 
-async def _deliver_again(spark: Any, tmp_path: Path) -> ListSink:
+async def _deliver_again(spark: Any, tmp_path: Path, **options: Any) -> ListSink:
     """A new executor of the changefeed reads and delivers the range whole."""
+    (tmp_path / "gate").mkdir(exist_ok=True)
     (tmp_path / "gate" / "open").touch()
     sink = ListSink()
-    executor = _executor(spark, tmp_path, sink)
+    executor = _executor(spark, tmp_path, sink, **options)
     try:
         placed = await _range(executor)
         assert await executor.add_span(placed, TS, prepare=False)
@@ -121,3 +126,36 @@ def test_removing_a_range_mid_read_cancels_its_spark_job(spark: Any, tmp_path: P
 
     sink = asyncio.run(main())
     assert sorted(row.after["id"] for row in sink.rows) == list(range(ROWS))
+
+
+@pytest.mark.parametrize("collect_rows", [0, ROWS], ids=["staged", "collected"])
+def test_a_snapshot_reaches_a_driver_sink_unsorted(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collect_rows: int
+) -> None:
+    """A snapshot's batch above ``collect_rows``, staged by Spark as Parquet, is staged as
+    the tasks read it: no range sort, whose sampling job would mount every row once more.
+    Below it, the batch is collected (and not sorted on the driver either). Both deliver
+    every row at the snapshot's ts."""
+    from cdcflow.core.data.pipeline.runtime import ChangefeedPipeline
+
+    delivering: list[int] = []
+    deliver = ChangefeedPipeline._deliver_on_driver
+
+    def spy(self: Any, frame: Any, plan: Any, head: Any, *rest: Any) -> int:
+        delivering.append(head.batch_id)
+        try:
+            return deliver(self, frame, plan, head, *rest)
+        finally:
+            delivering.pop()
+
+    order_by = type(spark.range(1)).orderBy
+
+    def refused_in_a_snapshot(frame: Any, *args: Any, **kw: Any) -> Any:
+        assert not any(batch < 0 for batch in delivering), "a snapshot's batch was sorted"
+        return order_by(frame, *args, **kw)
+
+    monkeypatch.setattr(ChangefeedPipeline, "_deliver_on_driver", spy)
+    monkeypatch.setattr(type(spark.range(1)), "orderBy", refused_in_a_snapshot)
+    sink = asyncio.run(_deliver_again(spark, tmp_path, collect_rows=collect_rows))
+    assert sorted(row.after["id"] for row in sink.rows) == list(range(ROWS))
+    assert {row.commit_ts for row in sink.rows} == {TS}

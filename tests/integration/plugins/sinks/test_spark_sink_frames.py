@@ -17,7 +17,7 @@ from cdcflow.core.data.events import MicroBatch, TableName, TableSchema
 from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
 from cdcflow.core.data.pipeline.tasks import RecordDecoder
 from cdcflow.core.data.sink import BatchFrame
-from cdcflow.core.testing import ListSource, drive
+from cdcflow.core.testing import ListSource, drive, insert
 from cdcflow.plugins.sinks.spark import SparkSink, SparkSinkConfig, Storage, read_snapshot
 from cdcflow.plugins.sinks.spark import sink as sink_module
 from tests.fixtures.workload import make_workload
@@ -42,12 +42,12 @@ class _Ids:
         return self._ids[schema]
 
 
-def batch_frame(spark: Any, batch: MicroBatch, partitions: int = 3) -> BatchFrame:
+def batch_frame(spark: Any, batch: MicroBatch, partitions: int = 3, *, one_ts: bool = False) -> BatchFrame:
     """The rows of ``batch`` as the pipeline hands them to ``write_frame``: records, shuffled."""
     ids = _Ids()
     records = [record_from_event(row, 0, ids) for row in batch.rows]
     frame = spark.createDataFrame(pa.Table.from_batches([records_to_batch(records)]))
-    return BatchFrame(frame.repartition(partitions), RecordDecoder(ids.schemas), len(records))
+    return BatchFrame(frame.repartition(partitions), RecordDecoder(ids.schemas), len(records), one_ts)
 
 
 class FrameSparkSink(SparkSink):
@@ -176,6 +176,57 @@ def ddl_tests_context() -> Any:
     return SinkContext("test")
 
 
+def _snapshot_batch(ts: int) -> MicroBatch:
+    """An initial snapshot's batch: every row an insert at ``ts``, each key once."""
+    rows = [
+        *(insert("shop", "orders", {"id": i, "qty": i % 7, "note": f"n{i}"}, commit_ts=ts) for i in range(60)),
+        *(insert("shop", "items", {"id": i, "name": f"item-{i}"}, commit_ts=ts) for i in range(25)),
+    ]
+    return MicroBatch("test", -1, ts, ts, rows)
+
+
+def test_an_initial_snapshots_batch_is_written_from_its_frame_unsorted(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``frame-writes`` at its default (auto), a one-ts batch goes through ``write_frame``
+    without a sort (any order is its order) and leaves the tables the driver path leaves;
+    ``seq`` numbers each table's rows once, in whatever order the tasks had them."""
+    keys = {"shop.orders": ["id"], "shop.items": ["id"]}
+    batch = _snapshot_batch(ts=424242 << 18)
+    head = MicroBatch("test", batch.batch_id, batch.start_ts, batch.end_ts)
+    driver = SparkSink(SparkSinkConfig(frame_writes=False, uri=f"spark://{tmp_path / 'd'}", key_columns=keys))
+    driver.open(ddl_tests_context())
+    assert driver.write_frame(head, batch_frame(spark, batch, one_ts=True)) is None
+    driver.write_batch(batch)
+
+    rows = batch_frame(spark, batch, one_ts=True)
+
+    def no_sort(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("a one-ts batch was sorted")
+
+    monkeypatch.setattr(type(rows.frame), "orderBy", no_sort)
+    no_driver_conversion(monkeypatch)
+    frames = SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path / 'f'}", key_columns=keys))
+    assert frames.config.frame_writes == "auto"
+    frames.open(ddl_tests_context())
+    assert frames.write_frame(head, rows) == len(batch.rows)
+    for name, count in (("orders", 60), ("items", 25)):
+        table = TableName("shop", name)
+        (f_log, f_state), (d_log, d_state) = tables(spark, tmp_path / "f", table), tables(spark, tmp_path / "d", table)
+        assert f_state == d_state
+        assert sorted(c[:1] + c[2:] for c in f_log) == sorted(c[:1] + c[2:] for c in d_log)
+        assert sorted(c[1] for c in f_log) == list(range(count))
+
+
+def test_auto_frame_writes_leave_micro_batches_to_the_driver(spark: Any, tmp_path: Path) -> None:
+    w = make_workload("shop", txns=10, resolve_every=10, alter=False)
+    rows = list(w.row_changes())
+    batch = MicroBatch("test", 3, 0, rows[-1].commit_ts, rows)
+    sink = SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path}", key_columns={"shop.orders": ["id"]}))
+    sink.open(ddl_tests_context())
+    assert sink.write_frame(MicroBatch("test", 3, 0, batch.end_ts), batch_frame(spark, batch)) is None
+
+
 def test_a_batch_with_a_rename_is_declined(spark: Any, tmp_path: Path) -> None:
     up = ddl_tests.Upstream("items", ddl_tests.col("name", 15))
     up.insert({"id": 1, "name": "a"})
@@ -200,9 +251,9 @@ def test_the_pipeline_writes_the_spark_sink_from_frames(
     on_driver: list[Any] = []
     deliver_on_driver = ChangefeedPipeline._deliver_on_driver
 
-    def spy(self: Any, frame: Any, plan: Any, head: Any, ddl: Any, sinks: Any, expected: int) -> int:
+    def spy(self: Any, frame: Any, plan: Any, head: Any, ddl: Any, sinks: Any, expected: int, *rest: Any) -> int:
         on_driver.append((expected, list(sinks)))
-        return deliver_on_driver(self, frame, plan, head, ddl, sinks, expected)
+        return deliver_on_driver(self, frame, plan, head, ddl, sinks, expected, *rest)
 
     monkeypatch.setattr(ChangefeedPipeline, "_deliver_on_driver", spy)
     no_driver_conversion(monkeypatch)
