@@ -8,7 +8,6 @@ widen a table with new columns; the snapshot job then aligns by name.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import decimal
 from collections.abc import Mapping, Sequence
@@ -122,16 +121,30 @@ def decimal_ints(rows: Sequence[RowChange], types: Mapping[str, str]) -> list[Ro
     Unsigned BIGINT is ``decimal(20,0)`` in Spark but an ``int`` in the row image; Spark
     (without schema verification) would store such an ``int`` as NULL.
     """
-    decimals = {name for name, kind in types.items() if kind.startswith("decimal")}
-
-    def image(values: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-        if values is None or not any(type(values.get(c)) is int for c in decimals):
-            return values
-        return {k: decimal.Decimal(v) if k in decimals and type(v) is int else v for k, v in values.items()}
-
+    decimals = tuple(name for name, kind in types.items() if kind.startswith("decimal"))
     if not decimals:
         return list(rows)
-    return [dataclasses.replace(r, before=image(r.before), after=image(r.after)) for r in rows]
+    out = []
+    for row in rows:
+        before, after = _decimal_image(row.before, decimals), _decimal_image(row.after, decimals)
+        if before is row.before and after is row.after:
+            out.append(row)  # no int in a decimal column: the row as it is
+        else:
+            out.append(RowChange(row.table, row.op, row.commit_ts, row.start_ts, after, before, row.schema, row.key))
+    return out
+
+
+def _decimal_image(values: Mapping[str, Any] | None, decimals: Sequence[str]) -> Mapping[str, Any] | None:
+    """``values`` with the ints of ``decimals`` as ``Decimal`` (``values`` itself if none is)."""
+    if values is None:
+        return None
+    ints = [name for name in decimals if type(values.get(name)) is int]
+    if not ints:
+        return values
+    image = dict(values)
+    for name in ints:
+        image[name] = decimal.Decimal(image[name])
+    return image
 
 
 def _cell(value: Any) -> Any:

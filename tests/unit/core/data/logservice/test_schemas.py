@@ -2,6 +2,7 @@
 
 import datetime as dt
 import decimal
+import pickle
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, Span, TableName, TableSchema
 from cdcflow.core.data.logservice import EventStore
-from cdcflow.core.data.logservice.records import SchemaRegistry
+from cdcflow.core.data.logservice.records import SchemaRegistry, loads_pickled
 
 from .test_store import published_events
 
@@ -109,3 +110,14 @@ def test_column_state_with_more_values_than_fields_is_refused() -> None:
     column = ColumnInfo.__new__(ColumnInfo)
     with pytest.raises(ValueError, match="more than its"):
         column.__setstate__(["a", 1, 0, "", True, None, "from a newer cdcflow"])
+
+
+def test_a_row_image_pickled_under_an_earlier_module_name_still_loads() -> None:
+    """Images go through the C unpickler first; one naming a class by the module an earlier
+    release kept it in (``cdcflow.core.events``) is loaded by the store's own unpickler."""
+    image = {"table": TABLE, "price": decimal.Decimal("9.50")}
+    now = pickle.dumps(image, protocol=0)
+    assert b"cdcflow.core.data.events" in now
+    earlier = now.replace(b"cdcflow.core.data.events", b"cdcflow.core.events")
+    assert loads_pickled(now) == image
+    assert loads_pickled(earlier) == image

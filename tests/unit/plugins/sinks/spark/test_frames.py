@@ -55,6 +55,25 @@ def test_types_from_values_and_from_the_upstream_schema() -> None:
     assert coerced.after == {"a": 1, "b": decimal.Decimal(2**64 - 1)}
 
 
+def test_decimal_ints_converts_only_the_ints_of_decimal_columns() -> None:
+    types = {"id": "decimal(20,0)", "price": "decimal(38,10)", "name": "string"}
+    plain = insert("s", "t", {"id": decimal.Decimal(1), "price": None, "name": "x"}, commit_ts=5)
+    both = update(
+        "s", "t", {"id": 2, "price": decimal.Decimal("1.5"), "name": "y"}, {"id": 2, "price": 3, "name": 4}, commit_ts=6
+    )
+    gone = delete("s", "t", {"id": 3, "price": None, "name": "z"}, commit_ts=7)
+    out = decimal_ints([plain, both, gone], types)
+    assert out[0] is plain  # nothing to convert: the row itself
+    assert out[1].before == {"id": decimal.Decimal(2), "price": decimal.Decimal("1.5"), "name": "y"}
+    assert out[1].after == {"id": decimal.Decimal(2), "price": decimal.Decimal(3), "name": 4}
+    assert (out[1].table, out[1].op, out[1].commit_ts, out[1].start_ts) == (
+        both.table, both.op, both.commit_ts, both.start_ts
+    )  # fmt: skip
+    assert out[2].before == {"id": decimal.Decimal(3), "price": None, "name": "z"} and out[2].after is None
+    assert type(both.after["price"]) is int  # the input is left alone
+    assert decimal_ints([both], {"name": "string"}) == [both]
+
+
 def test_changelog_records_carry_both_images_and_their_order() -> None:
     ts = tso_from_ms(1_767_225_600_000)  # 2026-01-01T00:00:00Z
     rows = [
