@@ -1,6 +1,6 @@
 """Per-row CPU cost of a task: mounting the playground's shop rows, and encoding them as Open Protocol.
 
-Run:  .venv/bin/python benchmarks/bench_rowpath.py [--rows N] [--rounds R] [--profile mount|encode]
+Run:  .venv/bin/python benchmarks/bench_rowpath.py [--rows N] [--rounds R] [--profile STAGE]
 
 Builds ``N`` raw writes spread over the three ``shop`` tables (the
 playground workload's schema: ints, unsigned, varchar, decimal, double,
@@ -23,7 +23,14 @@ in one process:
   :class:`~cdcflow.core.data.sink.LaneTaskWriter`): the same batches through an
   :class:`EncodeTask` (mount, route, encode each row's part, Arrow out), and its
   output, sorted by lane as Spark sorts it, through a :class:`LaneTask` whose
-  lanes are packed into Open Protocol messages (not produced).
+  lanes are packed into Open Protocol messages (not produced);
+* summary step / changelog step — the Spark sink's tasks when it writes a
+  batch from its frame (``frame-writes``; an initial snapshot's batch by
+  default): the batches mounted by a :class:`MountTask` (untimed) through its
+  :class:`SummaryTask` (rows decoded from the records: counts and column types
+  per table), then each table's rows through its :class:`ChangelogTask` (rows
+  decoded again, into the change log's Arrow columns; Spark's Parquet write
+  not included).
 
 It prints rows/s of each (median over rounds), by the wall clock and per
 CPU-second of the process (steadier when other work shares the cores). The
@@ -48,17 +55,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdcflow.core.data.codec import EncodedMessage
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, RowPlan
+from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, MountTask, RecordDecoder, RowPlan
 from cdcflow.core.data.sink import LaneWriter
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sinks.kafka.dispatch import EventRouter
 from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter
+from cdcflow.plugins.sinks.spark.batchframe import ChangelogTask, SummaryTask, TableRows, read_summaries
 from cdcflow.plugins.sources.playground.catalog import Column
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES, random_value
 from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
@@ -196,12 +205,50 @@ def run_lane_step(parts: pa.Table) -> int:
     return sum(pa.Table.from_batches(summaries).column("rows").to_pylist())
 
 
+def frame_input(
+    mounter: TiDBBatchMounter, spans: dict[int, Span], batches: Sequence[pa.RecordBatch], store_dir: str
+) -> tuple[RecordDecoder, list[pa.RecordBatch]]:
+    """What the Spark sink's frame tasks get: the batches as a MountTask yields them (schema
+    ids as the event store's registry gives them) and the decoder shipped with the tasks."""
+    ids = {schema: n for n, schema in enumerate(mounter.schemas())}
+    plan = RowPlan("bench", store_dir, spans, pickle.loads(pickle.dumps(mounter)), TableFilter(), ids)
+    return RecordDecoder({n: schema for schema, n in ids.items()}), list(MountTask(plan)(iter(batches)))
+
+
+def run_summary_step(decoder: RecordDecoder, mounted: Sequence[pa.RecordBatch]) -> dict[tuple[str, str], TableRows]:
+    out = SummaryTask(decoder, {})(iter(mounted))
+    return read_summaries([{name: b.column(name)[0].as_py() for name in ("partition", "parts", "error")} for b in out])
+
+
+def by_table(mounted: Sequence[pa.RecordBatch]) -> dict[tuple[str, str], list[pa.RecordBatch]]:
+    """Each table's rows, as the sink's per-table frame hands them to its tasks (not timed)."""
+    whole = pa.Table.from_batches(mounted)
+    names = set(zip(whole.column("schema_name").to_pylist(), whole.column("table_name").to_pylist(), strict=True))
+    out = {}
+    for schema, table in names:
+        match = pc.and_(pc.equal(whole.column("schema_name"), schema), pc.equal(whole.column("table_name"), table))
+        out[(schema, table)] = whole.filter(match).to_batches(max_chunksize=CHUNK)
+    return out
+
+
+def run_changelog_step(
+    decoder: RecordDecoder, found: dict[tuple[str, str], TableRows], tables: dict[tuple[str, str], list[pa.RecordBatch]]
+) -> int:
+    rows = 0
+    for name, table in found.items():
+        for out in ChangelogTask(decoder, table.whole.types, 0, {})(iter(tables[name])):
+            rows += out.num_rows
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=60_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--profile", choices=("mount", "encode", "task", "encode-step", "lane-step"), help="profile one stage instead"
+        "--profile",
+        choices=("mount", "encode", "task", "encode-step", "lane-step", "summary-step", "changelog-step"),
+        help="profile one stage instead",
     )
     args = parser.parse_args()
     mounter, events = build(args.rows)
@@ -212,7 +259,8 @@ def main() -> None:
         def task_plan() -> RowPlan:
             return RowPlan("bench", store_dir, spans, pickle.loads(pickle.dumps(mounter)), TableFilter())
 
-        measure(args, mounter, events, rows, batches, task_plan)
+        frame = frame_input(mounter, spans, batches, store_dir)
+        measure(args, mounter, events, rows, batches, task_plan, frame)
 
 
 def measure(
@@ -222,71 +270,82 @@ def measure(
     rows: list[RowChange],
     batches: list[pa.RecordBatch],
     task_plan: Callable[[], RowPlan],
+    frame: tuple[RecordDecoder, list[pa.RecordBatch]],
 ) -> None:
+    decoder, mounted = frame
+    tables = by_table(mounted)
+    found = run_summary_step(decoder, mounted)  # also imports what the step imports on its first run
     if args.profile:
-        profiler = cProfile.Profile()
-        codec = OpenProtocolCodec(OpenProtocolConfig())
-        profiler.enable()
-        if args.profile == "mount":
-            mount_all(pickle.loads(pickle.dumps(mounter)), events)
-        elif args.profile == "encode":
-            encode_all(codec, rows)
-        elif args.profile == "encode-step":
-            run_encode_step(task_plan(), batches)
-        elif args.profile == "lane-step":
-            profiler.disable()
-            parts = by_lane(run_encode_step(task_plan(), batches))
-            profiler.enable()
-            run_lane_step(parts)
-        else:
-            run_task(task_plan(), batches, codec)
-        profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        profile(args.profile, mounter, events, rows, batches, task_plan, decoder, mounted, found, tables)
         return
-    rates: dict[str, list[float]] = {
-        "mount": [],
-        "encode": [],
-        "task": [],
-        "mount cpu": [],
-        "encode cpu": [],
-        "task cpu": [],
-        "encode step": [],
-        "lane step": [],
-        "encode step cpu": [],
-        "lane step cpu": [],
-    }
+    rates: dict[str, list[float]] = {}
+
+    def timed(name: str, count: int, step: Callable[[], Any]) -> Any:
+        start, cpu = time.perf_counter(), time.process_time()
+        out = step()
+        rates.setdefault(name, []).append(count / (time.perf_counter() - start))
+        rates.setdefault(f"{name} cpu", []).append(count / (time.process_time() - cpu))
+        return out
+
+    def check(name: str, got: int) -> None:
+        if got != len(events):
+            raise SystemExit(f"the {name} lost rows")
+
     for _ in range(args.rounds):
         task_mounter = pickle.loads(pickle.dumps(mounter))  # a new task: nothing cached yet
-        start, cpu = time.perf_counter(), time.process_time()
-        rows = mount_all(task_mounter, events)
-        rates["mount"].append(len(events) / (time.perf_counter() - start))
-        rates["mount cpu"].append(len(events) / (time.process_time() - cpu))
+        mounted_rows = timed("mount", len(events), lambda m=task_mounter: mount_all(m, events))
         codec = OpenProtocolCodec(OpenProtocolConfig())
-        start, cpu = time.perf_counter(), time.process_time()
-        encode_all(codec, rows)
-        rates["encode"].append(len(rows) / (time.perf_counter() - start))
-        rates["encode cpu"].append(len(rows) / (time.process_time() - cpu))
+        timed("encode", len(mounted_rows), lambda c=codec, r=mounted_rows: encode_all(c, r))
         plan = task_plan()
-        start, cpu = time.perf_counter(), time.process_time()
-        if run_task(plan, batches, OpenProtocolCodec(OpenProtocolConfig())) != len(events):
-            raise SystemExit("the task path lost rows")
-        rates["task"].append(len(events) / (time.perf_counter() - start))
-        rates["task cpu"].append(len(events) / (time.process_time() - cpu))
+        check(
+            "task path",
+            timed("task", len(events), lambda p=plan: run_task(p, batches, OpenProtocolCodec(OpenProtocolConfig()))),
+        )
         plan = task_plan()
-        start, cpu = time.perf_counter(), time.process_time()
-        encoded = run_encode_step(plan, batches)
-        rates["encode step"].append(len(events) / (time.perf_counter() - start))
-        rates["encode step cpu"].append(len(events) / (time.process_time() - cpu))
+        encoded = timed("encode step", len(events), lambda p=plan: run_encode_step(p, batches))
         parts = by_lane(encoded)
-        start, cpu = time.perf_counter(), time.process_time()
-        if run_lane_step(parts) != len(events):
-            raise SystemExit("the lane step lost rows")
-        rates["lane step"].append(len(events) / (time.perf_counter() - start))
-        rates["lane step cpu"].append(len(events) / (time.process_time() - cpu))
+        check("lane step", timed("lane step", len(events), lambda p=parts: run_lane_step(p)))
+        found = timed("summary step", len(events), lambda: run_summary_step(decoder, mounted))
+        check(
+            "changelog step",
+            timed("changelog step", len(events), lambda f=found: run_changelog_step(decoder, f, tables)),
+        )
     print(f"rows={args.rows} rounds={args.rounds} (cpu: rows per CPU-second of this process)")
-    for name, values in rates.items():
+    for name in sorted(rates, key=lambda n: n.endswith(" cpu")):
+        values = rates[name]
         rounds = ", ".join(f"{r:,.0f}" for r in values)
-        print(f"{name + ':':12}{statistics.median(values):,.0f} rows/s  (rounds: {rounds})")
+        print(f"{name + ':':20}{statistics.median(values):,.0f} rows/s  (rounds: {rounds})")
+
+
+def profile(
+    stage: str,
+    mounter: TiDBBatchMounter,
+    events: list[RawKVEvent],
+    rows: list[RowChange],
+    batches: list[pa.RecordBatch],
+    task_plan: Callable[[], RowPlan],
+    decoder: RecordDecoder,
+    mounted: list[pa.RecordBatch],
+    found: dict[tuple[str, str], TableRows],
+    tables: dict[tuple[str, str], list[pa.RecordBatch]],
+) -> None:
+    """Run ``stage`` once under cProfile and print its top costs (by own time)."""
+    codec = OpenProtocolCodec(OpenProtocolConfig())
+    parts = by_lane(run_encode_step(task_plan(), batches)) if stage == "lane-step" else None
+    steps: dict[str, Callable[[], Any]] = {
+        "mount": lambda: mount_all(pickle.loads(pickle.dumps(mounter)), events),
+        "encode": lambda: encode_all(codec, rows),
+        "task": lambda: run_task(task_plan(), batches, codec),
+        "encode-step": lambda: run_encode_step(task_plan(), batches),
+        "lane-step": lambda: run_lane_step(parts),
+        "summary-step": lambda: run_summary_step(decoder, mounted),
+        "changelog-step": lambda: run_changelog_step(decoder, found, tables),
+    }
+    profiler = cProfile.Profile()
+    profiler.enable()
+    steps[stage]()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":
