@@ -210,6 +210,10 @@ def record_from_event(event: RawKVEvent | RowChange, span_id: int, schemas: Sche
     )
 
 
+#: ``OpType(value)`` goes through Enum's ``__new__`` (a Python call per row); a dict does not.
+_OP_TYPES: dict[str, OpType] = {op.value: op for op in OpType}
+
+
 def event_from_record(
     record: Sequence[Any], span_of: Callable[[int], Span], schemas: SchemasById
 ) -> RawKVEvent | RowChange:
@@ -223,7 +227,7 @@ def event_from_record(
         )
     return RowChange(
         TableName(schema_name, table_name, table_id, partition_id),
-        OpType(op),
+        _OP_TYPES.get(op) or OpType(op),
         commit_ts,
         start_ts,
         loads_pickled(value) if value else None,

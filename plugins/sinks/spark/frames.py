@@ -155,14 +155,26 @@ def _cell(value: Any) -> Any:
     return value
 
 
+#: The value types :func:`_cell` changes (exact types, as mounters give them); values of
+#: any other type are kept as they are.
+_CONVERTED = frozenset({dt.timedelta, bytearray})
+
+
+def _cells(image: Mapping[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+    """``image``'s values of ``columns`` as cells: looked up and checked by C loops, and
+    converted one by one only when one of them has a type :func:`_cell` changes."""
+    values = tuple(map(image.get, columns))
+    if _CONVERTED.isdisjoint(map(type, values)):
+        return values
+    return tuple(map(_cell, values))
+
+
 def _image(image: Mapping[str, Any] | None, columns: Sequence[str]) -> tuple[Any, ...] | None:
-    if image is None:
-        return None
-    return tuple(_cell(image.get(c)) for c in columns)
+    return None if image is None else _cells(image, columns)
 
 
 def _flat(image: Mapping[str, Any] | None, columns: Sequence[str]) -> tuple[Any, ...]:
-    return tuple(_cell((image or {}).get(c)) for c in columns)
+    return _cells(image or {}, columns)
 
 
 def changelog_records(

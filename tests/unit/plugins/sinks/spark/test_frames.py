@@ -88,6 +88,20 @@ def test_changelog_records_carry_both_images_and_their_order() -> None:
     assert [r[3] for r in records] == [0, 1, 2]
 
 
+def test_records_write_time_values_as_text_and_byte_arrays_as_bytes() -> None:
+    """Cells are converted only where a value needs it; a column an image lacks is NULL."""
+    price = decimal.Decimal("1.50")
+    row = update(
+        "s", "t", {"id": 1, "t": dt.timedelta(hours=-1, seconds=-30), "p": price},
+        {"id": 1, "t": None, "b": bytearray(b"\x00\xff"), "p": price}, commit_ts=9,
+    )  # fmt: skip
+    (record,) = changelog_records([row], ["id", "t", "b", "p"], batch_id=1)
+    assert record[4] == (1, "-1 day, 22:59:30", None, price)
+    assert record[5] == (1, None, b"\x00\xff", price) and type(record[5][2]) is bytes
+    assert change_records([row], ["id", "t"], ["id"]) == [(1, None, False, 9, 1)]
+    assert delta_records([row], ["t", "b"]) == [("-1 day, 22:59:30", None, -1), (None, b"\x00\xff", 1)]
+
+
 def test_change_records_split_a_key_move_into_delete_then_upsert() -> None:
     rows = [update("s", "t", {"id": 1, "v": "a"}, {"id": 2, "v": "a"}, commit_ts=9)]
     assert change_records(rows, ["id", "v"], ["id"]) == [(1, "a", True, 9, 0), (2, "a", False, 9, 1)]
