@@ -2,8 +2,9 @@
 
 The pipeline hands the sink the batch's mounted records as a DataFrame; no
 row reaches the driver. The sink sorts it by ``(commit_ts, start_ts, key)``
-(a range sort: partitions in order, each sorted), persists it for the
-batch, and runs:
+(a range sort: partitions in order, each sorted; not for a one-ts batch, an
+initial snapshot's, whose order as it comes is its order), persists it for
+the batch, and runs:
 
 1. a summary job (:class:`SummaryTask`): per partition and per (table, step)
    — a step being the rows between two DDL of the table, as
