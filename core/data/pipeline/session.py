@@ -241,14 +241,19 @@ def _import_all(modules: list[str], batches: Iterator[Any], overlap: float = 0.5
     yield from batches
 
 
+def _warming_job(session: Any, modules: list[str], overlap: float) -> Any:
+    """A job of a task per core whose Python step imports ``modules`` (see :func:`_import_all`)."""
+    cores = max(1, int(session.sparkContext.defaultParallelism))
+    step = functools.partial(_import_all, modules, overlap=overlap)
+    return session.range(cores, numPartitions=cores).mapInArrow(step, "id long")
+
+
 def warm_python_workers(session: Any, modules: list[str]) -> None:
     """Start Spark's Python workers and import ``modules`` in them: one small job of a
     task per core (``spark.python.worker.reuse`` keeps the workers for the pipeline's
     tasks). A cold worker spends seconds in start-up and imports; without this, the
     first micro-batch or initial snapshot read pays it."""
-    cores = max(1, int(session.sparkContext.defaultParallelism))
-    job = session.range(cores, numPartitions=cores).mapInArrow(functools.partial(_import_all, modules), "id long")
-    job.collect()
+    _warming_job(session, modules, overlap=0.5).collect()
 
 
 #: The job group of :class:`WorkerKeeper`'s jobs (cancelled when it stops).
@@ -298,10 +303,7 @@ class WorkerKeeper:
         context = self.session.sparkContext
         if context.statusTracker().getActiveJobsIds():
             return False
-        cores = max(1, int(context.defaultParallelism))
-        job = self.session.range(cores, numPartitions=cores).mapInArrow(
-            functools.partial(_import_all, self.modules, overlap=0.0), "id long"
-        )
+        job = _warming_job(self.session, self.modules, overlap=0.0)
         with spark_job_group(self.session, KEEPER_JOB_GROUP, "cdcflow: keep the Python workers"):
             job.collect()
         self.runs += 1
