@@ -118,6 +118,15 @@ class SparkSettings(_Settings):
         ),
     )
 
+    snapshot_read_ahead: bool = Field(
+        True,
+        description=(
+            "While Spark's session and Python workers start, a capture with an initial snapshot to take "
+            "reads its parts itself, one at a time, into the same part files; Spark's read takes the parts "
+            "left (false: every part is read in a Spark task)."
+        ),
+    )
+
     jit: Literal["auto", "quick", "full"] = Field(
         "auto",
         description=(

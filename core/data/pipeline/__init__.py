@@ -35,15 +35,22 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     capture starts, and warm its Python workers (started, the task modules imported),
     so the first micro-batch or initial snapshot read need not wait for either; then
     keep them (``server.spark.keep-workers``, :class:`~cdcflow.core.data.pipeline.session.WorkerKeeper`)."""
-    from cdcflow.core.data.pipeline.session import WorkerKeeper, spark_session, warm_python_workers, worker_modules
+    from cdcflow.core.data.pipeline.session import (
+        WorkerKeeper,
+        spark_session,
+        spark_starting,
+        warm_python_workers,
+        worker_modules,
+    )
 
     global _keeper
-    session = spark_session(server.spark, plugins)
-    modules = worker_modules(plugins)
-    try:
-        warm_python_workers(session, modules)
-    except Exception as exc:  # noqa: BLE001 - the session is up; the first tasks start workers instead
-        log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
+    with spark_starting():  # an initial snapshot reads parts on the capture meanwhile
+        session = spark_session(server.spark, plugins)
+        modules = worker_modules(plugins)
+        try:
+            warm_python_workers(session, modules)
+        except Exception as exc:  # noqa: BLE001 - the session is up; the first tasks start workers instead
+            log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
     with _keeper_lock:
         stale = _keeper if _keeper is not None and _keeper.session is not session else None
         if _keeper is None or stale is not None:  # none yet, or one left from a Spark stopped since

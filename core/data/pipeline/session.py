@@ -55,7 +55,9 @@ __all__ = [
     "spark_conf",
     "spark_job_group",
     "spark_log_level",
+    "spark_ready",
     "spark_session",
+    "spark_starting",
     "spawn_jvm_without_fork",
     "stop_spark_session",
     "warm_python_workers",
@@ -76,6 +78,34 @@ LOCAL_DEFAULTS: dict[str, str] = {
 
 _lock = threading.Lock()
 log = logging.getLogger(__name__)
+
+#: Set while the capture's Spark starts at the capture's start (:func:`spark_starting`).
+_STARTING = threading.Event()
+
+
+@contextlib.contextmanager
+def spark_starting() -> Iterator[None]:
+    """Inside the block, the capture's Spark is starting: its session, then the first
+    warming of its Python workers (:func:`~cdcflow.core.data.pipeline.start_spark`).
+    :func:`spark_ready` is false until the block ends."""
+    _STARTING.set()
+    try:
+        yield
+    finally:
+        _STARTING.clear()
+
+
+def spark_ready(session: Any = None) -> bool:
+    """Whether Spark runs a task without waiting for its start: a session is up
+    (``session``, else the process's), and the capture's start is not still starting
+    its Python workers (:func:`spark_starting`)."""
+    if _STARTING.is_set():
+        return False
+    if session is not None:
+        return True
+    from pyspark.sql import SparkSession
+
+    return SparkSession._instantiatedSession is not None
 
 
 #: The JVM option of ``server.spark.jit: quick``: the first-tier (C1) compiler only.

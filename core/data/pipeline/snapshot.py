@@ -14,7 +14,10 @@ are still at its start ts T copies every row of them as of T:
    name, then renamed: a file there is a part read whole). A capture killed
    mid-read reads only the parts without a file again. Each task appends
    ``<run id> <part id>`` to ``snapshot/reads.log`` when it starts a part, so
-   what was read twice can be told.
+   what was read twice can be told. While Spark's session and Python workers
+   start (seconds; the whole read of a small snapshot takes less), the capture
+   reads parts itself, one at a time and in the same way (:class:`ReadAhead`,
+   ``server.spark.snapshot-read-ahead``); the Spark job reads the parts left.
 3. **deliver** — the parts' records, read back by Spark, go to every sink as
    one batch (:meth:`ChangefeedPipeline.deliver_snapshot
    <cdcflow.core.data.pipeline.runtime.ChangefeedPipeline.deliver_snapshot>`,
@@ -79,7 +82,7 @@ from cdcflow.core.data.span_executor import SnapshotReport
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["PART_SUMMARY_DDL", "InitialSnapshot", "ReadPartsTask", "SnapshotProgress"]
+__all__ = ["PART_SUMMARY_DDL", "InitialSnapshot", "ReadAhead", "ReadPartsTask", "SnapshotProgress", "read_part"]
 
 log = logging.getLogger(__name__)
 
@@ -122,40 +125,44 @@ class ReadPartsTask:
                 yield self._read(int(row["part"]), bytes(row["task"]))
 
     def _read(self, part: int, payload: bytes) -> pa.RecordBatch:
-        import pyarrow.parquet as pq
+        summary = read_part(Path(self.parts_dir), Path(self.journal), self.run_id, part, pickle.loads(payload))
+        assert summary is not None  # no abort: read whole, or its error
+        return pa.RecordBatch.from_pylist([summary], schema=_PART_SUMMARY)
 
-        started = time.time()
-        rows, error = 0, b""
-        directory = Path(self.parts_dir)
-        hidden = directory / f".part-{part:08d}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        with open(self.journal, "a") as journal:
-            journal.write(f"{self.run_id} {part}\n")
-        try:
-            task: SnapshotTask = pickle.loads(payload)
-            with pq.ParquetWriter(hidden, ARROW_SCHEMA) as writer:
-                for records in task.read():
-                    if records.num_rows:
-                        writer.write_batch(records)
-                        rows += records.num_rows
-            os.replace(hidden, directory / part_file_name(part, rows))
-        except CdcflowError as exc:
-            error = pickle.dumps(exc)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                hidden.unlink()
-        return pa.RecordBatch.from_pylist(
-            [
-                {
-                    "part": part,
-                    "rows": rows,
-                    "pid": os.getpid(),
-                    "started": started,
-                    "finished": time.time(),
-                    "error": error,
-                }
-            ],
-            schema=_PART_SUMMARY,
-        )
+
+def read_part(
+    parts_dir: Path, journal: Path, run_id: str, part: int, task: SnapshotTask, abort: threading.Event | None = None
+) -> dict[str, Any] | None:
+    """Read one part into its file under ``parts_dir`` (a ``<run id> <part>`` line in the
+    journal first; a hidden file renamed once the part is read whole); its summary row
+    (``PART_SUMMARY_DDL``), with the part's CdcflowError pickled in ``error``. None when
+    ``abort`` was set before the part was read whole (nothing of it is kept)."""
+    import pyarrow.parquet as pq
+
+    started = time.time()
+    rows, error = 0, b""
+    hidden = parts_dir / f".part-{part:08d}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    with open(journal, "a") as fh:
+        fh.write(f"{run_id} {part}\n")
+    pages = task.read()
+    try:
+        with pq.ParquetWriter(hidden, ARROW_SCHEMA) as writer:
+            for records in pages:
+                if abort is not None and abort.is_set():
+                    return None
+                if records.num_rows:
+                    writer.write_batch(records)
+                    rows += records.num_rows
+        os.replace(hidden, parts_dir / part_file_name(part, rows))
+    except CdcflowError as exc:
+        error = pickle.dumps(exc)
+    finally:
+        close = getattr(pages, "close", None)
+        if close is not None:
+            close()
+        with contextlib.suppress(FileNotFoundError):
+            hidden.unlink()
+    return {"part": part, "rows": rows, "pid": os.getpid(), "started": started, "finished": time.time(), "error": error}
 
 
 @dataclass
@@ -214,6 +221,82 @@ class SnapshotProgress:
         )
 
 
+class ReadAhead:
+    """The parts of a snapshot read by the capture itself while Spark starts.
+
+    Spark's session and its Python workers take seconds to start, as long as the
+    whole read of a small snapshot on a small machine: the read's first tasks
+    waited for them. Until the changefeed's thread says Spark can run the read
+    (:meth:`stop`), a thread of the capture reads the parts, in plan order, one
+    at a time, each as a Spark task would (:func:`read_part`: the journal line
+    under the snapshot's run id, the hidden file renamed), and the Spark read
+    takes the parts left. It stops after the part it is reading, or at once,
+    dropping that part, when the snapshot is cancelled (:meth:`abort`). A part
+    that fails here is left to the Spark read, which reports its error as it would.
+    """
+
+    def __init__(self, snapshot: InitialSnapshot, pending: list[tuple[int, SnapshotTask]], unit: str) -> None:
+        self.snapshot = snapshot
+        self.pending = pending
+        self.unit = unit
+        #: Parts and rows read here.
+        self.parts = 0
+        self.rows = 0
+        self._stop = threading.Event()
+        self._abort = threading.Event()
+        name = f"snapshot-read-ahead {snapshot.changefeed_id}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the thread ended (every part read, a part failed, or stopped)."""
+        return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop after the part being read, and wait for it."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+
+    def abort(self) -> None:
+        """Stop at the part's next page, dropping it (the snapshot is cancelled); do not wait."""
+        self._abort.set()
+        self._stop.set()
+
+    def _run(self) -> None:
+        snapshot = self.snapshot
+        feed = snapshot.changefeed_id
+        parts_dir, journal = snapshot.parts_dir.resolve(), snapshot.journal.resolve()
+        started = time.monotonic()
+        try:
+            for part, task in self.pending:
+                if self._stop.is_set():
+                    break
+                summary = read_part(parts_dir, journal, snapshot.run_id, part, task, self._abort)
+                if summary is None:
+                    break
+                if summary["error"]:
+                    log.info(
+                        "changefeed %s: %s %d of the snapshot failed here (%s); left to Spark's read",
+                        *(feed, self.unit, part, pickle.loads(summary["error"])),
+                    )
+                    break
+                self.parts += 1
+                self.rows += summary["rows"]
+                snapshot._refresh()
+                snapshot._report()
+        except Exception:  # the Spark read reads what is left, and reports its errors
+            log.exception("changefeed %s: reading the snapshot here failed; left to Spark's read", feed)
+        log.info(
+            "changefeed %s: snapshot at %d%s: %d %ss, %d rows read here in %.1fs while Spark started",
+            *(feed, snapshot.ts, snapshot._range_label, self.parts, self.unit, self.rows),
+            time.monotonic() - started,
+        )
+
+
 class InitialSnapshot:
     """The files and steps of one changefeed's snapshot on this capture (see the module docs)."""
 
@@ -237,8 +320,11 @@ class InitialSnapshot:
         self.changefeed_id = changefeed_id
         self.ts = ts
         self.plugins = plugins
-        #: The current run's progress (None before :meth:`read`).
+        #: The current run's progress (None before :meth:`read` or :meth:`read_ahead`).
         self.progress: SnapshotProgress | None = None
+        #: Names this run's reads in the journal (the read-ahead's and the Spark tasks').
+        self.run_id = uuid.uuid4().hex[:12]
+        self._ahead: ReadAhead | None = None
 
     # -- state on disk --------------------------------------------------------------
 
@@ -311,22 +397,13 @@ class InitialSnapshot:
     def read(self, spark: Any, plan: SnapshotPlan) -> int:
         """Read every part of ``plan`` without a file yet, one Spark task each; return
         the rows of the whole snapshot. A task's CdcflowError is raised here (the parts
-        read before it stay read)."""
+        read before it stay read). A read-ahead (:meth:`read_ahead`) must have stopped."""
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.parts_dir.glob(".part-*"):  # left by a task of a killed run
             stale.unlink(missing_ok=True)
         done = self.parts_done()
         pending = [(i, pickle.dumps(task)) for i, task in enumerate(plan.tasks) if i not in done]
-        progress = SnapshotProgress(
-            self.changefeed_id,
-            self.ts,
-            len(plan.tasks),
-            plan.unit,
-            parts_done=len(done),
-            rows_done=sum(done.values()),
-            parts_before=len(done),
-        )
-        self.progress = progress
+        progress = self._start_progress(plan, done)
         log.info(
             "changefeed %s: initial snapshot at %d%s: %d %ss, %d read before, %d to read",
             *(self.changefeed_id, self.ts, self._range_label, len(plan.tasks), plan.unit, len(done), len(pending)),
@@ -345,8 +422,43 @@ class InitialSnapshot:
         self._report()
         return progress.rows_done
 
+    def read_ahead(self, plan: SnapshotPlan) -> ReadAhead | None:
+        """Start reading ``plan``'s parts without a file on this process, in a thread, while
+        Spark starts (see :class:`ReadAhead`); None when every part is read already."""
+        self.parts_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.parts_dir.glob(".part-*"):  # left by a task of a killed run
+            stale.unlink(missing_ok=True)
+        done = self.parts_done()
+        pending = [(i, task) for i, task in enumerate(plan.tasks) if i not in done]
+        if not pending:
+            return None
+        self._start_progress(plan, done)
+        log.info(
+            "changefeed %s: initial snapshot at %d%s: %d %ss, %d read before, %d to read, "
+            "read here until Spark's workers are up",
+            *(self.changefeed_id, self.ts, self._range_label, len(plan.tasks), plan.unit, len(done), len(pending)),
+        )
+        self._ahead = ReadAhead(self, pending, plan.unit)
+        self._ahead.start()
+        return self._ahead
+
+    def _start_progress(self, plan: SnapshotPlan, done: Mapping[int, int]) -> SnapshotProgress:
+        """This run's progress: the read-ahead's, carried on by the Spark read, or a new one."""
+        progress = self.progress
+        if progress is None:
+            progress = self.progress = SnapshotProgress(
+                self.changefeed_id,
+                self.ts,
+                len(plan.tasks),
+                plan.unit,
+                parts_done=len(done),
+                rows_done=sum(done.values()),
+                parts_before=len(done),
+            )
+        return progress
+
     def _run(self, spark: Any, pending: list[tuple[int, bytes]]) -> None:
-        task = ReadPartsTask(str(self.parts_dir.resolve()), str(self.journal.resolve()), uuid.uuid4().hex[:12])
+        task = ReadPartsTask(str(self.parts_dir.resolve()), str(self.journal.resolve()), self.run_id)
         # One partition per part, in plan (key) order: parallelize keeps the slices as given.
         rdd = spark.sparkContext.parallelize(pending, len(pending))
         frame = spark.createDataFrame(rdd, "part INT, task BINARY")
@@ -369,12 +481,16 @@ class InitialSnapshot:
         description = f"cdcflow {self.changefeed_id}: initial snapshot at {self.ts}{self._range_label}"
         return spark_job_group(spark, self.job_group, description)
 
-    def cancel(self, spark: Any) -> None:
-        """Cancel the snapshot's running Spark jobs (its read's or its delivery's; the
-        executor closes, or the range is removed): parts read so far stay read. A job
-        started after this call is not cancelled by it: call it until the thread that
-        reads and delivers the snapshot ended."""
-        spark.sparkContext.cancelJobGroup(self.job_group)
+    def cancel(self, spark: Any | None) -> None:
+        """Stop the read-ahead after its part and cancel the snapshot's running Spark jobs
+        (its read's or its delivery's; the executor closes, or the range is removed): parts
+        read so far stay read. A job started after this call is not cancelled by it: call
+        it until the thread that reads and delivers the snapshot ended."""
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.abort()
+        if spark is not None:
+            spark.sparkContext.cancelJobGroup(self.job_group)
 
     def exclusive(self) -> threading.Lock:
         """The process's lock on this snapshot's files: held while they are read, delivered

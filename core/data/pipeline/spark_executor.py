@@ -114,6 +114,8 @@ _SNAPSHOT_SETTLE = 1.0
 _RANGE_THREADS = 4
 #: Seconds between cancellations of a stopped snapshot's Spark jobs while its thread ends.
 _CANCEL_POLL = 0.5
+#: Seconds between two looks at whether Spark is ready while a snapshot is read ahead.
+_READ_AHEAD_POLL = 0.05
 #: See :attr:`PipelineContext.stall_timeout`.
 DEFAULT_STALL_TIMEOUT = 30.0
 
@@ -465,7 +467,7 @@ class PipelineSpanExecutor(SpanExecutor):
             # A start in progress cannot be interrupted (it runs in a thread): its snapshot's
             # Spark jobs are cancelled (the parts read so far stay), then it is let end.
             while not self._starting.done():
-                if self.snapshot is not None and self._spark is not None:
+                if self.snapshot is not None:
                     self.snapshot.cancel(self._spark)
                 await asyncio.wait([self._starting], timeout=_CANCEL_POLL)
             await asyncio.gather(self._starting, return_exceptions=True)
@@ -656,11 +658,38 @@ class PipelineSpanExecutor(SpanExecutor):
             raise
 
     def _start_pipeline(self, loop: asyncio.AbstractEventLoop, snapshot: _SnapshotWork | None) -> ChangefeedPipeline:
-        pipeline = self._build_pipeline(loop)
-        self._built = None
-        if snapshot is not None:
-            self._take_snapshot(pipeline, *snapshot)
+        if snapshot is None:
+            pipeline = self._build_pipeline(loop)
+            self._built = None
+        else:
+            files, plan, spans = snapshot
+            with files.exclusive():
+                pipeline = self._build_reading_ahead(loop, files, plan)
+                self._built = None
+                self._take_snapshot(pipeline, files, plan, spans)
         pipeline.start()
+        return pipeline
+
+    def _build_reading_ahead(
+        self, loop: asyncio.AbstractEventLoop, snapshot: InitialSnapshot, plan: SnapshotPlan
+    ) -> ChangefeedPipeline:
+        """Build the pipeline (Spark's session start, the sinks opened) while this capture
+        reads the snapshot's parts itself (:class:`~cdcflow.core.data.pipeline.snapshot.ReadAhead`),
+        and keep reading until Spark runs tasks without waiting for its Python workers
+        (or every part is read). The caller holds the snapshot's files."""
+        from cdcflow.core.data.pipeline.session import spark_ready
+
+        reading_ahead = self.spark_settings.snapshot_read_ahead and not snapshot.done
+        ahead = snapshot.read_ahead(plan) if reading_ahead and not spark_ready(self._spark) else None
+        try:
+            pipeline = self._build_pipeline(loop)
+            while ahead is not None and not ahead.finished and not self._closing.is_set():
+                if spark_ready(self._spark):
+                    break
+                time.sleep(_READ_AHEAD_POLL)
+        finally:
+            if ahead is not None:
+                ahead.stop()
         return pipeline
 
     def _build_pipeline(self, loop: asyncio.AbstractEventLoop) -> ChangefeedPipeline:
@@ -714,8 +743,9 @@ class PipelineSpanExecutor(SpanExecutor):
         self, pipeline: ChangefeedPipeline, snapshot: InitialSnapshot, plan: SnapshotPlan, spans: dict[int, Span]
     ) -> None:
         """Read the parts not read yet, deliver the whole snapshot as one batch, mark it done
-        (every Spark job of it in the snapshot's job group, which :meth:`close` cancels)."""
-        with snapshot.exclusive(), snapshot.jobs(self._spark):
+        (every Spark job of it in the snapshot's job group, which :meth:`close` cancels).
+        The caller holds the snapshot's files (:meth:`InitialSnapshot.exclusive`)."""
+        with snapshot.jobs(self._spark):
             if snapshot.done:
                 return
             rows = snapshot.read(self._spark, plan)
@@ -749,7 +779,7 @@ class PipelineSpanExecutor(SpanExecutor):
             return self._removed.get(span)
         read.state = SpanState.STOPPING
         if read.task is not None and not read.task.done():
-            if read.snapshot is not None and self._spark is not None:
+            if read.snapshot is not None:
                 # Again on every call: a job the range's thread started since is cancelled too.
                 read.snapshot.cancel(self._spark)
             if not closing:
@@ -816,8 +846,7 @@ class PipelineSpanExecutor(SpanExecutor):
         deletes them (``FAILED_READ_FILE.FILE_NOT_EXIST``), and its delivery would write to
         sinks being closed. The cancelled job fails its thread at once."""
         while not work.done():
-            if self._spark is not None:
-                snapshot.cancel(self._spark)  # again each time: a job started since is cancelled too
+            snapshot.cancel(self._spark)  # again each time: a job started since is cancelled too
             await asyncio.wait([work], timeout=_CANCEL_POLL)
         if not work.cancelled() and work.exception() is not None:
             log.info(
@@ -830,10 +859,24 @@ class PipelineSpanExecutor(SpanExecutor):
     ) -> None:
         snapshot = read.snapshot
         assert snapshot is not None
-        pipeline = self.pipeline or self._build_pipeline(loop)
-        # Every Spark job of the range in its job group (cancelled when the range is removed),
-        # its files held: an earlier read of it in this process that is still ending goes first.
-        with snapshot.exclusive(), snapshot.jobs(self._spark):
+        # The range's files held: an earlier read of it in this process that is still ending
+        # goes first. Every Spark job of the range in its job group (cancelled when the range
+        # is removed).
+        with snapshot.exclusive():
+            if read.stopping():
+                return
+            pipeline = self.pipeline or self._build_reading_ahead(loop, snapshot, plan)
+            self._deliver_range_read(pipeline, read, snapshot, plan, spans)
+
+    def _deliver_range_read(
+        self,
+        pipeline: ChangefeedPipeline,
+        read: _LoadedRange,
+        snapshot: InitialSnapshot,
+        plan: SnapshotPlan,
+        spans: dict[int, Span],
+    ) -> None:
+        with snapshot.jobs(self._spark):
             if read.stopping() or snapshot.done:
                 return
             rows = snapshot.read(self._spark, plan)

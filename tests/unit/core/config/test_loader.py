@@ -320,3 +320,12 @@ def test_spark_jit_is_auto_quick_or_full(pm):
     assert issues == [] and deployment.server.spark.jit == "quick"
     _, issues = check(GOOD.replace("server:\n", "server:\n  spark: {jit: fast}\n"), pm)
     assert len(issues) == 1 and "server.spark.jit" in issues[0], issues
+
+
+def test_spark_snapshot_read_ahead_is_on_unless_turned_off(pm):
+    deployment, issues = check(GOOD, pm)
+    assert issues == [] and deployment.server.spark.snapshot_read_ahead is True
+    deployment, issues = check(GOOD.replace("server:\n", "server:\n  spark: {snapshot-read-ahead: false}\n"), pm)
+    assert issues == [] and deployment.server.spark.snapshot_read_ahead is False
+    _, issues = check(GOOD.replace("server:\n", "server:\n  spark: {snapshot-read-ahead: sometimes}\n"), pm)
+    assert len(issues) == 1 and "server.spark.snapshot-read-ahead" in issues[0], issues
