@@ -3,7 +3,7 @@ next to a raw KvScan read of the same ranges in the same run.
 
     .venv/bin/python -m benchmarks.bench_snapshot [--rows 200000] [--regions 16]
         [--masters local[1] local[2]] [--sinks spark kafka] [--readers 1 2]
-        [--range-keys 0] [--page-size 2048]
+        [--range-keys 0] [--page-size 2048] [--read-ahead on off]
 
 The issue's figure is ``--rows 1000000`` (a few minutes per run on two cores; the default
 of 200,000 keeps ``make bench`` short).
@@ -26,15 +26,18 @@ run, on the same rows:
   capture process with a changefeed at T = now and ``initial-snapshot: true``. From the
   changefeed's ``snapshot/`` directory and its log, the bench takes:
 
-  - **start-up** — process start until the read's first task is scheduled (the capture's
+  - **start-up** — process start until the snapshot's read starts (the capture's first
     "initial snapshot at T: … to read" log line): the capture's start, the maintainer
-    placing the spans, the plan (made on the capture's event loop before Spark starts;
-    ``plan_s`` is when ``plan.pkl`` was written) and Spark's session start;
+    placing the spans and the plan (made on the capture's event loop; ``plan_s`` is when
+    ``plan.pkl`` was written). While Spark's session and Python workers start, the
+    capture reads parts itself (``ReadAhead``; ``rows_read_on_capture``), so what is left
+    of Spark's start is inside the snapshot's time;
   - **snapshot** — from that line until ``snapshot/done`` (its ``finished_at``: every
     sink committed the snapshot's batch), split into **read** (until the last part's
     file is there) and **deliver** (mount + sink writes + commit);
   - the **rate** — rows / snapshot seconds; ``with_startup`` is rows / (plan written →
-    done), which also counts Spark's session start.
+    done), which also counts Spark's session start; ``done_s`` is when the snapshot was
+    done, from the process's start (what a user waits).
 
   After ``done`` the capture is stopped and the sink is counted: the change log's
   ``batch_id=-1`` partitions read back with pyarrow (``op`` insert), or every Open
@@ -43,7 +46,9 @@ run, on the same rows:
 
 Printed: rows/s of each, the ratio to the raw read with as many readers as the master has
 cores (``local[N]`` ↔ N readers; target ≥ 0.5) and ``local[2]``/``local[1]`` per sink
-(target ≥ 1.6).
+(target ≥ 1.6). ``--read-ahead on off`` runs each sink and master twice, with the capture
+reading parts while Spark starts and without (``server.spark.snapshot-read-ahead``); the
+scaling is taken over the runs of the first value given.
 
 Which side is which: the playground (PD, the TiKV stores' KvScan, the TiDB status API) runs
 **in this process**, on its own event-loop thread, behind real gRPC/HTTP on 127.0.0.1 — it
@@ -77,6 +82,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import os
@@ -109,6 +115,10 @@ PARTITIONS = 8
 _TIMEOUT_S = 1800.0
 _POLL_S = 0.05
 _READ_LINE = re.compile(r"^(\S+ \S+) INFO \S+: changefeed \S+: initial snapshot at (\d+): (\d+) \w+s, ")
+#: How the line ends when the capture reads parts itself while Spark starts (the read's start).
+_READ_AHEAD_END = "read here until Spark's workers are up"
+#: The read-ahead's last line: parts and rows it read.
+_AHEAD_DONE = re.compile(r"snapshot at \d+: (\d+) \w+s, (\d+) rows read here in ([\d.]+)s while Spark started")
 
 
 # -- the upstream ------------------------------------------------------------------------------
@@ -207,6 +217,7 @@ def snapshot_run(
     expected: int,
     range_keys: int,
     page_size: int,
+    read_ahead: bool = True,
 ) -> dict[str, Any]:
     topic = f"bench-snapshot-{uuid.uuid4().hex[:8]}"
     counter = None
@@ -218,7 +229,7 @@ def snapshot_run(
         capture = SnapshotCapture(
             Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts, partitions=PARTITIONS, master=master
         )
-        _configure(capture, sink, range_keys, page_size)
+        _configure(capture, sink, range_keys, page_size, read_ahead)
         snapshot = InitialSnapshot(Path(tmp) / "data" / "changefeeds" / CHANGEFEED, CHANGEFEED, start_ts)
         started_wall = time.time()
         capture.start()
@@ -226,8 +237,10 @@ def snapshot_run(
             times = _watch(capture, snapshot, started_wall)
         finally:
             capture.stop()
+        ahead = _AHEAD_DONE.search(capture.log.read_text(errors="replace"))
+        times["ahead_rows"] = int(ahead.group(2)) if ahead else 0
         found = _count_spark(Path(tmp) / "lake") if counter is None else counter.result()
-    run: dict[str, Any] = {"sink": sink, "master": master, "parts": times.pop("parts")}
+    run: dict[str, Any] = {"sink": sink, "master": master, "read_ahead": read_ahead, "parts": times.pop("parts")}
     if found != expected:
         run["failed"] = f"the sink holds {found} rows of the snapshot, not {expected}"
         return run
@@ -242,12 +255,14 @@ def snapshot_run(
             "snapshot_s": round(snapshot_s, 1),
             "rows_per_s": round(expected / snapshot_s),
             "with_startup_rows_per_s": round(expected / (times["done"] - times["plan"])),
+            "done_s": round(times["done"], 1),
+            "rows_read_on_capture": times["ahead_rows"],
         }
     )
     return run
 
 
-def _configure(capture: CaptureProcess, sink: str, range_keys: int, page_size: int) -> None:
+def _configure(capture: CaptureProcess, sink: str, range_keys: int, page_size: int, read_ahead: bool) -> None:
     doc = yaml.safe_load(capture.file.read_text())
     connector = doc["connectors"][0]
     connector["initial-snapshot"] = True
@@ -257,6 +272,7 @@ def _configure(capture: CaptureProcess, sink: str, range_keys: int, page_size: i
     if sink == "spark":
         connector["sinks"] = [{"uri": "spark://?mode=changelog"}]
     doc["server"]["metrics"] = False
+    doc["server"].setdefault("spark", {})["snapshot-read-ahead"] = read_ahead
     capture.file.write_text(yaml.safe_dump(doc))
 
 
@@ -301,7 +317,7 @@ def _read_line(log: Path) -> tuple[float, int] | None:
         return None
     for line in text.splitlines():
         match = _READ_LINE.match(line)
-        if match and line.endswith("to read"):
+        if match and (line.endswith("to read") or line.endswith(_READ_AHEAD_END)):
             stamp, _, millis = match.group(1).partition(",")
             at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis or 0) / 1000
             return at, int(match.group(3))
@@ -422,6 +438,13 @@ def main() -> None:
         "--range-keys", type=int, default=0, help="the source's snapshot-range-keys (0: one part per region)"
     )
     parser.add_argument("--page-size", type=int, default=DEFAULT_PAGE_SIZE, help="the source's snapshot-page-size")
+    parser.add_argument(
+        "--read-ahead",
+        nargs="+",
+        choices=("on", "off"),
+        default=["on"],
+        help="server.spark.snapshot-read-ahead of the snapshot runs (on off: both, in this run)",
+    )
     args = parser.parse_args()
     if args.rows < 1 or args.regions < 1 or min(args.readers) < 1:
         parser.error("--rows, --regions and --readers must be at least 1")
@@ -442,18 +465,21 @@ def main() -> None:
         if len(raw) >= 2:
             report["raw_read_scaling"] = round(raw[max(raw)] / raw[min(raw)], 2)
         runs = []
-        for sink in args.sinks:
-            for master in args.masters:
-                run = snapshot_run(pg, cluster, sink, master, expected, args.range_keys, args.page_size)
-                if "rows_per_s" in run:
-                    cores = _cores(master)
-                    baseline = raw.get(cores, raw[min(raw)]) if cores else raw[max(raw)]
-                    run["over_raw_read"] = round(run["rows_per_s"] / baseline, 3)
-                runs.append(run)
-                print(json.dumps(run), flush=True)
+        for sink, master, ahead in itertools.product(args.sinks, args.masters, args.read_ahead):
+            run = snapshot_run(pg, cluster, sink, master, expected, args.range_keys, args.page_size, ahead == "on")
+            if "rows_per_s" in run:
+                cores = _cores(master)
+                baseline = raw.get(cores, raw[min(raw)]) if cores else raw[max(raw)]
+                run["over_raw_read"] = round(run["rows_per_s"] / baseline, 3)
+            runs.append(run)
+            print(json.dumps(run), flush=True)
         report["runs"] = runs
         for sink in args.sinks:
-            rates = [r["rows_per_s"] for r in runs if r["sink"] == sink and "rows_per_s" in r]
+            rates = [
+                r["rows_per_s"]
+                for r in runs
+                if r["sink"] == sink and r["read_ahead"] == args.read_ahead[0] and "rows_per_s" in r
+            ]
             if len(rates) >= 2:
                 report[f"{sink}_scaling_last_over_first"] = round(rates[-1] / rates[0], 2)
     finally:
