@@ -876,6 +876,8 @@ class PipelineSpanExecutor(SpanExecutor):
         plan: SnapshotPlan,
         spans: dict[int, Span],
     ) -> None:
+        """Read the range's parts not read yet and deliver them as one batch of the range's
+        own id, unless the range is being removed. The caller holds the range's files."""
         with snapshot.jobs(self._spark):
             if read.stopping() or snapshot.done:
                 return
