@@ -1,14 +1,15 @@
 """Catch-up: rows/s of a changefeed started below a backlog already committed upstream.
 
     .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2] standalone]
-        [--spark-conf KEY=VALUE ...]
+        [--sinks kafka spark] [--spark-conf KEY=VALUE ...]
     .venv/bin/python -m benchmarks.bench_catchup --metrics-overhead [--rows 200000] [--masters local[2]] [--rounds 3]
 
 The backlog is committed to the playground (the shop workload, no DDL) before any
-capture starts, so committing does not compete with the run; then, per Spark master,
-a ``cdcflow run`` capture (tikv source over gRPC, Spark pipeline, Kafka sink producing
-Open Protocol to librdkafka's mock cluster) starts a changefeed below the backlog.
-Reported per master:
+capture starts, so committing does not compete with the run; then, per sink and Spark
+master, a ``cdcflow run`` capture (tikv source over gRPC, Spark pipeline; ``kafka``: Open
+Protocol to librdkafka's mock cluster, ``spark``: change-log tables under the capture's
+warehouse, counted afterwards: a run whose change logs do not hold every row change
+fails) starts a changefeed below the backlog. Reported per run:
 
 * **first batch** — from the capture's start until Spark plans its first micro-batch (the
   offset log's entry 0), and **from the first batch** — every backlog row / the seconds from
@@ -35,8 +36,12 @@ Reported per master:
 and, in the same run on the same rows, the two raw stages next to it:
 
 * **mount** — the committed row events decoded by ``TiDBMounter`` in one process;
-* **produce** — the mounted rows encoded as Open Protocol (not timed), then produced
-  pre-encoded by a plain idempotent librdkafka producer to the same mock cluster.
+* **produce** (``kafka``) — the mounted rows encoded as Open Protocol (not timed), then
+  produced pre-encoded by a plain idempotent librdkafka producer to the same mock cluster;
+* **plain write** (``spark``) — the mounted rows as change-log records (made with the
+  Spark sink's own helpers, not timed), one ``createDataFrame`` per table written as
+  Parquet partitioned as the change log is, in a ``local[2]`` session of this process:
+  the least any Spark writer of these rows must do.
 
 A master is a Spark master URL (``local[N]``, ``spark://host:port`` of a running cluster)
 or ``standalone``: a Spark standalone master and worker (2 cores) started on this machine
@@ -55,13 +60,15 @@ catch-up is the pipeline at full speed, so what metrics cost shows there; the li
 benchmark's rate is the playground's commit rate (``bench_e2e --metrics-overhead``).
 
 Targets (docs/explanation/log-service-and-pipeline.md): catch-up on local[2] at least
-50 % of the slowest raw stage, and local[2] at least 1.6 × local[1].
+50 % of the slowest raw stage, and local[2] at least 1.6 × local[1]; into Spark tables,
+at least 70 % of the plain write (``over_plain_write``). Scaling is reported per sink.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import tempfile
@@ -71,8 +78,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from benchmarks import cputime
 from benchmarks.bench_e2e import PARTITIONS, LagSampler, Recorder, Scraper, mount_all, percentile, produce_raw
+from cdcflow.core.data.events import RowChange
 from cdcflow.core.data.logservice.manifest import MANIFEST_NAME, read_manifest
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
 from cdcflow.plugins.sources.playground import Playground
@@ -95,6 +105,7 @@ def catch_up(
     metrics: bool = True,
     scrape: bool = False,
     spark_conf: dict[str, str] | None = None,
+    sink: str = "kafka",
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
@@ -102,11 +113,22 @@ def catch_up(
         with start_spark_cluster(cores=2) as spark:
             conf = {**spark.driver_conf(), **(spark_conf or {})}
             run = _catch_up(
-                pg, cluster, spark.master_url, start_ts, last_ts, commit_ts, conf, metrics=metrics, scrape=scrape
+                pg,
+                cluster,
+                spark.master_url,
+                start_ts,
+                last_ts,
+                commit_ts,
+                conf,
+                metrics=metrics,
+                scrape=scrape,
+                sink=sink,
             )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
-    return _catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf, metrics=metrics, scrape=scrape)
+    return _catch_up(
+        pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf, metrics=metrics, scrape=scrape, sink=sink
+    )
 
 
 def _catch_up(
@@ -120,6 +142,7 @@ def _catch_up(
     *,
     metrics: bool = True,
     scrape: bool = False,
+    sink: str = "kafka",
 ) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
@@ -137,6 +160,8 @@ def _catch_up(
             spark_conf=spark_conf,
             metrics=metrics,
         )
+        if sink == "spark":
+            _to_changelog_tables(capture)
         started, started_wall = time.perf_counter(), time.time()
         capture.start()
         assert capture.proc is not None
@@ -166,6 +191,10 @@ def _catch_up(
             scrapes = scraper.stop() if scraper is not None else 0
         finally:
             capture.stop()
+        if sink == "spark":
+            found = _count_changelog(Path(tmp) / "lake")
+            if found != len(commit_ts):
+                raise RuntimeError(f"the change logs hold {found} row changes, not {len(commit_ts)}: see {capture.log}")
     # The rows of the first batch(es) are done when the checkpoint first moves: the rate
     # counts the rows above that checkpoint, over the time from then to the end.
     seconds = done - first_move
@@ -180,6 +209,7 @@ def _catch_up(
     # unlike the catch-up rate it does not depend on when the first checkpoint was seen.
     batches_s = done_wall - first_batch if first_batch is not None else None
     return {
+        "sink": sink,
         "master": master,
         "first_batch_s": round(first_batch - started_wall, 1) if first_batch is not None else None,
         "from_first_batch_s": round(batches_s, 1) if batches_s else None,
@@ -203,6 +233,60 @@ def _catch_up(
         "cores_pipeline_alone": cpu.cores("source has all", "done"),
         "spark_conf": spark_conf or {},
     }
+
+
+def _to_changelog_tables(capture: CaptureProcess) -> None:
+    """Point the capture's connector at Spark change-log tables under its warehouse
+    directory instead of Kafka."""
+    doc = yaml.safe_load(capture.file.read_text())
+    doc["connectors"][0]["sinks"] = [{"uri": "spark://?mode=changelog"}]
+    capture.file.write_text(yaml.safe_dump(doc))
+
+
+def _count_changelog(lake: Path) -> int:
+    """Row changes in the change logs of every shop table (every batch)."""
+    import pyarrow.dataset as ds
+
+    rows = 0
+    for root in sorted(lake.glob("shop/*/changelog")):
+        rows += ds.dataset(str(root), format="parquet", partitioning="hive").count_rows()
+    return rows
+
+
+def plain_write(rows: list[RowChange], tmp: Path) -> float:
+    """Rows/s of a plain Spark write of ``rows`` in the change log's layout: per table one
+    ``createDataFrame`` of its change-log records (made beforehand with the sink's own
+    helpers, untimed) written as Parquet partitioned as the sink partitions it — the
+    least any Spark writer of these rows must do. A ``local[2]`` session of this process;
+    a first write of a few rows per table warms it, untimed."""
+    from cdcflow.plugins.sinks.spark.batchframe import changelog_ddl
+    from cdcflow.plugins.sinks.spark.frames import changelog_records, decimal_ints, image_columns
+    from cdcflow.plugins.sinks.spark.session import spark_session
+
+    by_table: dict[tuple[str, str], list[RowChange]] = {}
+    for row in rows:
+        by_table.setdefault((row.table.schema, row.table.table), []).append(row)
+    tables = []
+    for changes in by_table.values():
+        types = image_columns(changes)
+        records = changelog_records(decimal_ints(changes, types), list(types), 0)
+        tables.append((records, changelog_ddl(types)))
+    spark = spark_session("local[2]", str(tmp / "warehouse"), {"spark.ui.enabled": "false"})
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+
+        def write(n: int, records: list[tuple[Any, ...]], ddl: str, where: str) -> None:
+            frame = spark.createDataFrame(records, schema=ddl, verifySchema=False)
+            frame.write.mode("append").partitionBy("commit_date", "batch_id").parquet(str(tmp / where / str(n)))
+
+        for n, (records, ddl) in enumerate(tables):
+            write(n, records[:1000], ddl, "warm")
+        started = time.perf_counter()
+        for n, (records, ddl) in enumerate(tables):
+            write(n, records, ddl, "plain")
+        return len(rows) / (time.perf_counter() - started)
+    finally:
+        spark.stop()
 
 
 @dataclass
@@ -310,7 +394,7 @@ def _spark_conf(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, 
     return conf
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (approximately)")
     parser.add_argument(
@@ -326,12 +410,24 @@ def main() -> None:
         help="Spark masters to run (standalone: a local master + worker)",
     )
     parser.add_argument(
+        "--sinks",
+        nargs="+",
+        choices=("kafka", "spark"),
+        default=["kafka"],
+        help="sinks to catch up into: kafka (Open Protocol, the mock cluster), spark (change-log tables)",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="a Spark property for every capture of the run (server.spark.conf); repeatable",
     )
+    return parser
+
+
+def main() -> None:
+    parser = _parser()
     args = parser.parse_args()
     conf = _spark_conf(parser, args.spark_conf)
     if args.metrics_overhead:
@@ -340,33 +436,49 @@ def main() -> None:
     cluster = mock_cluster(3)
     report: dict[str, Any] = {}
     runs = []
+    mounted: list[RowChange] = []
     # A playground per run: a finished changefeed's GC safepoint stays in PD (its TTL),
     # and the next one, starting below the same backlog, would be refused with 5001.
-    for n, master in enumerate(args.masters):
+    for sink, master in itertools.product(args.sinks, args.masters):
         pg, recorder, start_ts, last_ts, load_s = backlog(args.rows)
         try:
             commit_ts = [e.commit_ts for e in recorder.events]
-            runs.append(catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf=conf))
-            if n == 0:
+            runs.append(catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf=conf, sink=sink))
+            if not mounted:
                 rows = len(recorder.events)
                 report["rows"] = rows
                 report["load_s"] = round(load_s, 1)
                 mount_s, mounted = asyncio.run(mount_all(pg.status_address, start_ts, recorder.events))
         finally:
             pg.stop()
-    produce_s, _ = produce_raw(cluster.bootstrap_servers, f"bench-catchup-raw-{uuid.uuid4().hex[:8]}", mounted)
-    mount, produce = rows / mount_s, len(mounted) / produce_s
-    slowest = min(mount, produce)
+    mount = rows / mount_s
     report["mount_rows_per_s"] = round(mount)
-    report["raw_produce_rows_per_s"] = round(produce)
+    slowest: dict[str, float] = {}
+    if "kafka" in args.sinks:
+        produce_s, _ = produce_raw(cluster.bootstrap_servers, f"bench-catchup-raw-{uuid.uuid4().hex[:8]}", mounted)
+        produce = len(mounted) / produce_s
+        report["raw_produce_rows_per_s"] = round(produce)
+        slowest["kafka"] = min(mount, produce)
+    if "spark" in args.sinks:
+        with tempfile.TemporaryDirectory(prefix="cdcflow-bench-") as tmp:
+            plain = plain_write(mounted, Path(tmp))
+        report["plain_write_rows_per_s"] = round(plain)
+        slowest["spark"] = min(mount, plain)
     for run in runs:
-        run["over_slowest_raw_stage"] = round(run["catch_up_rows_per_s"] / slowest, 3)
+        run["over_slowest_raw_stage"] = round(run["catch_up_rows_per_s"] / slowest[run["sink"]], 3)
+        if run["sink"] == "spark":
+            run["over_plain_write"] = round(run["catch_up_rows_per_s"] / report["plain_write_rows_per_s"], 3)
     report["runs"] = runs
-    if len(runs) >= 2:
-        report["scaling_last_over_first"] = round(runs[-1]["catch_up_rows_per_s"] / runs[0]["catch_up_rows_per_s"], 2)
-        alone = [run["pipeline_alone_rows_per_s"] for run in (runs[0], runs[-1])]
-        if all(alone):
-            report["pipeline_alone_scaling"] = round(alone[1] / alone[0], 2)
+    for sink in args.sinks:
+        own = [run for run in runs if run["sink"] == sink]
+        if len(own) >= 2:
+            first, last = own[0], own[-1]
+            report[f"{sink}_scaling_last_over_first"] = round(
+                last["catch_up_rows_per_s"] / first["catch_up_rows_per_s"], 2
+            )
+            alone = [first["pipeline_alone_rows_per_s"], last["pipeline_alone_rows_per_s"]]
+            if all(alone):
+                report[f"{sink}_pipeline_alone_scaling"] = round(alone[1] / alone[0], 2)
     print(json.dumps(report, indent=2))
 
 
