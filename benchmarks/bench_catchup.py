@@ -90,6 +90,8 @@ from tests.e2e.e2e_kafka import CaptureProcess
 
 #: Rows per workload transaction of the shop workload, roughly (for --rows → transactions).
 _ROWS_PER_TXN = 6.4
+#: The spark sink of ``--sinks spark`` unless ``--spark-uri`` says otherwise.
+SPARK_URI = "spark://?mode=changelog"
 #: A run that has not caught up by then is reported as failed.
 _TIMEOUT_S = 1800.0
 
@@ -106,6 +108,7 @@ def catch_up(
     scrape: bool = False,
     spark_conf: dict[str, str] | None = None,
     sink: str = "kafka",
+    spark_uri: str = "",
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
@@ -123,11 +126,22 @@ def catch_up(
                 metrics=metrics,
                 scrape=scrape,
                 sink=sink,
+                spark_uri=spark_uri,
             )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
     return _catch_up(
-        pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf, metrics=metrics, scrape=scrape, sink=sink
+        pg,
+        cluster,
+        master,
+        start_ts,
+        last_ts,
+        commit_ts,
+        spark_conf,
+        metrics=metrics,
+        scrape=scrape,
+        sink=sink,
+        spark_uri=spark_uri,
     )
 
 
@@ -143,6 +157,7 @@ def _catch_up(
     metrics: bool = True,
     scrape: bool = False,
     sink: str = "kafka",
+    spark_uri: str = "",
 ) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
@@ -161,7 +176,7 @@ def _catch_up(
             metrics=metrics,
         )
         if sink == "spark":
-            _to_changelog_tables(capture)
+            _to_spark_tables(capture, spark_uri or SPARK_URI)
         started, started_wall = time.perf_counter(), time.time()
         capture.start()
         assert capture.proc is not None
@@ -210,6 +225,7 @@ def _catch_up(
     batches_s = done_wall - first_batch if first_batch is not None else None
     return {
         "sink": sink,
+        **({"spark_uri": spark_uri or SPARK_URI} if sink == "spark" else {}),
         "master": master,
         "first_batch_s": round(first_batch - started_wall, 1) if first_batch is not None else None,
         "from_first_batch_s": round(batches_s, 1) if batches_s else None,
@@ -235,11 +251,11 @@ def _catch_up(
     }
 
 
-def _to_changelog_tables(capture: CaptureProcess) -> None:
-    """Point the capture's connector at Spark change-log tables under its warehouse
-    directory instead of Kafka."""
+def _to_spark_tables(capture: CaptureProcess, uri: str) -> None:
+    """Point the capture's connector at Spark tables (``uri``, under its warehouse directory)
+    instead of Kafka."""
     doc = yaml.safe_load(capture.file.read_text())
-    doc["connectors"][0]["sinks"] = [{"uri": "spark://?mode=changelog"}]
+    doc["connectors"][0]["sinks"] = [{"uri": uri}]
     capture.file.write_text(yaml.safe_dump(doc))
 
 
@@ -417,6 +433,13 @@ def _parser() -> argparse.ArgumentParser:
         help="sinks to catch up into: kafka (Open Protocol, the mock cluster), spark (change-log tables)",
     )
     parser.add_argument(
+        "--spark-uri",
+        action="append",
+        default=[],
+        metavar="URI",
+        help=f"the spark sink's URI, one run each (default {SPARK_URI}; e.g. add &frame-writes=true); repeatable",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -439,11 +462,15 @@ def main() -> None:
     mounted: list[RowChange] = []
     # A playground per run: a finished changefeed's GC safepoint stays in PD (its TTL),
     # and the next one, starting below the same backlog, would be refused with 5001.
-    for sink, master in itertools.product(args.sinks, args.masters):
+    targets = [
+        (sink, uri) for sink in args.sinks for uri in (args.spark_uri or [SPARK_URI] if sink == "spark" else [""])
+    ]
+    for (sink, uri), master in itertools.product(targets, args.masters):
         pg, recorder, start_ts, last_ts, load_s = backlog(args.rows)
         try:
             commit_ts = [e.commit_ts for e in recorder.events]
-            runs.append(catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf=conf, sink=sink))
+            run = catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf=conf, sink=sink, spark_uri=uri)
+            runs.append(run)
             if not mounted:
                 rows = len(recorder.events)
                 report["rows"] = rows
@@ -469,16 +496,17 @@ def main() -> None:
         if run["sink"] == "spark":
             run["over_plain_write"] = round(run["catch_up_rows_per_s"] / report["plain_write_rows_per_s"], 3)
     report["runs"] = runs
-    for sink in args.sinks:
-        own = [run for run in runs if run["sink"] == sink]
+    for sink, uri in targets:
+        own = [run for run in runs if run["sink"] == sink and run.get("spark_uri", "") == uri]
         if len(own) >= 2:
             first, last = own[0], own[-1]
-            report[f"{sink}_scaling_last_over_first"] = round(
+            name = sink if not uri or uri == SPARK_URI else f"{sink} {uri}"
+            report[f"{name}_scaling_last_over_first"] = round(
                 last["catch_up_rows_per_s"] / first["catch_up_rows_per_s"], 2
             )
             alone = [first["pipeline_alone_rows_per_s"], last["pipeline_alone_rows_per_s"]]
             if all(alone):
-                report[f"{sink}_pipeline_alone_scaling"] = round(alone[1] / alone[0], 2)
+                report[f"{name}_pipeline_alone_scaling"] = round(alone[1] / alone[0], 2)
     print(json.dumps(report, indent=2))
 
 

@@ -21,7 +21,7 @@ from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.events import RawKVEvent, Span
 from cdcflow.core.data.logservice.records import ARROW_SCHEMA, record_from_event, records_to_batch
 from cdcflow.core.data.pipeline.session import spark_ready, spark_starting
-from cdcflow.core.data.pipeline.snapshot import InitialSnapshot, part_file_name
+from cdcflow.core.data.pipeline.snapshot import InitialSnapshot, ReadAhead, part_file_name
 from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.source import SnapshotPlan, SnapshotTask
 from cdcflow.core.errors import CdcflowError
@@ -70,7 +70,7 @@ def _snapshot(tmp_path: Path) -> InitialSnapshot:
     return InitialSnapshot(tmp_path / "cf", "cf", TS)
 
 
-def _finish(ahead) -> None:
+def _finish(ahead: ReadAhead) -> None:
     for _ in range(200):
         if ahead.finished:
             return
@@ -111,12 +111,18 @@ def test_parts_read_before_are_not_read_again(tmp_path: Path) -> None:
     assert again.progress is not None and again.progress.parts_before == 1
 
 
-def test_stop_waits_for_the_part_being_read_and_reads_no_further(tmp_path: Path) -> None:
+def _held_in_first_part(tmp_path: Path) -> tuple[InitialSnapshot, ReadAhead, threading.Event]:
+    """A read-ahead of two parts, held between the two pages of the first until the gate opens."""
     snapshot = _snapshot(tmp_path)
     gate, between = threading.Event(), threading.Event()
     ahead = snapshot.read_ahead(SnapshotPlan(TS, [_Part(0, pages=2, gate=gate, between=between), _Part(1)]))
     assert ahead is not None
     assert between.wait(10)
+    return snapshot, ahead, gate
+
+
+def test_stop_waits_for_the_part_being_read_and_reads_no_further(tmp_path: Path) -> None:
+    snapshot, ahead, gate = _held_in_first_part(tmp_path)
     stopping = threading.Thread(target=ahead.stop)
     stopping.start()
     stopping.join(0.3)
@@ -129,11 +135,7 @@ def test_stop_waits_for_the_part_being_read_and_reads_no_further(tmp_path: Path)
 
 
 def test_cancelling_the_snapshot_drops_the_part_being_read(tmp_path: Path) -> None:
-    snapshot = _snapshot(tmp_path)
-    gate, between = threading.Event(), threading.Event()
-    ahead = snapshot.read_ahead(SnapshotPlan(TS, [_Part(0, pages=2, gate=gate, between=between), _Part(1)]))
-    assert ahead is not None
-    assert between.wait(10)
+    snapshot, ahead, gate = _held_in_first_part(tmp_path)
     snapshot.cancel(None)  # no Spark yet: only the read-ahead to stop
     gate.set()
     _finish(ahead)
