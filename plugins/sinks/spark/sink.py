@@ -180,6 +180,8 @@ class SparkSink(Sink[SparkSinkConfig]):
         self._changefeed = ""
         self._writer = ""
         self._done_ts = 0
+        #: The id of the last batch this writer wrote (None: none, or an old checkpoint without it).
+        self._done_batch: int | None = None
         #: Per change-log directory: partitioned by writer (see :meth:`_changelog_by_writer`).
         self._by_writer: dict[str, bool] = {}
 
@@ -202,14 +204,33 @@ class SparkSink(Sink[SparkSinkConfig]):
         if not done and context.writer_inherits:  # upgraded: what it wrote before writers had ids
             done = self.storage.checkpoint(self._changefeed)
         self._done_ts = int(done.get("resolved-ts", 0))
+        self._done_batch = int(done["batch-id"]) if "batch-id" in done else None
         self._by_writer = {}
         if cfg.catalog_database:
             self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {cfg.catalog_database}")
         log.info("Spark sink writing %s tables under %s (done up to ts %d)", cfg.mode, root, self._done_ts)
 
+    def _written_before(self, batch: MicroBatch) -> bool:
+        """Whether this writer wrote ``batch`` before, so that writing it again is skipped:
+        a replay (Spark replays a batch id after a crash, and a writer's ids only grow; a
+        snapshot's ids are negative and not ordered, so only the same id is) at or below
+        the end ts written. The end ts alone does not tell: the bounded batches of a
+        catch-up can share one (the backlog of a span that joined behind the others, cut
+        into several batches at the ts already published), and so do the snapshot ranges
+        one capture delivers; a later batch taken for a replay was lost. A checkpoint
+        without a batch id goes by the end ts."""
+        done = self._done_batch
+        if done is None:
+            replay = True
+        elif batch.batch_id < 0 or done < 0:
+            replay = batch.batch_id == done
+        else:
+            replay = batch.batch_id <= done
+        return replay and 0 < batch.end_ts <= self._done_ts
+
     def write_batch(self, batch: MicroBatch) -> None:
         storage = self._require_storage()
-        if 0 < batch.end_ts <= self._done_ts:
+        if self._written_before(batch):
             log.info("Spark sink: batch %d (end ts %d) was written before; skipped", batch.batch_id, batch.end_ts)
             return
         try:
@@ -250,7 +271,7 @@ class SparkSink(Sink[SparkSinkConfig]):
         except Exception as exc:
             _raise_as_downstream_error(exc, storage, batch)
             raise
-        self._done_ts = batch.end_ts
+        self._done_ts, self._done_batch = batch.end_ts, batch.batch_id
 
     def write_frame(self, batch: MicroBatch, rows: BatchFrame) -> int | None:
         """The batch written by Spark from its frame (see :mod:`.batchframe`): the same tables
@@ -264,7 +285,7 @@ class SparkSink(Sink[SparkSinkConfig]):
             return None
         if self.config.catalog_database and self.config.table_format != "versioned":
             return None
-        if 0 < batch.end_ts <= self._done_ts:
+        if self._written_before(batch):
             log.info("Spark sink: batch %d (end ts %d) was written before; skipped", batch.batch_id, batch.end_ts)
             return 0
         try:
@@ -273,7 +294,7 @@ class SparkSink(Sink[SparkSinkConfig]):
         except Exception as exc:
             _raise_as_downstream_error(exc, storage, batch)
             raise
-        self._done_ts = batch.end_ts
+        self._done_ts, self._done_batch = batch.end_ts, batch.batch_id
         return count
 
     def _write_frame(self, storage: Storage, batch: MicroBatch, rows: BatchFrame) -> int:

@@ -107,3 +107,34 @@ def test_a_new_change_log_is_partitioned_by_writer_and_read_with_its_writer_colu
     frame = spark.read.parquet(str(tmp_path / "shop" / "orders" / "changelog"))
     got = sorted((r["writer"], r["batch_id"], r["after"]["id"]) for r in frame.collect())
     assert got == [("capture-a", 0, 10), ("capture-a", 0, 11), ("local", 0, 0), ("local", 0, 1)]
+
+
+def test_bounded_batches_that_share_an_end_ts_are_all_written(spark: Any, tmp_path: Path) -> None:
+    # The backlog of a span that joined behind the others, cut into bounded batches at the
+    # ts already published: batches 8 and 9 end where 7 does, and run from it.
+    sink = _sink(tmp_path, "capture-a")
+    end = _TS + 1000
+    first = _rows(0, 3, _TS)
+    sink.write_batch(MicroBatch("cf", 7, _TS - 1, end, rows=first))
+    sink.write_batch(MicroBatch("cf", 8, end, end, rows=_rows(10, 3, _TS)))
+    sink.write_batch(MicroBatch("cf", 9, end, end, rows=_rows(20, 3, _TS)))
+    assert _changelog_ids(spark, tmp_path) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+    # A replay of the last one (other rows would have replaced its partition) is still
+    # skipped, by this sink and after a restart.
+    sink.write_batch(MicroBatch("cf", 9, end, end, rows=_rows(30, 3, _TS)))
+    _sink(tmp_path, "capture-a").write_batch(MicroBatch("cf", 9, end, end, rows=_rows(30, 3, _TS)))
+    assert _changelog_ids(spark, tmp_path) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+
+
+def test_every_snapshot_range_a_capture_delivers_is_written(spark: Any, tmp_path: Path) -> None:
+    # Snapshot ranges: each its own negative id, every one ending at the snapshot's ts T.
+    sink = _sink(tmp_path, "capture-a")
+    ts = _TS + 50
+    sink.write_batch(MicroBatch("cf", -1_234_567, ts, ts, rows=_rows(0, 2, ts)))
+    sink.write_batch(MicroBatch("cf", -7_654_321, ts, ts, rows=_rows(10, 2, ts)))
+    assert _changelog_ids(spark, tmp_path) == [0, 1, 10, 11]
+    # A replay of the last one is skipped (other rows would have replaced its partition);
+    # an earlier range read again has the same rows, and rewrites its partition with them.
+    sink.write_batch(MicroBatch("cf", -7_654_321, ts, ts, rows=_rows(40, 2, ts)))
+    sink.write_batch(MicroBatch("cf", -1_234_567, ts, ts, rows=_rows(0, 2, ts)))
+    assert _changelog_ids(spark, tmp_path) == [0, 1, 10, 11]
