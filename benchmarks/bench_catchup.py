@@ -70,6 +70,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -209,7 +210,12 @@ def _catch_up(
         if sink == "spark":
             found = _count_changelog(Path(tmp) / "lake")
             if found != len(commit_ts):
-                raise RuntimeError(f"the change logs hold {found} row changes, not {len(commit_ts)}: see {capture.log}")
+                kept = Path(tempfile.mkdtemp(prefix="cdcflow-bench-failed-"))
+                shutil.copytree(tmp, kept, dirs_exist_ok=True)
+                raise RuntimeError(
+                    f"{spark_uri or SPARK_URI} on {master}: the change logs hold {found} row changes, "
+                    f"not {len(commit_ts)}: see {kept} (the capture's log, data directory and tables)"
+                )
     # The rows of the first batch(es) are done when the checkpoint first moves: the rate
     # counts the rows above that checkpoint, over the time from then to the end.
     seconds = done - first_move
