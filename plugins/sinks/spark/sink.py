@@ -18,8 +18,11 @@ upstream table as of the last applied resolved ts (see :mod:`.snapshot`).
 
 After every batch the sink records ``{batch-id, resolved-ts}`` in
 ``{root}/_cdcflow/{changefeed}/writers/{writer}.json`` (``checkpoint.json``
-there for a sink without writer id); a replayed batch of the writer at or
-below it is skipped. A writer that inherits (upgraded from a version without
+there for a sink without writer id); a replayed batch of the writer (the
+batch id recorded or an earlier one; a snapshot's negative id only when the
+same) at or below it is skipped. A later batch that ends at the same ts (the
+bounded batches of a span that joined behind the others, the snapshot ranges
+of a cluster) is written. A writer that inherits (upgraded from a version without
 writer ids) starts from ``checkpoint.json``. With ``catalog-database`` set, the tables are also
 registered in that Spark catalog database (``{schema}__{table}`` and
 ``{schema}__{table}__changelog``), the snapshot table's location switched to
