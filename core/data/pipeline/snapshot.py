@@ -144,8 +144,9 @@ def read_part(
     hidden = parts_dir / f".part-{part:08d}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     with open(journal, "a") as fh:
         fh.write(f"{run_id} {part}\n")
-    pages = task.read()
+    pages: Any = None
     try:
+        pages = task.read()
         with pq.ParquetWriter(hidden, ARROW_SCHEMA) as writer:
             for records in pages:
                 if abort is not None and abort.is_set():

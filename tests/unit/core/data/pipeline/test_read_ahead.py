@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.events import RawKVEvent, Span
 from cdcflow.core.data.logservice.records import ARROW_SCHEMA, record_from_event, records_to_batch
 from cdcflow.core.data.pipeline.session import spark_ready, spark_starting
-from cdcflow.core.data.pipeline.snapshot import InitialSnapshot, ReadAhead, part_file_name
+from cdcflow.core.data.pipeline.snapshot import InitialSnapshot, ReadAhead, part_file_name, read_part
 from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.source import SnapshotPlan, SnapshotTask
 from cdcflow.core.errors import CdcflowError
@@ -227,3 +228,21 @@ def test_the_executor_leaves_every_part_to_spark_when_read_ahead_is_off(tmp_path
             await executor.close()
 
     asyncio.run(run())
+
+
+@dataclass(frozen=True)
+class _Refused(SnapshotTask):
+    """A part whose ``read`` raises before it returns any page (not a generator)."""
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        raise CdcflowError("the store refused the scan")
+
+
+def test_a_part_whose_read_raises_at_once_is_summarised_with_its_error(tmp_path: Path) -> None:
+    snapshot = _snapshot(tmp_path)
+    snapshot.parts_dir.mkdir(parents=True)
+    summary = read_part(snapshot.parts_dir, snapshot.journal, "run", 3, _Refused())
+    assert summary is not None and summary["rows"] == 0
+    assert "the store refused the scan" in str(pickle.loads(summary["error"]))
+    assert snapshot.parts_done() == {} and not list(snapshot.parts_dir.glob(".part-*"))
+    assert snapshot.reads() == [("run", 3)]
