@@ -399,16 +399,10 @@ class InitialSnapshot:
         """Read every part of ``plan`` without a file yet, one Spark task each; return
         the rows of the whole snapshot. A task's CdcflowError is raised here (the parts
         read before it stay read). A read-ahead (:meth:`read_ahead`) must have stopped."""
-        self.parts_dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.parts_dir.glob(".part-*"):  # left by a task of a killed run
-            stale.unlink(missing_ok=True)
-        done = self.parts_done()
-        pending = [(i, pickle.dumps(task)) for i, task in enumerate(plan.tasks) if i not in done]
+        done, left = self._parts_left(plan)
+        pending = [(i, pickle.dumps(task)) for i, task in left]
         progress = self._start_progress(plan, done)
-        log.info(
-            "changefeed %s: initial snapshot at %d%s: %d %ss, %d read before, %d to read",
-            *(self.changefeed_id, self.ts, self._range_label, len(plan.tasks), plan.unit, len(done), len(pending)),
-        )
+        self._log_start(plan, done, pending)
         if pending:
             stop = threading.Event()
             reporter = threading.Thread(target=self._report_until, args=(stop,), daemon=True)
@@ -426,22 +420,29 @@ class InitialSnapshot:
     def read_ahead(self, plan: SnapshotPlan) -> ReadAhead | None:
         """Start reading ``plan``'s parts without a file on this process, in a thread, while
         Spark starts (see :class:`ReadAhead`); None when every part is read already."""
+        done, pending = self._parts_left(plan)
+        if not pending:
+            return None
+        self._start_progress(plan, done)
+        self._log_start(plan, done, pending, ", read here until Spark's workers are up")
+        self._ahead = ReadAhead(self, pending, plan.unit)
+        self._ahead.start()
+        return self._ahead
+
+    def _parts_left(self, plan: SnapshotPlan) -> tuple[dict[int, int], list[tuple[int, SnapshotTask]]]:
+        """The parts read whole (id → rows) and those left to read, in plan order; the
+        hidden files a killed run's reads left are removed first."""
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.parts_dir.glob(".part-*"):  # left by a task of a killed run
             stale.unlink(missing_ok=True)
         done = self.parts_done()
-        pending = [(i, task) for i, task in enumerate(plan.tasks) if i not in done]
-        if not pending:
-            return None
-        self._start_progress(plan, done)
+        return done, [(i, task) for i, task in enumerate(plan.tasks) if i not in done]
+
+    def _log_start(self, plan: SnapshotPlan, done: Mapping[int, int], pending: list[Any], how: str = "") -> None:
         log.info(
-            "changefeed %s: initial snapshot at %d%s: %d %ss, %d read before, %d to read, "
-            "read here until Spark's workers are up",
-            *(self.changefeed_id, self.ts, self._range_label, len(plan.tasks), plan.unit, len(done), len(pending)),
+            "changefeed %s: initial snapshot at %d%s: %d %ss, %d read before, %d to read%s",
+            *(self.changefeed_id, self.ts, self._range_label, len(plan.tasks), plan.unit, len(done), len(pending), how),
         )
-        self._ahead = ReadAhead(self, pending, plan.unit)
-        self._ahead.start()
-        return self._ahead
 
     def _start_progress(self, plan: SnapshotPlan, done: Mapping[int, int]) -> SnapshotProgress:
         """This run's progress: the read-ahead's, carried on by the Spark read, or a new one."""
@@ -483,10 +484,10 @@ class InitialSnapshot:
         return spark_job_group(spark, self.job_group, description)
 
     def cancel(self, spark: Any | None) -> None:
-        """Stop the read-ahead after its part and cancel the snapshot's running Spark jobs
-        (its read's or its delivery's; the executor closes, or the range is removed): parts
-        read so far stay read. A job started after this call is not cancelled by it: call
-        it until the thread that reads and delivers the snapshot ended."""
+        """Stop the read-ahead, dropping its part in progress, and cancel the snapshot's
+        running Spark jobs (its read's or its delivery's; the executor closes, or the range
+        is removed): parts read so far stay read. A job started after this call is not
+        cancelled by it: call it until the thread that reads and delivers the snapshot ended."""
         ahead = self._ahead
         if ahead is not None:
             ahead.abort()
