@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from cdcflow.core.config.settings import QUICK_JIT_MAX_CORES, SparkSettings
 
 if TYPE_CHECKING:
+    from cdcflow.core.data.pipeline.classcache import ClassCache
     from cdcflow.core.plugin.manager import PluginManager
 
 __all__ = [
@@ -74,6 +75,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.python.worker.reuse": "true",
+    # Workers import PySpark from the installed package's bytecode, not from Spark's zip.
+    "spark.python.daemon.module": "cdcflow.core.data.pipeline.pydaemon",
 }
 
 _lock = threading.Lock()
@@ -198,14 +201,40 @@ def spark_session(settings: SparkSettings, plugins: PluginManager | None = None)
         if settings.master.startswith("local"):
             # Everything is on this machine: keep Spark on loopback.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf = spark_conf(settings, plugins)
+        cache = _class_cache(settings, conf)
         builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-        for key, value in spark_conf(settings, plugins).items():
+        for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
+        if cache is not None:
+            cache.started(session)
         # Also when the JVM was started earlier (another session, a test's fixture).
         session.sparkContext.setLogLevel(spark_log_level())
         session.dataSource.register(CdcflowDataSource)
         return session
+
+
+def _class_cache(settings: SparkSettings, conf: dict[str, str]) -> ClassCache | None:
+    """The class cache of a JVM this process is about to launch (``server.spark.class-cache``,
+    local masters), its options added to ``conf``'s driver JVM options; None when the JVM
+    is up already (another session of this process) or the cache is not used."""
+    from pyspark import SparkContext
+
+    from cdcflow.core.data.pipeline.classcache import ClassCache, default_cache_dir
+
+    if not settings.class_cache or not settings.master.startswith("local") or SparkContext._gateway is not None:
+        return None
+    directory = Path(settings.class_cache_dir).expanduser() if settings.class_cache_dir else default_cache_dir()
+    if any(c.isspace() or c in "\"'" for c in str(directory)):
+        return None  # Spark's launcher splits the JVM options at white space
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    cache = ClassCache.for_jvm(directory, options.split(), conf)
+    extra = cache.options() if cache is not None else []
+    if not extra:
+        return None
+    conf["spark.driver.extraJavaOptions"] = " ".join([options, *extra]).strip()
+    return cache
 
 
 #: The local properties :func:`spark_job_group` sets (and restores) on the calling thread.
