@@ -88,6 +88,7 @@ import multiprocessing
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -218,6 +219,7 @@ def snapshot_run(
     range_keys: int,
     page_size: int,
     read_ahead: bool = True,
+    class_cache: bool = True,
 ) -> dict[str, Any]:
     topic = f"bench-snapshot-{uuid.uuid4().hex[:8]}"
     counter = None
@@ -229,7 +231,7 @@ def snapshot_run(
         capture = SnapshotCapture(
             Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts, partitions=PARTITIONS, master=master
         )
-        _configure(capture, sink, range_keys, page_size, read_ahead)
+        _configure(capture, sink, range_keys, page_size, read_ahead, class_cache)
         snapshot = InitialSnapshot(Path(tmp) / "data" / "changefeeds" / CHANGEFEED, CHANGEFEED, start_ts)
         started_wall = time.time()
         capture.start()
@@ -240,7 +242,8 @@ def snapshot_run(
         ahead = _AHEAD_DONE.search(capture.log.read_text(errors="replace"))
         times["ahead_rows"] = int(ahead.group(2)) if ahead else 0
         found = _count_spark(Path(tmp) / "lake") if counter is None else counter.result()
-    run: dict[str, Any] = {"sink": sink, "master": master, "read_ahead": read_ahead, "parts": times.pop("parts")}
+    run: dict[str, Any] = {"sink": sink, "master": master, "read_ahead": read_ahead, "class_cache": class_cache}
+    run["parts"] = times.pop("parts")
     if found != expected:
         run["failed"] = f"the sink holds {found} rows of the snapshot, not {expected}"
         return run
@@ -262,7 +265,9 @@ def snapshot_run(
     return run
 
 
-def _configure(capture: CaptureProcess, sink: str, range_keys: int, page_size: int, read_ahead: bool) -> None:
+def _configure(
+    capture: CaptureProcess, sink: str, range_keys: int, page_size: int, read_ahead: bool, class_cache: bool
+) -> None:
     doc = yaml.safe_load(capture.file.read_text())
     connector = doc["connectors"][0]
     connector["initial-snapshot"] = True
@@ -273,6 +278,7 @@ def _configure(capture: CaptureProcess, sink: str, range_keys: int, page_size: i
         connector["sinks"] = [{"uri": "spark://?mode=changelog"}]
     doc["server"]["metrics"] = False
     doc["server"].setdefault("spark", {})["snapshot-read-ahead"] = read_ahead
+    doc["server"]["spark"]["class-cache"] = class_cache
     capture.file.write_text(yaml.safe_dump(doc))
 
 
@@ -418,6 +424,30 @@ def _count_topic(bootstrap: str, topic: str, stop: Any, out: Any) -> None:
 # -- main --------------------------------------------------------------------------------------
 
 
+#: A capture's Spark session, started and stopped (see :func:`prime_class_cache`).
+_PRIME = """
+import sys
+from cdcflow.core.config.settings import SparkSettings
+from cdcflow.core.data.pipeline.session import spark_session, stop_spark_session
+spark = spark_session(SparkSettings(master=sys.argv[1]))
+spark.range(1).count()
+stop_spark_session()
+"""
+
+
+def prime_class_cache(masters: Sequence[str]) -> float:
+    """Seconds to start and stop a capture's Spark session twice, so that Spark's class
+    archive (``server.spark.class-cache``) exists before the runs with it: the first JVM
+    writes it at exit, the next start checks it. The runs then measure a machine that
+    has run a capture before, not the one start that writes the archive."""
+    local = [m for m in masters if m.startswith("local")]
+    began = time.perf_counter()
+    for _ in range(2 if local else 0):
+        # Returns once the JVM exited (it holds the pipes), so its archive is written.
+        subprocess.run([sys.executable, "-c", _PRIME, local[0]], capture_output=True, check=True, timeout=600)
+    return round(time.perf_counter() - began, 1)
+
+
 def _cores(master: str) -> int | None:
     match = re.fullmatch(r"local\[(\d+)\]", master)
     return int(match.group(1)) if match else None
@@ -445,6 +475,13 @@ def main() -> None:
         default=["on"],
         help="server.spark.snapshot-read-ahead of the snapshot runs (on off: both, in this run)",
     )
+    parser.add_argument(
+        "--class-cache",
+        nargs="+",
+        choices=("on", "off"),
+        default=["on"],
+        help="server.spark.class-cache of the snapshot runs (on off: both, in this run)",
+    )
     args = parser.parse_args()
     if args.rows < 1 or args.regions < 1 or min(args.readers) < 1:
         parser.error("--rows, --regions and --readers must be at least 1")
@@ -464,9 +501,15 @@ def main() -> None:
             report[f"raw_read_{readers}_rows_per_s"] = round(raw[readers])
         if len(raw) >= 2:
             report["raw_read_scaling"] = round(raw[max(raw)] / raw[min(raw)], 2)
+        if "on" in args.class_cache:
+            report["class_cache_prime_s"] = prime_class_cache(args.masters)
         runs = []
-        for sink, master, ahead in itertools.product(args.sinks, args.masters, args.read_ahead):
-            run = snapshot_run(pg, cluster, sink, master, expected, args.range_keys, args.page_size, ahead == "on")
+        for sink, master, ahead, cache in itertools.product(
+            args.sinks, args.masters, args.read_ahead, args.class_cache
+        ):
+            run = snapshot_run(
+                pg, cluster, sink, master, expected, args.range_keys, args.page_size, ahead == "on", cache == "on"
+            )
             if "rows_per_s" in run:
                 cores = _cores(master)
                 baseline = raw.get(cores, raw[min(raw)]) if cores else raw[max(raw)]
@@ -478,7 +521,10 @@ def main() -> None:
             rates = [
                 r["rows_per_s"]
                 for r in runs
-                if r["sink"] == sink and r["read_ahead"] == args.read_ahead[0] and "rows_per_s" in r
+                if r["sink"] == sink
+                and r["read_ahead"] == (args.read_ahead[0] == "on")
+                and r["class_cache"] == (args.class_cache[0] == "on")
+                and "rows_per_s" in r
             ]
             if len(rates) >= 2:
                 report[f"{sink}_scaling_last_over_first"] = round(rates[-1] / rates[0], 2)
