@@ -204,7 +204,10 @@ class ClassCache:
             if facts is not None and _alive(int(facts.get("pid", 0))):
                 continue  # still being written
             if not self.archive.exists() and facts is not None and _whole(part, facts):
-                os.replace(part, self.archive)
+                try:
+                    os.replace(part, self.archive)
+                except FileNotFoundError:
+                    continue  # another capture starting now adopted it first
                 log.info("Spark's class cache: %s written; the JVM maps its classes from it", self.archive)
                 self._prune()
             part.unlink(missing_ok=True)

@@ -16,6 +16,12 @@ In local mode on a small machine, the JVM compiles with its first-tier JIT only
 (``server.spark.jit``, :func:`jit_options`): the second tier's compiling after a
 start took the cores a catch-up needed.
 
+A local JVM maps the classes of its start from an archive an earlier JVM wrote at
+exit (``server.spark.class-cache``, :mod:`~cdcflow.core.data.pipeline.classcache`),
+and Spark's Python workers import PySpark from the installed package rather than
+from Spark's zip (:mod:`~cdcflow.core.data.pipeline.pydaemon`): both shorten a
+start by seconds.
+
 Spark's JVM is launched without running Python in a forked child
 (:func:`spawn_jvm_without_fork`): a capture always has gRPC threads running,
 and a fork that runs PySpark's ``preexec_fn`` in the child then now and then
