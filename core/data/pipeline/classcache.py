@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEEP_ARCHIVES", "ClassCache", "cache_key", "default_cache_dir"]
+__all__ = ["KEEP_ARCHIVES", "ClassCache", "cache_key", "default_cache_dir", "java_executable"]
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,9 @@ def default_cache_dir() -> Path:
     return Path(base) / "cdcflow" / "spark-classes"
 
 
-def _java() -> str | None:
-    """The java Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+def java_executable() -> str | None:
+    """The java Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the one on PATH
+    (its real path; None when there is none)."""
     home = os.environ.get("JAVA_HOME")
     found = os.path.join(home, "bin", "java") if home else shutil.which("java")
     return os.path.realpath(found) if found and os.path.exists(found) else None
@@ -95,7 +96,7 @@ def cache_key(java_options: Sequence[str], conf: Mapping[str, str]) -> str | Non
     """What an archive is good for, hashed: the java binary, Spark's jars, the launcher's
     class-path settings and the JVM options other than system properties. None when no
     java is found (Spark does not start either)."""
-    java = _java()
+    java = java_executable()
     if java is None:
         return None
     home = _spark_home()
@@ -139,13 +140,12 @@ class ClassCache:
         that cannot be used gives no options."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            if not self.archive.exists():
-                self._adopt_parts()
+            pending = False if self.archive.exists() else self._adopt_parts()
             if self.archive.exists():
                 with contextlib.suppress(OSError):
                     os.utime(self.archive)  # its last use, for pruning
                 return [f"-XX:SharedArchiveFile={self.archive}", QUIET]
-            if self._pending():
+            if pending:
                 return []  # a JVM alive now writes one at its exit
             self.writing = self.directory / f"{self.key}.{secrets.token_hex(4)}.part"
             return [f"-XX:ArchiveClassesAtExit={self.writing}", QUIET]
@@ -178,31 +178,21 @@ class ClassCache:
     def _facts(part: Path) -> Path:
         return part.with_name(part.name + ".json")
 
-    def _parts(self) -> list[Path]:
-        return sorted(self.directory.glob(f"{self.key}.*.part"))
-
-    def _pending(self) -> bool:
-        """Whether a JVM that is still running will write a part of this key at exit."""
-        for facts_file in self.directory.glob(f"{self.key}.*.part.json"):
-            facts = _read_json(facts_file)
-            if facts is not None and _alive(int(facts.get("pid", 0))):
-                return True
-        return False
-
-    def _adopt_parts(self) -> None:
+    def _adopt_parts(self) -> bool:
         """Check the parts of JVMs that have ended; the first whole one becomes the archive,
-        the others (and facts with no part, from a JVM that ended without writing) go."""
+        the others (and facts with no part, from a JVM that ended without writing) go.
+        Returns whether a JVM still running will write a part of this key at its exit."""
+        pending = False
+        parts = set(self.directory.glob(f"{self.key}.*.part"))
         for facts_file in self.directory.glob(f"{self.key}.*.part.json"):
-            part = facts_file.with_name(facts_file.name[: -len(".json")])
-            facts = _read_json(facts_file)
-            if facts is not None and _alive(int(facts.get("pid", 0))):
-                continue
-            if not part.exists():
+            part = facts_file.with_name(facts_file.name.removesuffix(".json"))
+            if _writer_alive(_read_json(facts_file)):
+                pending = True
+                parts.discard(part)  # still being written
+            elif part not in parts:
                 facts_file.unlink(missing_ok=True)
-        for part in self._parts():
+        for part in sorted(parts):
             facts = _read_json(self._facts(part))
-            if facts is not None and _alive(int(facts.get("pid", 0))):
-                continue  # still being written
             if not self.archive.exists() and facts is not None and _whole(part, facts):
                 try:
                     os.replace(part, self.archive)
@@ -212,6 +202,7 @@ class ClassCache:
                 self._prune()
             part.unlink(missing_ok=True)
             self._facts(part).unlink(missing_ok=True)
+        return pending
 
     def _prune(self) -> None:
         archives = sorted(self.directory.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
@@ -252,6 +243,11 @@ def _whole(part: Path, facts: Mapping[str, Any]) -> bool:
     if done.returncode != 0:
         log.info("Spark's class cache: %s is not a whole archive (its JVM's exit was cut short); deleted", part)
     return done.returncode == 0
+
+
+def _writer_alive(facts: Mapping[str, Any] | None) -> bool:
+    """Whether the JVM these facts are of still runs (and will write its part at exit)."""
+    return facts is not None and _alive(int(facts.get("pid", 0)))
 
 
 def _alive(pid: int) -> bool:

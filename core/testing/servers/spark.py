@@ -27,7 +27,6 @@ import glob
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cdcflow.core.data.pipeline.classcache import java_executable
 from cdcflow.core.errors import NotAvailableError
 from cdcflow.core.testing.servers.engine import choose_backend
 from cdcflow.core.testing.servers.mariadb import free_port
@@ -59,8 +59,7 @@ def spark_home() -> Path:
 
 
 def _java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    java = java_executable()
     if not java or not os.access(java, os.X_OK):
         raise NotAvailableError("Spark needs Java 17 or newer: install a JRE (Debian: openjdk-17-jre-headless)")
     return java

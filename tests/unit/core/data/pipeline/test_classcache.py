@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import pyspark
 import pytest
 
 from cdcflow.core.config.settings import SparkSettings
-from cdcflow.core.data.pipeline.classcache import QUIET, ClassCache, cache_key
+from cdcflow.core.data.pipeline.classcache import QUIET, ClassCache, cache_key, java_executable
 from cdcflow.core.data.pipeline.pydaemon import installed_pyspark_first
 from cdcflow.core.data.pipeline.session import LOCAL_DEFAULTS, spark_conf
 
@@ -21,10 +20,9 @@ OPTIONS = ["-Dlog4j2.configurationFile=file:///x", "-XX:TieredStopAtLevel=1"]
 
 
 def _java_home() -> Path:
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    java = java_executable()
     assert java, "Spark needs java"
-    return Path(os.path.realpath(java)).parent.parent
+    return Path(java).parent.parent
 
 
 def _dead_pid() -> int:
