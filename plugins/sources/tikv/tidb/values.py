@@ -175,6 +175,28 @@ def value_decoder(ft: FieldType) -> Callable[[bytes], Any]:
     return lambda data: decode_value(ft, data)  # raises UnsupportedColumnType, as decode_value does
 
 
+def native_kind(ft: FieldType) -> tuple[str, Any]:
+    """How the native row decoder (:mod:`._rowfast`) decodes a value of type ``ft``, as
+    :func:`value_decoder` does: the name of one of its kinds and that kind's argument
+    (``("CALL", value_decoder(ft))`` for the types it leaves to Python)."""
+    tp = ft.tp
+    if tp in INT_TYPES or tp in UINT_TYPES:
+        return ("UINT" if (ft.unsigned if tp in INT_TYPES else True) else "INT"), None
+    if tp in STRING_TYPES:
+        return ("BYTES" if ft.is_binary else "UTF8"), None
+    if tp in TIME_TYPES:
+        if tp in (TypeCode.DATE, TypeCode.NEWDATE):
+            return "DATE", None
+        return ("TIMESTAMP" if tp == TypeCode.TIMESTAMP else "DATETIME"), None
+    if tp == TypeCode.DOUBLE:
+        return "DOUBLE", None
+    if tp == TypeCode.NEWDECIMAL:
+        return "DECIMAL", decimal.Decimal
+    if tp == TypeCode.JSON:
+        return "JSON", None
+    return "CALL", value_decoder(ft)
+
+
 def _decode_utf8(data: bytes) -> str:
     try:
         return bytes(data).decode("utf-8")
