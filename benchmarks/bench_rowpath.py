@@ -32,6 +32,10 @@ in one process:
   decoded again, into the change log's Arrow columns; Spark's Parquet write
   not included).
 
+Where the mounter's C row decoder is built (``_rowfast``), mount and encode
+step run a second time in each round with it turned off (``mount python``,
+``encode step python``), so both decoders are compared in one run.
+
 It prints rows/s of each (median over rounds), by the wall clock and per
 CPU-second of the process (steadier when other work shares the cores). The
 same file runs against
@@ -44,6 +48,7 @@ cProfile and prints its top costs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pickle
 import pstats
@@ -51,7 +56,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -71,6 +76,7 @@ from cdcflow.plugins.sinks.spark.batchframe import ChangelogTask, SummaryTask, T
 from cdcflow.plugins.sources.playground.catalog import Column
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES, random_value
 from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
+from cdcflow.plugins.sources.tikv.tidb import mounter as tidb_mounter
 from cdcflow.plugins.sources.tikv.tidb.mounter import TiDBBatchMounter
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBDatabase, TiDBTable
 from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
@@ -123,6 +129,16 @@ def build(rows: int, seed: int = 7) -> tuple[TiDBBatchMounter, list[RawKVEvent]]
             key = keys.record_key(table_id, handle)
             events.append(RawKVEvent(span, key, b"", old, commit_ts - 1, commit_ts, delete=True))
     return snapshot_mounter(snapshot), events
+
+
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    """The mounter's layouts decoded in Python, as where the C decoder is not built."""
+    native, tidb_mounter.NATIVE = tidb_mounter.NATIVE, None
+    try:
+        yield
+    finally:
+        tidb_mounter.NATIVE = native
 
 
 def snapshot_mounter(snapshot: SchemaStore) -> TiDBBatchMounter:
@@ -294,6 +310,12 @@ def measure(
     for _ in range(args.rounds):
         task_mounter = pickle.loads(pickle.dumps(mounter))  # a new task: nothing cached yet
         mounted_rows = timed("mount", len(events), lambda m=task_mounter: mount_all(m, events))
+        if tidb_mounter.NATIVE is not None:
+            with pure_python():
+                task_mounter = pickle.loads(pickle.dumps(mounter))
+                python_rows = timed("mount python", len(events), lambda m=task_mounter: mount_all(m, events))
+            if python_rows != mounted_rows:
+                raise SystemExit("the C and the Python decoder mounted different rows")
         codec = OpenProtocolCodec(OpenProtocolConfig())
         timed("encode", len(mounted_rows), lambda c=codec, r=mounted_rows: encode_all(c, r))
         plan = task_plan()
@@ -303,6 +325,10 @@ def measure(
         )
         plan = task_plan()
         encoded = timed("encode step", len(events), lambda p=plan: run_encode_step(p, batches))
+        if tidb_mounter.NATIVE is not None:
+            with pure_python():
+                plan = task_plan()
+                timed("encode step python", len(events), lambda p=plan: run_encode_step(p, batches))
         parts = by_lane(encoded)
         check("lane step", timed("lane step", len(events), lambda p=parts: run_lane_step(p)))
         found = timed("summary step", len(events), lambda: run_summary_step(decoder, mounted))
@@ -314,7 +340,7 @@ def measure(
     for name in sorted(rates, key=lambda n: n.endswith(" cpu")):
         values = rates[name]
         rounds = ", ".join(f"{r:,.0f}" for r in values)
-        print(f"{name + ':':20}{statistics.median(values):,.0f} rows/s  (rounds: {rounds})")
+        print(f"{name + ':':24}{statistics.median(values):,.0f} rows/s  (rounds: {rounds})")
 
 
 def profile(
