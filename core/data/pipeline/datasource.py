@@ -56,6 +56,7 @@ __all__ = [
     "ChunkPartition",
     "offset_chunk",
     "offset_ts",
+    "split_record_batches",
 ]
 
 OFFSET_KEY = "resolved_ts"
@@ -85,6 +86,28 @@ DEFAULT_PARTITION_ROWS = DEFAULT_CHUNK_ROWS
 #: Rows a partition must get at least for a batch's chunks to be split by record batch
 #: (a chunk's record batch holds 8,192).
 MIN_SPLIT_ROWS = 8_192
+
+
+def split_record_batches(paths: Sequence[str], parts: int) -> list[list[tuple[str, int, int]]]:
+    """The record batches of the chunk files ``paths`` dealt in order into ``parts``
+    contiguous shares (fewer when there are fewer batches), each a list of
+    ``(path, first, stop)``: record batches ``first`` up to ``stop`` (excluded) of a file."""
+    batches: list[tuple[str, int]] = []
+    for path in paths:
+        with pa.OSFile(path, "rb") as source:
+            batches += [(path, i) for i in range(pa.ipc.open_file(source).num_record_batches)]
+    out: list[list[tuple[str, int, int]]] = []
+    for n in range(parts):
+        share = batches[len(batches) * n // parts : len(batches) * (n + 1) // parts]
+        ranges: list[tuple[str, int, int]] = []
+        for path, i in share:
+            if ranges and ranges[-1][0] == path and ranges[-1][2] == i:
+                ranges[-1] = (path, ranges[-1][1], i + 1)
+            else:
+                ranges.append((path, i, i + 1))
+        if ranges:
+            out.append(ranges)
+    return out
 
 
 class ChunkPartition(InputPartition):
@@ -218,24 +241,7 @@ class CdcflowStreamReader(DataSourceStreamReader):
 
     @staticmethod
     def _split(paths: list[str], parts: int) -> list[ChunkPartition]:
-        """The record batches of ``paths`` dealt in order into ``parts`` contiguous ranges
-        (fewer when there are fewer batches)."""
-        batches: list[tuple[str, int]] = []
-        for path in paths:
-            with pa.OSFile(path, "rb") as source:
-                batches += [(path, i) for i in range(pa.ipc.open_file(source).num_record_batches)]
-        out: list[ChunkPartition] = []
-        for n in range(parts):
-            share = batches[len(batches) * n // parts : len(batches) * (n + 1) // parts]
-            ranges: list[tuple[str, int, int]] = []
-            for path, i in share:
-                if ranges and ranges[-1][0] == path and ranges[-1][2] == i:
-                    ranges[-1] = (path, ranges[-1][1], i + 1)
-                else:
-                    ranges.append((path, i, i + 1))
-            if ranges:
-                out.append(ChunkPartition(ranges))
-        return out
+        return [ChunkPartition(ranges) for ranges in split_record_batches(paths, parts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         for part in partition.value:

@@ -67,13 +67,14 @@ from cdcflow.core.data.logservice.store import EventStore
 from cdcflow.core.data.pipeline.backoff import is_retryable, retry_delay
 from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.datasource import MIN_SPLIT_ROWS, offset_chunk, offset_ts
+from cdcflow.core.data.pipeline.datasource import MIN_SPLIT_ROWS, offset_chunk, offset_ts, split_record_batches
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, table_filter_predicate
 from cdcflow.core.data.pipeline.tasks import (
     ENCODED_SCHEMA_DDL,
     LANE_ORDER,
     SUMMARY_SCHEMA_DDL,
+    ChunkRangesTask,
     EncodeTask,
     LaneTask,
     MountTask,
@@ -406,9 +407,12 @@ class ChangefeedPipeline:
     def _deliver(self, frame: Any, batch_id: int, start: tuple[int, int], end: tuple[int, int]) -> int:
         (start_ts, start_chunk), (end_ts, end_chunk) = start, end
         ddl = self._transform_ddl(self.store.ddl_between(start_ts, end_ts))
-        expected = sum(chunk.rows for chunk in self.store.chunks_in(start_chunk, end_chunk))
+        chunks = self.store.chunks_in(start_chunk, end_chunk)
+        expected = sum(chunk.rows for chunk in chunks)
         plan = self._plan(start_ts, end_ts) if expected else None
-        return self._deliver_frame(frame, batch_id, start_ts, end_ts, ddl, expected, plan)
+        directory = self.store.directory.resolve()
+        files = tuple(str(directory / chunk.file) for chunk in chunks)
+        return self._deliver_frame(frame, batch_id, start_ts, end_ts, ddl, expected, plan, chunk_files=files)
 
     def deliver_snapshot(
         self, frame: Any, ts: int, expected: int, spans: Mapping[int, Span], batch_id: int = SNAPSHOT_BATCH_ID
@@ -459,9 +463,11 @@ class ChangefeedPipeline:
         plan: RowPlan | None,
         *,
         one_ts: bool = False,
+        chunk_files: tuple[str, ...] = (),
     ) -> int:
         """Deliver a batch to the sinks (``one_ts``: every row of it has one commit ts and
-        each key appears once, as in an initial snapshot's batch)."""
+        each key appears once, as in an initial snapshot's batch; ``chunk_files``: the
+        event store's files ``frame`` reads, which tasks may read themselves)."""
         # A source that cannot mount in tasks has every sink written from the driver.
         on_driver = plan is not None and self.mounter is not None and plan.mounter is None
         tables = self._tables(plan) if plan is not None and not on_driver else []
@@ -478,7 +484,7 @@ class ChangefeedPipeline:
                 task_writers = tuple(w for w in writers.values() if w is not None)
                 by_table = any(sink.task_partitioning() == "table" for sink in task_sinks)
                 rows, task_bytes = self._write_in_tasks(
-                    frame, plan, head, task_writers, expected, by_table=by_table, one_ts=one_ts
+                    frame, plan, head, task_writers, expected, by_table=by_table, one_ts=one_ts, chunk_files=chunk_files
                 )
             tasks_seconds = time.perf_counter() - began
             for sink in task_sinks:
@@ -487,7 +493,9 @@ class ChangefeedPipeline:
                 seconds = tasks_seconds + time.perf_counter() - committed
                 self._flushes.append((_sink_name(sink), rows, task_bytes, seconds))
         if driver_sinks and plan is not None and not on_driver:
-            driver_sinks, written = self._write_frames(frame, plan, head, ddl, driver_sinks, expected, one_ts)
+            driver_sinks, written = self._write_frames(
+                frame, plan, head, ddl, driver_sinks, expected, one_ts, chunk_files=chunk_files
+            )
             if written is not None:
                 rows = written
                 if not driver_sinks:
@@ -505,10 +513,18 @@ class ChangefeedPipeline:
         sinks: Sequence[Sink[Any]],
         expected: int,
         one_ts: bool = False,
+        *,
+        chunk_files: tuple[str, ...] = (),
     ) -> tuple[list[Sink[Any]], int | None]:
         """Offer the batch's mounted frame to each sink (``Sink.write_frame``): the sinks that
         declined it, and the rows the last one that took it wrote (None: none took it)."""
-        mounted = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL) if plan.mounter is not None else frame
+        mounted = frame
+        if plan.mounter is not None:
+            partitions = self._task_partition_count(expected)
+            if partitions > 1 and expected >= partitions * MIN_SPLIT_ROWS:
+                mounted = self._map_read_apart(frame, MountTask(plan), SPARK_SCHEMA_DDL, partitions, chunk_files)
+            else:
+                mounted = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL)
         decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection, self.transforms)
         rows = BatchFrame(mounted, decoder, expected, one_ts)
         batch = MicroBatch(self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl=ddl)
@@ -599,11 +615,13 @@ class ChangefeedPipeline:
         *,
         by_table: bool,
         one_ts: bool = False,
+        chunk_files: tuple[str, ...] = (),
     ) -> tuple[int, int]:
         """Write the batch in Spark tasks: (rows, bytes) the tasks' summaries report.
         ``one_ts``: every row has one commit ts, each key once (an initial snapshot's
         batch; a streaming batch's ts range may be a single ts and still hold rows of
-        many, the backlog of a span that joined behind)."""
+        many, the backlog of a span that joined behind). ``chunk_files``: the event
+        store's files of the batch, in order (empty: ``frame`` is not the store's)."""
         began = time.perf_counter()
         partitions = self._task_partition_count(expected)
         lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
@@ -624,9 +642,11 @@ class ChangefeedPipeline:
             # task, its lane is (see LaneTaskWriter). Encoding needs no order: a batch
             # the data source read in a partition per task is encoded where it was
             # read, without a shuffle.
-            read_apart = expected >= partitions * MIN_SPLIT_ROWS
-            spread = frame if read_apart else frame.repartition(partitions, "table_id", "key")
-            encoded = spread.mapInArrow(EncodeTask(plan, lanes, self.column_selection), ENCODED_SCHEMA_DDL)
+            encode = EncodeTask(plan, lanes, self.column_selection)
+            if expected >= partitions * MIN_SPLIT_ROWS:
+                encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files)
+            else:
+                encoded = frame.repartition(partitions, "table_id", "key").mapInArrow(encode, ENCODED_SCHEMA_DDL)
             by_lane = encoded.repartition(partitions, "writer", "route", "lane").sortWithinPartitions(*LANE_ORDER)
             out = by_lane.mapInArrow(LaneTask(head, lanes), SUMMARY_SCHEMA_DDL)
         else:
@@ -645,6 +665,18 @@ class ChangefeedPipeline:
                 *(self.changefeed_id, head.batch_id, rows, len(summaries), time.perf_counter() - began),
             )
         return rows, sum(s.bytes for s in summaries)
+
+    def _map_read_apart(
+        self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...]
+    ) -> Any:
+        """``frame.mapInArrow(task, schema_ddl)`` for a batch the data source reads in a
+        partition per task; with the batch's chunk files known, the same from tasks that
+        read their share of the files themselves, split as the data source splits them, so
+        that the records skip the JVM (:class:`ChunkRangesTask`)."""
+        if not chunk_files:
+            return frame.mapInArrow(task, schema_ddl)
+        shares = tuple(tuple(share) for share in split_record_batches(chunk_files, partitions))
+        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(ChunkRangesTask(shares, task), schema_ddl)
 
     def _deliver_on_driver(
         self,

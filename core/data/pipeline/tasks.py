@@ -16,6 +16,12 @@ Python workers, once per partition, in parallel:
   batch's frame themselves (:meth:`~cdcflow.core.data.sink.Sink.write_frame`,
   whose tasks decode the records with a :class:`RecordDecoder`).
 
+A task may read its partition's records itself instead of getting them from
+Spark: :class:`ChunkRangesTask` hands a task the record batches of some of
+the event store's chunk files, read in the Python worker, so that the
+records never pass through the JVM (for a batch whose first step needs no
+shuffle of its input).
+
 A :class:`~cdcflow.core.errors.CdcflowError` raised in a task (a row that
 does not decode, a downstream that cannot be reached) is returned to the
 driver pickled, whole, instead of failing the Spark job: the driver raises
@@ -30,7 +36,7 @@ import logging
 import os
 import pickle
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +53,7 @@ from cdcflow.core.data.logservice.records import (
     SchemaRegistry,
     batch_to_records,
     event_from_record,
+    read_record_batches,
     record_from_event,
     records_to_batch,
 )
@@ -63,6 +70,7 @@ __all__ = [
     "LANE_ORDER",
     "SUMMARY_SCHEMA",
     "SUMMARY_SCHEMA_DDL",
+    "ChunkRangesTask",
     "EncodeTask",
     "LaneTask",
     "MountTask",
@@ -276,6 +284,35 @@ class MountTask:
                     yield records_to_batch(records)
         except CdcflowError as exc:
             yield records_to_batch([(0, 0, b"", ERROR_KIND, 0, 0, None, "", "", "", pickle.dumps(exc), b"", -1)])
+
+
+#: Record batches ``first`` up to ``stop`` (excluded) of one chunk file: ``(path, first, stop)``.
+ChunkRange = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class ChunkRangesTask:
+    """``mapInArrow`` function over ``spark.range(n, numPartitions=n)``: the task of row
+    ``i`` reads the record batches of ``shares[i]`` from the event store's chunk files
+    and hands them to ``task`` (an :class:`EncodeTask`, say) as if Spark had read them.
+
+    What it saves against the ``cdcflow`` data source's read: every record's trip
+    through the JVM (the source's Python reader to Spark's rows, those rows to Arrow for
+    the task's worker), and the Python worker that plans the read. The task reads the
+    same files the source would, so it needs what the source needs: the store's
+    directory readable where the task runs."""
+
+    shares: tuple[tuple[ChunkRange, ...], ...]
+    task: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return self.task(self._records(batches))
+
+    def _records(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for share in batch.column(0).to_pylist():
+                for path, first, stop in self.shares[share]:
+                    yield from read_record_batches(path, first, stop)
 
 
 def check_mounted(batch: pa.RecordBatch) -> None:

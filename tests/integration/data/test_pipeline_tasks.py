@@ -19,6 +19,7 @@ import pytest
 from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.codec import EncodedMessage
 from cdcflow.core.data.events import MicroBatch, RowChange, TableName
+from cdcflow.core.data.pipeline.datasource import split_record_batches
 from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, Sink, TaskWriter
 from cdcflow.core.errors import DownstreamUnavailableError
@@ -125,7 +126,7 @@ class RecordingSink(Sink[RecordingConfig]):
 
 
 def run_pipeline(
-    tmp_path: Path, spark: Any, sinks: list[Sink[Any]], name: str, events: list[Any] | None = None
+    tmp_path: Path, spark: Any, sinks: list[Sink[Any]], name: str, events: list[Any] | None = None, **context: Any
 ) -> PipelineSpanExecutor:
     source = ListSource.of(source_events() if events is None else events)
 
@@ -141,6 +142,7 @@ def run_pipeline(
                 plugins=PluginManager.default(autoload=False),
                 trigger_interval=0.2,
                 task_rows=20,  # several partitions even for this small batch
+                **context,
             )
         )
         for table in await source.list_tables():
@@ -439,6 +441,45 @@ def test_rows_kept_in_order_per_table_are_encoded_in_parallel_and_written_per_la
     assert sorted(rows) == sorted(expected_rows(events))  # every row once
     for parts in lanes.values():  # in commit order within the lane
         assert [p[3] for p in parts] == sorted(p[3] for p in parts)
+    assert sink.committed and sink.committed[-1].end_ts == END_TS
+
+
+def test_tasks_that_read_the_chunk_files_themselves_keep_each_lane_in_commit_order(tmp_path, spark, monkeypatch):
+    """A batch big enough to be read apart (here: any batch) is not read by the data
+    source: each encoding task reads its share of the batch's chunk files itself
+    (ChunkRangesTask), and every lane still gets every row once, in commit order."""
+    from cdcflow.core.data.pipeline import runtime
+
+    shares: list[list[Any]] = []
+
+    def split(files: Sequence[str], parts: int) -> list[list[tuple[str, int, int]]]:
+        out = split_record_batches(files, parts)
+        shares.append(out)
+        return out
+
+    monkeypatch.setattr(runtime, "MIN_SPLIT_ROWS", 1)
+    monkeypatch.setattr(runtime, "split_record_batches", split)
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = LaneSink(out)
+    events = [
+        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"])) if isinstance(e, RowChange) else e
+        for e in source_events()
+    ]
+    run_pipeline(tmp_path, spark, [sink], "lanes-from-chunks", events, chunk_rows=10)  # batches of several files
+
+    assert any(len(share) >= 2 for share in shares), shares  # batches split among tasks by the driver
+    encoders = [json.loads(p.read_text()) for p in out.glob("encode-*")]
+    assert len([e for e in encoders if e["rows"]]) >= 2 and os.getpid() not in {e["pid"] for e in encoders}
+    lanes: dict[str, list[Any]] = defaultdict(list)
+    for path in out.glob("lanes-*.json"):
+        for lane, parts in json.loads(path.read_text())["lanes"].items():
+            lanes[lane].append(parts)
+    rows = [tuple(p) for runs in lanes.values() for parts in runs for p in parts]
+    assert sorted(rows) == sorted(expected_rows(events))  # every row once
+    for runs in lanes.values():
+        for parts in runs:  # a lane's rows of a batch, in commit order
+            assert [p[3] for p in parts] == sorted(p[3] for p in parts)
     assert sink.committed and sink.committed[-1].end_ts == END_TS
 
 

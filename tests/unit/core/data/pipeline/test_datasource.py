@@ -83,3 +83,39 @@ def test_a_batch_of_few_chunks_is_split_by_record_batch_into_a_partition_per_cor
         len(CdcflowStreamReader(tmp_path, min_partitions=3, min_split_rows=13).partitions(offset(5), offset(70, 1)))
         == 1
     )
+
+
+def test_a_task_reads_its_share_of_the_chunk_files_itself(tmp_path):
+    """ChunkRangesTask: the task of ``spark.range`` row i gets the record batches of share
+    i, read from the chunk files, in order, as the data source would have read them."""
+    import pyarrow as pa
+
+    from cdcflow.core.data.pipeline.datasource import split_record_batches
+    from cdcflow.core.data.pipeline.tasks import ChunkRangesTask
+
+    store = store_with_ddl(tmp_path)  # chunks of 2, 2, 1, 2, 2 rows; one record batch each
+    files = [str(tmp_path / c.file) for c in store.chunks_in(0, 5)]
+    shares = tuple(tuple(s) for s in split_record_batches(files, 2))
+    assert [len(s) for s in shares] == [2, 3]  # five record batches dealt in order
+
+    seen: list[list[int]] = []
+
+    def task(batches):
+        got = [ts for b in batches for ts in b.column("commit_ts").to_pylist()]
+        seen.append(got)
+        yield pa.RecordBatch.from_pylist([{"rows": len(got)}])
+
+    reader = CdcflowStreamReader(tmp_path)
+    for i in range(2):
+        ids = pa.RecordBatch.from_pylist([{"id": i}])  # what spark.range(2, numPartitions=2) gives task i
+        out = list(ChunkRangesTask(shares, task)(iter([ids])))
+        assert out[0].column("rows").to_pylist() == [len(seen[-1])]
+    assert seen == [[10, 15, 20, 25], [30, 35, 40, 45, 50]]
+    # The same records, in the same order, as the data source's read of the whole range.
+    whole = [
+        ts
+        for p in reader.partitions(offset(5), offset(50, 5))
+        for b in reader.read(p)
+        for ts in b.column("commit_ts").to_pylist()
+    ]
+    assert [ts for share in seen for ts in share] == whole
