@@ -270,7 +270,16 @@ def write_records(path: Path, records: Iterable[Record], batch_rows: int, *, fsy
 def read_record_batches(path: str | Path, first: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
     """The record batches of an Arrow IPC file (those numbered ``first`` up to ``stop``,
     excluded; all by default), read one at a time (not memory-mapped, so that reading a
-    large file does not grow the reader's resident memory)."""
+    large file does not grow the reader's resident memory). A ``*.parquet`` file (an
+    initial snapshot's part) is read the same way, by row group."""
+    if str(path).endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(str(path))
+        end = parquet.num_row_groups if stop is None else min(stop, parquet.num_row_groups)
+        for i in range(first, end):
+            yield from parquet.read_row_group(i).to_batches()
+        return
     with pa.OSFile(str(path), "rb") as source:
         reader = pa.ipc.open_file(source)
         end = reader.num_record_batches if stop is None else min(stop, reader.num_record_batches)

@@ -89,13 +89,14 @@ MIN_SPLIT_ROWS = 8_192
 
 
 def split_record_batches(paths: Sequence[str], parts: int) -> list[list[tuple[str, int, int]]]:
-    """The record batches of the chunk files ``paths`` dealt in order into ``parts``
-    contiguous shares (fewer when there are fewer batches), each a list of
-    ``(path, first, stop)``: record batches ``first`` up to ``stop`` (excluded) of a file."""
+    """The record batches of the files ``paths`` dealt in order into ``parts`` contiguous
+    shares (fewer when there are fewer batches), each a list of ``(path, first, stop)``:
+    record batches ``first`` up to ``stop`` (excluded) of a file. A file is the event
+    store's chunk (Arrow IPC), or, named ``*.parquet``, an initial snapshot's part, whose
+    row groups are its batches."""
     batches: list[tuple[str, int]] = []
     for path in paths:
-        with pa.OSFile(path, "rb") as source:
-            batches += [(path, i) for i in range(pa.ipc.open_file(source).num_record_batches)]
+        batches += [(path, i) for i in range(_batch_count(path))]
     out: list[list[tuple[str, int, int]]] = []
     for n in range(parts):
         share = batches[len(batches) * n // parts : len(batches) * (n + 1) // parts]
@@ -108,6 +109,15 @@ def split_record_batches(paths: Sequence[str], parts: int) -> list[list[tuple[st
         if ranges:
             out.append(ranges)
     return out
+
+
+def _batch_count(path: str) -> int:
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).num_row_groups)
+    with pa.OSFile(path, "rb") as source:
+        return int(pa.ipc.open_file(source).num_record_batches)
 
 
 class ChunkPartition(InputPartition):

@@ -415,7 +415,14 @@ class ChangefeedPipeline:
         return self._deliver_frame(frame, batch_id, start_ts, end_ts, ddl, expected, plan, chunk_files=files)
 
     def deliver_snapshot(
-        self, frame: Any, ts: int, expected: int, spans: Mapping[int, Span], batch_id: int = SNAPSHOT_BATCH_ID
+        self,
+        frame: Any,
+        ts: int,
+        expected: int,
+        spans: Mapping[int, Span],
+        batch_id: int = SNAPSHOT_BATCH_ID,
+        *,
+        files: tuple[str, ...] = (),
     ) -> int:
         """Write an initial snapshot — ``frame``: the records (event store's format) of every
         row as of ``ts``, with commit ts ``ts``, of ``spans`` (id → span) — to every sink as
@@ -423,7 +430,8 @@ class ChangefeedPipeline:
         a cluster has its own, :func:`~cdcflow.core.data.snapshot_ranges.range_batch_id`) and
         ts range ``ts..ts``, mounted with the schema at ``ts``, committed like any batch
         (``commit_batch``, ``cdcflow_batch_flushed``). Called before :meth:`start`; the
-        store's checkpoint stays ``ts``. Returns the rows written."""
+        store's checkpoint stays ``ts``. ``files``: the part files ``frame`` reads, which
+        tasks may read themselves. Returns the rows written."""
         plan = dataclasses.replace(self._plan(ts - 1, ts), spans=dict(spans))
         creates = self._create_tables(plan, ts - 1)
         with self._delivery_lock:
@@ -431,7 +439,9 @@ class ChangefeedPipeline:
                 # Before the rows, in a batch of its own ending below them: sinks apply a batch's
                 # DDL after its rows, and the snapshot's tables must exist before them.
                 self._deliver_frame(None, SNAPSHOT_DDL_BATCH_ID, ts - 1, ts - 1, creates, 0, None)
-            rows = self._deliver_frame(frame, batch_id, ts, ts, (), expected, plan if expected else None, one_ts=True)
+            rows = self._deliver_frame(
+                frame, batch_id, ts, ts, (), expected, plan if expected else None, one_ts=True, chunk_files=files
+            )
         self.rows_flushed += rows
         if self.plugins is not None:
             self.plugins.batch_flushed(self.changefeed_id, batch_id, ts, rows)
@@ -634,8 +644,11 @@ class ChangefeedPipeline:
             # Every row of the batch has one commit ts (an initial snapshot's, each key
             # once): a lane's order among them is free, so each task writes its rows to
             # their lanes itself, in one step, wherever they were read.
-            spread = frame if expected >= partitions * MIN_SPLIT_ROWS else frame.repartition(partitions, "key")
-            out = spread.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
+            write = WriteTask(plan, head, writers, self.column_selection)
+            if expected >= partitions * MIN_SPLIT_ROWS:
+                out = self._map_read_apart(frame, write, SUMMARY_SCHEMA_DDL, partitions, chunk_files)
+            else:
+                out = frame.repartition(partitions, "key").mapInArrow(write, SUMMARY_SCHEMA_DDL)
         elif by_table and len(lanes) == len(writers):
             # Mount and encode in parallel, then split by lane (a Kafka partition) to
             # write each lane's parts in order: a table's rows are not bound to one

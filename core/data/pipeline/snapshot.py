@@ -18,15 +18,18 @@ are still at its start ts T copies every row of them as of T:
    start (seconds; the whole read of a small snapshot takes less), the capture
    reads parts itself, one at a time and in the same way (:class:`ReadAhead`,
    ``server.spark.snapshot-read-ahead``); the Spark job reads the parts left.
-3. **deliver** — the parts' records, read back by Spark, go to every sink as
-   one batch (:meth:`ChangefeedPipeline.deliver_snapshot
+3. **deliver** — the parts' records go to every sink as one batch
+   (:meth:`ChangefeedPipeline.deliver_snapshot
    <cdcflow.core.data.pipeline.runtime.ChangefeedPipeline.deliver_snapshot>`,
    batch id :data:`~cdcflow.core.data.pipeline.runtime.SNAPSHOT_BATCH_ID`, ts
-   range T..T): mounted with the schema at T, written by the sinks' task
-   writers or frames, committed like any batch, so a replay is idempotent as a
-   replayed batch is (MySQL: upserts, the batch recorded flushed at T; Spark
-   tables: the snapshot table's first version, the change log's
-   ``batch_id=-1`` partition overwritten; Kafka: the inserts again).
+   range T..T): read back by Spark, or, for a batch of at least 8,192 rows per
+   task, by each delivering task from its share of the part files' row groups
+   (:class:`~cdcflow.core.data.pipeline.tasks.ChunkRangesTask`); mounted with
+   the schema at T, written by the sinks' task writers or frames, committed
+   like any batch, so a replay is idempotent as a replayed batch is (MySQL:
+   upserts, the batch recorded flushed at T; Spark tables: the snapshot
+   table's first version, the change log's ``batch_id=-1`` partition
+   overwritten; Kafka: the inserts again).
 4. **done** — ``snapshot/done`` records T; the part files are deleted. Then
    the streaming query starts from T.
 
@@ -501,6 +504,12 @@ class InitialSnapshot:
         started again in this process) never lists part files another one deletes."""
         with _FILES_GUARD:
             return _FILES_IN_USE.setdefault(str(self.directory.resolve()), threading.Lock())
+
+    def part_files(self) -> tuple[str, ...]:
+        """The files of the parts read whole, in part order (what :meth:`frame` reads)."""
+        done = self.parts_done()
+        directory = self.parts_dir.resolve()
+        return tuple(str(directory / part_file_name(part, done[part])) for part in sorted(done))
 
     def frame(self, spark: Any) -> Any:
         """The records of every part read, as a DataFrame of the event store's record schema."""

@@ -749,7 +749,8 @@ class PipelineSpanExecutor(SpanExecutor):
             if snapshot.done:
                 return
             rows = snapshot.read(self._spark, plan)
-            written = pipeline.deliver_snapshot(snapshot.frame(self._spark), snapshot.ts, rows, spans)
+            frame, files = snapshot.frame(self._spark), snapshot.part_files()
+            written = pipeline.deliver_snapshot(frame, snapshot.ts, rows, spans, files=files)
             snapshot.delivered(written)
 
     # -- snapshot ranges ----------------------------------------------------------------
@@ -884,8 +885,8 @@ class PipelineSpanExecutor(SpanExecutor):
             rows = snapshot.read(self._spark, plan)
             if read.stopping():
                 return  # removed while it was read: its new capture delivers it
-            frame = snapshot.frame(self._spark)
-            written = pipeline.deliver_snapshot(frame, snapshot.ts, rows, spans, range_batch_id(read.span))
+            frame, files = snapshot.frame(self._spark), snapshot.part_files()
+            written = pipeline.deliver_snapshot(frame, snapshot.ts, rows, spans, range_batch_id(read.span), files=files)
             snapshot.delivered(written)
 
     def _start_session(self) -> Any:

@@ -381,7 +381,7 @@ class _LaneRecorder(LaneTaskWriter):
         marker.write_text(json.dumps(doc))
         out = []
         for i, row in enumerate(rows):
-            value = json.dumps([row.table.table, row.image()["id"], row.image()["v"], row.commit_ts]).encode()
+            value = json.dumps([row.table.table, row.image()["id"], row.image().get("v"), row.commit_ts]).encode()
             out.append((i, row.table.table, 0, EncodedMessage(None, value, row.table, 1, row.commit_ts)))
         return out
 

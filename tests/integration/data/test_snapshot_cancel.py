@@ -79,11 +79,12 @@ async def _read_started(executor: PipelineSpanExecutor, spark: Any, tmp_path: Pa
     return placed, group
 
 
-async def _deliver_again(spark: Any, tmp_path: Path, **options: Any) -> ListSink:
-    """A new executor of the changefeed reads and delivers the range whole."""
+async def _deliver_again(spark: Any, tmp_path: Path, sink: Any = None, **options: Any) -> Any:
+    """A new executor of the changefeed reads and delivers the range whole (to ``sink``,
+    a new ListSink by default)."""
     (tmp_path / "gate").mkdir(exist_ok=True)
     (tmp_path / "gate" / "open").touch()
-    sink = ListSink()
+    sink = ListSink() if sink is None else sink
     executor = _executor(spark, tmp_path, sink, **options)
     try:
         placed = await _range(executor)
@@ -159,3 +160,35 @@ def test_a_snapshot_reaches_a_driver_sink_unsorted(
     sink = asyncio.run(_deliver_again(spark, tmp_path, collect_rows=collect_rows))
     assert sorted(row.after["id"] for row in sink.rows) == list(range(ROWS))
     assert {row.commit_ts for row in sink.rows} == {TS}
+
+
+def test_a_snapshots_tasks_read_its_part_files_themselves(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's batch read apart (here: any batch) to a sink written per lane is not
+    read back by Spark: each task reads its share of the part files (their Parquet row
+    groups) itself and writes its rows, every row once, at the snapshot's ts."""
+    import json
+
+    from cdcflow.core.data.pipeline import runtime
+    from cdcflow.core.data.pipeline.datasource import split_record_batches
+    from tests.integration.data.test_pipeline_tasks import LaneSink
+
+    read: list[list[str]] = []
+
+    def split(files: Any, parts: int) -> Any:
+        read.append(list(files))
+        return split_record_batches(files, parts)
+
+    monkeypatch.setattr(runtime, "MIN_SPLIT_ROWS", 1)
+    monkeypatch.setattr(runtime, "split_record_batches", split)
+    out = tmp_path / "out"
+    out.mkdir()
+    asyncio.run(_deliver_again(spark, tmp_path, LaneSink(out), task_rows=10))
+
+    (files,) = read
+    assert len(files) == 2 and all(Path(f).name.startswith("part-") and f.endswith(".parquet") for f in files)
+    parts = [
+        p for path in out.glob("lanes-*.json") for ps in json.loads(path.read_text())["lanes"].values() for p in ps
+    ]
+    assert sorted(p[1] for p in parts) == list(range(ROWS)) and {p[3] for p in parts} == {TS}

@@ -119,3 +119,46 @@ def test_a_task_reads_its_share_of_the_chunk_files_itself(tmp_path):
         for ts in b.column("commit_ts").to_pylist()
     ]
     assert [ts for share in seen for ts in share] == whole
+
+
+def test_an_initial_snapshots_parquet_parts_are_shared_by_row_group(tmp_path):
+    """Snapshot part files (Parquet, one row group per page read) are dealt by row group
+    and read back with the event store's record schema, every record once, in order."""
+    import pyarrow.parquet as pq
+
+    from cdcflow.core.data.logservice.records import read_record_batches, record_from_event, records_to_batch
+    from cdcflow.core.data.pipeline.datasource import split_record_batches
+
+    class NoIds:
+        def id_of(self, schema):
+            return -1
+
+    files = []
+    for part in range(2):
+        path = tmp_path / f"part-{part:08d}-6.parquet"
+        with pq.ParquetWriter(path, ARROW_SCHEMA) as writer:
+            for page in range(3):
+                ts = [100 * part + 10 * page + i for i in range(2)]
+                events = [RawKVEvent(SPAN, b"k%d" % t, b"v", b"", t, t) for t in ts]
+                writer.write_batch(records_to_batch([record_from_event(e, 1, NoIds()) for e in events]))
+        files.append(str(path))
+    shares = split_record_batches(files, 4)  # six row groups: 1, 2, 1 and 2 of them
+    assert shares == [[(files[0], 0, 1)], [(files[0], 1, 3)], [(files[1], 0, 1)], [(files[1], 1, 3)]]
+    read = [
+        batch for share in shares for path, first, stop in share for batch in read_record_batches(path, first, stop)
+    ]
+    assert all(b.schema == ARROW_SCHEMA for b in read)
+    assert [ts for b in read for ts in b.column("commit_ts").to_pylist()] == [
+        0,
+        1,
+        10,
+        11,
+        20,
+        21,
+        100,
+        101,
+        110,
+        111,
+        120,
+        121,
+    ]
