@@ -532,7 +532,9 @@ class ChangefeedPipeline:
         if plan.mounter is not None:
             partitions = self._task_partition_count(expected)
             if partitions > 1 and expected >= partitions * MIN_SPLIT_ROWS:
-                mounted = self._map_read_apart(frame, MountTask(plan), SPARK_SCHEMA_DDL, partitions, chunk_files)
+                mounted = self._map_read_apart(
+                    frame, MountTask(plan), SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts
+                )
             else:
                 mounted = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL)
         decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection, self.transforms)
@@ -646,7 +648,7 @@ class ChangefeedPipeline:
             # their lanes itself, in one step, wherever they were read.
             write = WriteTask(plan, head, writers, self.column_selection)
             if expected >= partitions * MIN_SPLIT_ROWS:
-                out = self._map_read_apart(frame, write, SUMMARY_SCHEMA_DDL, partitions, chunk_files)
+                out = self._map_read_apart(frame, write, SUMMARY_SCHEMA_DDL, partitions, chunk_files, one_ts)
             else:
                 out = frame.repartition(partitions, "key").mapInArrow(write, SUMMARY_SCHEMA_DDL)
         elif by_table and len(lanes) == len(writers):
@@ -657,7 +659,7 @@ class ChangefeedPipeline:
             # read, without a shuffle.
             encode = EncodeTask(plan, lanes, self.column_selection)
             if expected >= partitions * MIN_SPLIT_ROWS:
-                encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files)
+                encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
             else:
                 encoded = frame.repartition(partitions, "table_id", "key").mapInArrow(encode, ENCODED_SCHEMA_DDL)
             by_lane = encoded.repartition(partitions, "writer", "route", "lane").sortWithinPartitions(*LANE_ORDER)
@@ -680,16 +682,19 @@ class ChangefeedPipeline:
         return rows, sum(s.bytes for s in summaries)
 
     def _map_read_apart(
-        self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...]
+        self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...], one_ts: bool
     ) -> Any:
         """``frame.mapInArrow(task, schema_ddl)`` for a batch the data source reads in a
-        partition per task; with the batch's chunk files known, the same from tasks that
-        read their share of the files themselves, split as the data source splits them, so
-        that the records skip the JVM (:class:`ChunkRangesTask`)."""
+        partition per task; with the batch's files known, the same from tasks that read
+        their share of the files themselves, split as the data source splits them, so that
+        the records skip the JVM (:class:`ChunkRangesTask`). A streaming batch's tasks leave
+        out what the query's table filter leaves out of ``frame``; a snapshot's frame (its
+        part files, ``one_ts``) has no filter."""
         if not chunk_files:
             return frame.mapInArrow(task, schema_ddl)
         shares = tuple(tuple(share) for share in split_record_batches(chunk_files, partitions))
-        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(ChunkRangesTask(shares, task), schema_ddl)
+        read = ChunkRangesTask(shares, task, None if one_ts else self.table_filter)
+        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(read, schema_ddl)
 
     def _deliver_on_driver(
         self,

@@ -304,6 +304,10 @@ class ChunkRangesTask:
 
     shares: tuple[tuple[ChunkRange, ...], ...]
     task: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+    #: The changefeed's table filter, as the streaming query's predicate applies it: row
+    #: records of other tables are left out (raw records pass; they are filtered once
+    #: mounted). None: every record, as a snapshot's frame reads its parts.
+    table_filter: TableFilter | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return self.task(self._records(batches))
@@ -312,7 +316,28 @@ class ChunkRangesTask:
         for batch in batches:
             for share in batch.column(0).to_pylist():
                 for path, first, stop in self.shares[share]:
-                    yield from read_record_batches(path, first, stop)
+                    for records in read_record_batches(path, first, stop):
+                        yield records if self.table_filter is None else self._replicated(records)
+
+    def _replicated(self, records: pa.RecordBatch) -> pa.RecordBatch:
+        kinds = records.column("kind")
+        if pc.all(pc.equal(kinds, KIND_RAW)).as_py():
+            return records  # a TiKV source's records: all raw
+        assert self.table_filter is not None
+        matches = self.table_filter.matches
+        decided: dict[tuple[str | None, str | None], bool] = {}
+        keep: list[bool] = []
+        names = zip(records.column("schema_name").to_pylist(), records.column("table_name").to_pylist(), strict=True)
+        for kind, name in zip(kinds.to_pylist(), names, strict=True):
+            if kind == KIND_RAW:
+                keep.append(True)
+                continue
+            kept = decided.get(name)
+            if kept is None:
+                schema, table = name
+                kept = decided[name] = schema is not None and table is not None and matches(schema, table)
+            keep.append(kept)
+        return records.filter(pa.array(keep, pa.bool_()))
 
 
 def check_mounted(batch: pa.RecordBatch) -> None:

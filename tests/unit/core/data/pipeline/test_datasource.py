@@ -162,3 +162,45 @@ def test_an_initial_snapshots_parquet_parts_are_shared_by_row_group(tmp_path):
         120,
         121,
     ]
+
+
+def test_tasks_reading_chunks_leave_out_rows_the_table_filter_leaves_out(tmp_path):
+    """What the streaming query's table predicate does to the data source's frame, the
+    task does to the chunks it reads: row records of tables the filter refuses (and of
+    system schemas) are left out, raw records (tables known only once mounted) pass."""
+    import pyarrow as pa
+
+    from cdcflow.core.data.filter import TableFilter
+    from cdcflow.core.data.pipeline.datasource import split_record_batches
+    from cdcflow.core.data.pipeline.tasks import ChunkRangesTask
+    from cdcflow.core.testing import insert
+
+    store = EventStore(tmp_path, "cf", start_ts=5, fsync=False, chunk_rows=100)
+    store.add_span(SPAN, 5, replicating=True)
+    tables = [("shop", "orders"), ("shop", "secrets"), ("mysql", "user"), ("Shop", "orders")]
+    for n, ts in enumerate(range(10, 90, 5)):
+        schema, table = tables[n % len(tables)]
+        store.put(SPAN, insert(schema, table, {"id": ts}, commit_ts=ts))
+    store.put(SPAN, RawKVEvent(SPAN, b"k", b"v", b"", 94, 95))
+    store.resolve(SPAN, 100)
+    files = [str(tmp_path / c.file) for c in store.chunks_in(0, store.next_chunk)]
+    shares = tuple(tuple(s) for s in split_record_batches(files, 1))
+    table_filter = TableFilter(["shop.*", "!shop.secrets"])
+
+    def kept(task_filter):
+        seen = []
+
+        def task(batches):
+            for b in batches:
+                seen.extend(zip(b.column("kind").to_pylist(), b.column("table_name").to_pylist(), strict=True))
+            yield pa.RecordBatch.from_pylist([{"n": len(seen)}])
+
+        list(ChunkRangesTask(shares, task, task_filter)(iter([pa.RecordBatch.from_pylist([{"id": 0}])])))
+        return seen
+
+    everything = kept(None)
+    assert len(everything) == 17  # 16 rows and the raw record
+    filtered = kept(table_filter)
+    rows = [name for kind, name in filtered if kind != 0]
+    assert rows == ["orders"] * 8  # shop.orders and Shop.orders (names match case-insensitively)
+    assert [kind for kind, _ in filtered].count(0) == 1  # the raw record passes
