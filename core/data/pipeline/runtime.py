@@ -694,7 +694,8 @@ class ChangefeedPipeline:
             return frame.mapInArrow(task, schema_ddl)
         shares = tuple(tuple(share) for share in split_record_batches(chunk_files, partitions))
         read = ChunkRangesTask(shares, task, None if one_ts else self.table_filter)
-        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(read, schema_ddl)
+        # The frame's session: a micro-batch's has the streaming query's settings.
+        return frame.sparkSession.range(0, len(shares), 1, len(shares)).mapInArrow(read, schema_ddl)
 
     def _deliver_on_driver(
         self,
