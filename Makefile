@@ -68,3 +68,4 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache data
+	find core plugins -name '*.so' -delete  # the C row decoder, built in place by the install
