@@ -18,9 +18,9 @@ Python workers, once per partition, in parallel:
 
 A task may read its partition's records itself instead of getting them from
 Spark: :class:`ChunkRangesTask` hands a task the record batches of some of
-the event store's chunk files, read in the Python worker, so that the
-records never pass through the JVM (for a batch whose first step needs no
-shuffle of its input).
+the event store's chunk files (or of an initial snapshot's part files), read
+in the Python worker, so that the records never pass through the JVM (for a
+batch whose first step needs no shuffle of its input).
 
 A :class:`~cdcflow.core.errors.CdcflowError` raised in a task (a row that
 does not decode, a downstream that cannot be reached) is returned to the
@@ -286,7 +286,8 @@ class MountTask:
             yield records_to_batch([(0, 0, b"", ERROR_KIND, 0, 0, None, "", "", "", pickle.dumps(exc), b"", -1)])
 
 
-#: Record batches ``first`` up to ``stop`` (excluded) of one chunk file: ``(path, first, stop)``.
+#: Record batches (row groups of a Parquet part) ``first`` up to ``stop`` (excluded) of one
+#: file: ``(path, first, stop)``.
 ChunkRange = tuple[str, int, int]
 
 
@@ -294,7 +295,8 @@ ChunkRange = tuple[str, int, int]
 class ChunkRangesTask:
     """``mapInArrow`` function over ``spark.range(n, numPartitions=n)``: the task of row
     ``i`` reads the record batches of ``shares[i]`` from the event store's chunk files
-    and hands them to ``task`` (an :class:`EncodeTask`, say) as if Spark had read them.
+    (Arrow IPC; or an initial snapshot's part files, Parquet, by row group) and hands
+    them to ``task`` (an :class:`EncodeTask`, say) as if Spark had read them.
 
     What it saves against the ``cdcflow`` data source's read: every record's trip
     through the JVM (the source's Python reader to Spark's rows, those rows to Arrow for
