@@ -245,15 +245,24 @@ ascending(const unsigned char *a, uint64_t alen, const unsigned char *b, uint64_
     return cmp < 0 || (cmp == 0 && alen < blen);
 }
 
+/* Key entry i of an object whose key entries start at keys: (uint32 offset, uint16 length). */
+static void
+key_entry(const unsigned char *buf, uint64_t keys, uint64_t i, uint64_t *offset, uint64_t *length)
+{
+    const unsigned char *entry = buf + keys + i * 6;
+    *offset = le32(entry);
+    *length = (uint64_t)entry[4] | (uint64_t)entry[5] << 8;
+}
+
 /* 0 when key i of the object at base equals none before it (whose bounds were checked). */
 static int
 repeated(const JDoc *d, uint64_t keys, uint64_t base, uint64_t i)
 {
-    const unsigned char *buf = d->buf;
-    uint64_t koff = le32(buf + keys + i * 6), klen = (uint64_t)buf[keys + i * 6 + 4] | (uint64_t)buf[keys + i * 6 + 5] << 8;
+    uint64_t koff, klen, joff, jlen;
+    key_entry(d->buf, keys, i, &koff, &klen);
     for (uint64_t j = 0; j < i; j++) {
-        uint64_t joff = le32(buf + keys + j * 6), jlen = (uint64_t)buf[keys + j * 6 + 4] | (uint64_t)buf[keys + j * 6 + 5] << 8;
-        if (jlen == klen && memcmp(buf + base + joff, buf + base + koff, (size_t)klen) == 0)
+        key_entry(d->buf, keys, j, &joff, &jlen);
+        if (jlen == klen && memcmp(d->buf + base + joff, d->buf + base + koff, (size_t)klen) == 0)
             return 1;
     }
     return 0;
@@ -281,8 +290,8 @@ j_container(JDoc *d, unsigned tp, uint64_t base, int depth)
         if (i && BUF_LIT(out, ", ") < 0)
             return -1;
         if (tp == J_OBJECT) {
-            uint64_t koff = le32(buf + keys + i * 6);
-            uint64_t klen = (uint64_t)buf[keys + i * 6 + 4] | (uint64_t)buf[keys + i * 6 + 5] << 8;
+            uint64_t koff, klen;
+            key_entry(buf, keys, i, &koff, &klen);
             if (need(d->len, base + koff, klen) < 0 || claim(d, klen) < 0)
                 return -1;
             const unsigned char *key = buf + base + koff;
