@@ -41,6 +41,7 @@ __all__ = [
     "load_pickled",
     "loads_pickled",
     "read_record_batches",
+    "record_batch_count",
     "record_from_event",
     "record_size",
     "records_to_batch",
@@ -265,6 +266,17 @@ def write_records(path: Path, records: Iterable[Record], batch_rows: int, *, fsy
             os.fsync(fh.fileno())
     tmp.replace(path)
     return path.stat().st_size
+
+
+def record_batch_count(path: str | Path) -> int:
+    """How many record batches :func:`read_record_batches` can read of ``path`` (row groups
+    of a ``*.parquet`` file)."""
+    if str(path).endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(str(path)).num_row_groups)
+    with pa.OSFile(str(path), "rb") as source:
+        return int(pa.ipc.open_file(source).num_record_batches)
 
 
 def read_record_batches(path: str | Path, first: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:

@@ -45,7 +45,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
 from cdcflow.core.data.logservice.manifest import Manifest, read_manifest
-from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, read_record_batches
+from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, read_record_batches, record_batch_count
 from cdcflow.core.data.logservice.store import DEFAULT_CHUNK_ROWS
 
 __all__ = [
@@ -96,7 +96,7 @@ def split_record_batches(paths: Sequence[str], parts: int) -> list[list[tuple[st
     row groups are its batches."""
     batches: list[tuple[str, int]] = []
     for path in paths:
-        batches += [(path, i) for i in range(_batch_count(path))]
+        batches += [(path, i) for i in range(record_batch_count(path))]
     out: list[list[tuple[str, int, int]]] = []
     for n in range(parts):
         share = batches[len(batches) * n // parts : len(batches) * (n + 1) // parts]
@@ -109,15 +109,6 @@ def split_record_batches(paths: Sequence[str], parts: int) -> list[list[tuple[st
         if ranges:
             out.append(ranges)
     return out
-
-
-def _batch_count(path: str) -> int:
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return int(pq.ParquetFile(path).num_row_groups)
-    with pa.OSFile(path, "rb") as source:
-        return int(pa.ipc.open_file(source).num_record_batches)
 
 
 class ChunkPartition(InputPartition):
