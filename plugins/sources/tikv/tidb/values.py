@@ -140,7 +140,7 @@ def value_decoder(ft: FieldType) -> Callable[[bytes], Any]:
     """
     tp = ft.tp
     if tp in INT_TYPES or tp in UINT_TYPES:
-        formats = _UINT_FORMATS if (ft.unsigned if tp in INT_TYPES else True) else _INT_FORMATS
+        formats = _UINT_FORMATS if _unsigned(ft) else _INT_FORMATS
         unpackers = {size: struct.Struct(fmt).unpack for size, fmt in formats.items()}
 
         def decode_int(data: bytes) -> int:
@@ -175,13 +175,19 @@ def value_decoder(ft: FieldType) -> Callable[[bytes], Any]:
     return lambda data: decode_value(ft, data)  # raises UnsupportedColumnType, as decode_value does
 
 
+def _unsigned(ft: FieldType) -> bool:
+    """Whether an integer-stored type's values are unsigned: its UNSIGNED flag for the
+    integer types, always for the others (BIT, ENUM, SET)."""
+    return ft.unsigned if ft.tp in INT_TYPES else True
+
+
 def native_kind(ft: FieldType) -> tuple[str, Any]:
     """How the native row decoder (:mod:`._rowfast`) decodes a value of type ``ft``, as
     :func:`value_decoder` does: the name of one of its kinds and that kind's argument
     (``("CALL", value_decoder(ft))`` for the types it leaves to Python)."""
     tp = ft.tp
     if tp in INT_TYPES or tp in UINT_TYPES:
-        return ("UINT" if (ft.unsigned if tp in INT_TYPES else True) else "INT"), None
+        return ("UINT" if _unsigned(ft) else "INT"), None
     if tp in STRING_TYPES:
         return ("BYTES" if ft.is_binary else "UTF8"), None
     if tp in TIME_TYPES:
