@@ -1,3 +1,8 @@
+import faulthandler
+import os
+import threading
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import settings
 
@@ -14,3 +19,56 @@ def _stop_mock_kafka_clusters():
     """Kafka mock clusters live for the process; stop them when the session ends."""
     yield
     shutdown_mock_clusters()
+
+
+#: Above this resident size (GiB; ``CDCFLOW_TEST_RSS_LIMIT_GIB``) the test process stops itself
+#: with every thread's stack, instead of growing until the kernel's OOM killer ends it without a word.
+RSS_LIMIT_GIB = float(os.environ.get("CDCFLOW_TEST_RSS_LIMIT_GIB", "8"))
+_current_test = ["(between tests)"]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        rss = _rss_bytes()
+        if rss > limit:
+            # Output capture holds file descriptor 2 while a test runs: give it back first.
+            capture = config.pluginmanager.getplugin("capturemanager")
+            if capture is not None:
+                capture.suspend_global_capture(in_=True)
+            message = (
+                f"\n*** the test process holds {rss / 2**30:.1f} GiB, over its limit of {limit / 2**30:.1f} GiB, "
+                f"in {_current_test[0]}; every thread's stack follows, then the process exits ***\n"
+            )
+            os.write(2, message.encode())
+            faulthandler.dump_traceback(file=2, all_threads=True)
+            os._exit(3)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _memory_guard(pytestconfig: pytest.Config) -> Iterator[None]:
+    """Stop a runaway test (a retry loop that keeps allocating) while it can still be diagnosed."""
+    if not os.path.exists("/proc/self/statm") or RSS_LIMIT_GIB <= 0:
+        yield
+        return
+    stop = threading.Event()
+    limit = int(RSS_LIMIT_GIB * 2**30)
+    thread = threading.Thread(
+        target=_guard_memory, args=(pytestconfig, limit, stop), name="test-memory-guard", daemon=True
+    )
+    thread.start()
+    yield
+    stop.set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _current_test[0] = item.nodeid
+    try:
+        return (yield)
+    finally:
+        _current_test[0] = "(between tests)"
