@@ -1,5 +1,7 @@
 import faulthandler
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -49,6 +51,25 @@ def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> N
             os._exit(3)
 
 
+#: Run beside the test process: past the hard limit it sends SIGABRT, which pytest's
+#: faulthandler answers with every thread's stack even while a runaway in C holds the GIL
+#: (and so keeps the guard thread from running).
+_WATCHDOG = """
+import os, signal, sys, time
+pid, limit, page = int(sys.argv[1]), int(sys.argv[2]), os.sysconf("SC_PAGE_SIZE")
+while True:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            rss = int(f.read().split()[1]) * page
+    except OSError:
+        break
+    if rss > limit:
+        os.kill(pid, signal.SIGABRT)
+        break
+    time.sleep(0.5)
+"""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _memory_guard(pytestconfig: pytest.Config) -> Iterator[None]:
     """Stop a runaway test (a retry loop that keeps allocating) while it can still be diagnosed."""
@@ -61,8 +82,16 @@ def _memory_guard(pytestconfig: pytest.Config) -> Iterator[None]:
         target=_guard_memory, args=(pytestconfig, limit, stop), name="test-memory-guard", daemon=True
     )
     thread.start()
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(limit * 3 // 2)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     yield
     stop.set()
+    watchdog.kill()
+    watchdog.wait()
 
 
 @pytest.hookimpl(wrapper=True)
