@@ -332,6 +332,17 @@ class _TsoBatcher:
                     if not future.done():
                         future.set_exception(exc)
                 continue
+            except BaseException as exc:
+                # Whatever ends this task (close() cancels it) must not leave the callers
+                # of the batch in flight waiting forever: close() only reaches _pending.
+                for future in batch:
+                    if future.done():
+                        continue
+                    if isinstance(exc, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(exc)
+                raise
             first = last - len(batch) + 1
             for i, future in enumerate(batch):
                 if not future.done():
@@ -341,8 +352,17 @@ class _TsoBatcher:
         try:
             if self._call is None:
                 self._call = self._pd._tso_stream()
-            await self._call.write(pdpb_pb2.TsoRequest(header=self._pd.header(), count=count))
-            resp = await self._call.read()
+            call = self._call  # reset() may drop self._call while this request waits
+            await call.write(pdpb_pb2.TsoRequest(header=self._pd.header(), count=count))
+            resp = await call.read()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this task is being cancelled
+            # grpc raises CancelledError when the call itself was cancelled (a reset while
+            # this request waited): the stream is gone, the request is retried on a new one.
+            await self.reset()
+            raise _LeaderLost("TSO stream was reset while a request waited") from None
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
             await self.reset()
             self._pd._lost_leader()

@@ -81,6 +81,16 @@ class StoreStream:
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
             await self._break(exc)
             raise ConnectionError(f"stream to {self.address} broke on write: {exc}") from exc
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this task is being cancelled
+            # grpc raises CancelledError from a write when the call itself was cancelled
+            # here (the stream broke or was closed meanwhile); for the caller that is a
+            # broken stream, whose regions get rescheduled, not the end of its task.
+            error = ConnectionError(f"stream to {self.address} was cancelled while writing")
+            await self._break(error)
+            raise error from None
 
     async def close(self) -> None:
         self.broken = True

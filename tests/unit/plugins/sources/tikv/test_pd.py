@@ -8,8 +8,8 @@ import pytest
 
 from cdcflow.core.errors import CheckpointStaleError, PDUnavailableError
 from cdcflow.plugins.sources.tikv.gc import PDSafepointKeeper
-from cdcflow.plugins.sources.tikv.kvproto import pdpb_pb2_grpc
-from cdcflow.plugins.sources.tikv.pd import PDClient
+from cdcflow.plugins.sources.tikv.kvproto import pdpb_pb2, pdpb_pb2_grpc
+from cdcflow.plugins.sources.tikv.pd import PDClient, _LeaderLost, _TsoBatcher
 from cdcflow.plugins.sources.tikv.regions import encode_bytes
 
 from .scripted import CLUSTER_ID, PDState, ScriptedPD, region, start_server
@@ -160,3 +160,66 @@ def test_keeper_of_an_unopened_source_owns_its_pd_connection() -> None:
             await server.stop(None)
 
     asyncio.run(main())
+
+
+class _HeldTsoCall:
+    """A Tso stream whose read waits until the call is cancelled, then raises as grpc does."""
+
+    def __init__(self) -> None:
+        self._cancelled = asyncio.Event()
+        self.writes = 0
+
+    async def write(self, request: object) -> None:
+        self.writes += 1
+
+    async def read(self) -> object:
+        await self._cancelled.wait()
+        raise asyncio.CancelledError()  # grpc's answer for a call cancelled locally
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+
+class _OneStreamPD:
+    def __init__(self) -> None:
+        self.calls: list[_HeldTsoCall] = []
+        self.lost = 0
+
+    def header(self) -> pdpb_pb2.RequestHeader:
+        return pdpb_pb2.RequestHeader(cluster_id=1)
+
+    def _tso_stream(self) -> _HeldTsoCall:
+        self.calls.append(_HeldTsoCall())
+        return self.calls[-1]
+
+    def _lost_leader(self) -> None:
+        self.lost += 1
+
+
+def test_a_tso_request_whose_stream_is_reset_under_it_fails_to_be_retried_instead_of_hanging() -> None:
+    async def body() -> None:
+        pd = _OneStreamPD()
+        batcher = _TsoBatcher(pd)  # type: ignore[arg-type]
+        waiting = asyncio.create_task(batcher.get())
+        while not pd.calls or not pd.calls[0].writes:
+            await asyncio.sleep(0)
+        await batcher.reset()  # the leader moved while the request waited for its answer
+        with pytest.raises(_LeaderLost):
+            await asyncio.wait_for(waiting, 10)
+        await batcher.close()
+
+    asyncio.run(body())
+
+
+def test_closing_the_tso_batcher_cancels_the_request_in_flight() -> None:
+    async def body() -> None:
+        pd = _OneStreamPD()
+        batcher = _TsoBatcher(pd)  # type: ignore[arg-type]
+        waiting = asyncio.create_task(batcher.get())
+        while not pd.calls or not pd.calls[0].writes:
+            await asyncio.sleep(0)
+        await batcher.close()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 10)
+
+    asyncio.run(body())
