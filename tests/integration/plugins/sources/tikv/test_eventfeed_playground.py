@@ -301,7 +301,10 @@ def test_random_faults_during_a_write_stream(seed: int) -> None:
         rng = random.Random(seed)
         async with env() as e:
             start = await asyncio.to_thread(e.pg.now)
-            pending = e.pg.begin()  # a lock held across every fault, committed at the end
+            # A lock held across every fault, committed at the end: a live transaction (its
+            # client would keep it alive with heartbeats), so the feed's lock resolver must
+            # leave it alone however long a loaded machine takes over the faults.
+            pending = e.pg.begin(ttl_ms=600_000)
             pending.put(key(99), b"long-running")
             await asyncio.to_thread(pending.prewrite)
             async with feeding(e, start) as rec:
