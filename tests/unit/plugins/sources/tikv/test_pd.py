@@ -196,13 +196,19 @@ class _OneStreamPD:
         self.lost += 1
 
 
+async def _request_in_flight() -> tuple[_TsoBatcher, asyncio.Task[int]]:
+    """A batcher whose first request was written and waits for its answer."""
+    pd = _OneStreamPD()
+    batcher = _TsoBatcher(pd)  # type: ignore[arg-type]
+    waiting = asyncio.create_task(batcher.get())
+    while not pd.calls or not pd.calls[0].writes:
+        await asyncio.sleep(0)
+    return batcher, waiting
+
+
 def test_a_tso_request_whose_stream_is_reset_under_it_fails_to_be_retried_instead_of_hanging() -> None:
     async def body() -> None:
-        pd = _OneStreamPD()
-        batcher = _TsoBatcher(pd)  # type: ignore[arg-type]
-        waiting = asyncio.create_task(batcher.get())
-        while not pd.calls or not pd.calls[0].writes:
-            await asyncio.sleep(0)
+        batcher, waiting = await _request_in_flight()
         await batcher.reset()  # the leader moved while the request waited for its answer
         with pytest.raises(_LeaderLost):
             await asyncio.wait_for(waiting, 10)
@@ -213,11 +219,7 @@ def test_a_tso_request_whose_stream_is_reset_under_it_fails_to_be_retried_instea
 
 def test_closing_the_tso_batcher_cancels_the_request_in_flight() -> None:
     async def body() -> None:
-        pd = _OneStreamPD()
-        batcher = _TsoBatcher(pd)  # type: ignore[arg-type]
-        waiting = asyncio.create_task(batcher.get())
-        while not pd.calls or not pd.calls[0].writes:
-            await asyncio.sleep(0)
+        batcher, waiting = await _request_in_flight()
         await batcher.close()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(waiting, 10)
