@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-__all__ = ["TLSFiles", "host_port", "open_channel"]
+__all__ = ["TLSFiles", "call_cancelled", "host_port", "open_channel"]
 
 # Event batches of large transactions exceed gRPC's 4 MiB default.
 _MAX_MESSAGE = 256 * 1024 * 1024
@@ -53,3 +54,12 @@ def open_channel(address: str, tls: TLSFiles | None = None) -> grpc.aio.Channel:
     if tls is None:
         return grpc.aio.insecure_channel(address, options=_OPTIONS)
     return grpc.aio.secure_channel(address, tls.credentials(), options=_OPTIONS)
+
+
+def call_cancelled() -> bool:
+    """Whether the ``asyncio.CancelledError`` being handled came from a gRPC call that was
+    cancelled locally (grpc.aio raises it from a read or write of such a call: the stream
+    was reset or closed meanwhile), not from a cancellation of the running task, which
+    must be re-raised."""
+    task = asyncio.current_task()
+    return task is None or not task.cancelling()

@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 
 from cdcflow.core.data.events import TSO_LOGICAL_BITS
 from cdcflow.core.errors import PDUnavailableError
-from cdcflow.plugins.sources.tikv.channels import TLSFiles, host_port, open_channel
+from cdcflow.plugins.sources.tikv.channels import TLSFiles, call_cancelled, host_port, open_channel
 from cdcflow.plugins.sources.tikv.kvproto import metapb_pb2, pdpb_pb2, pdpb_pb2_grpc
 from cdcflow.plugins.sources.tikv.regions import RegionCache, RegionInfo
 
@@ -356,11 +356,9 @@ class _TsoBatcher:
             await call.write(pdpb_pb2.TsoRequest(header=self._pd.header(), count=count))
             resp = await call.read()
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # this task is being cancelled
-            # grpc raises CancelledError when the call itself was cancelled (a reset while
-            # this request waited): the stream is gone, the request is retried on a new one.
+            if not call_cancelled():
+                raise
+            # The stream was reset while this request waited: it is retried on a new one.
             await self.reset()
             raise _LeaderLost("TSO stream was reset while a request waited") from None
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from cdcflow.plugins.sources.tikv.channels import call_cancelled
 from cdcflow.plugins.sources.tikv.kvproto import cdcpb_pb2, cdcpb_pb2_grpc
 
 __all__ = ["FEATURES_METADATA", "StoreStream", "StreamOwner"]
@@ -82,12 +83,10 @@ class StoreStream:
             await self._break(exc)
             raise ConnectionError(f"stream to {self.address} broke on write: {exc}") from exc
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # this task is being cancelled
-            # grpc raises CancelledError from a write when the call itself was cancelled
-            # here (the stream broke or was closed meanwhile); for the caller that is a
-            # broken stream, whose regions get rescheduled, not the end of its task.
+            if not call_cancelled():
+                raise
+            # For the caller a call cancelled under its write is a broken stream, whose
+            # regions get rescheduled, not the end of its task.
             error = ConnectionError(f"stream to {self.address} was cancelled while writing")
             await self._break(error)
             raise error from None
