@@ -4,11 +4,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from cdcflow.plugins.sinks.kafka.mock import shutdown_mock_clusters
+from tests.memory_watch import rss_bytes
 
 # Property tests check behaviour, not speed: Hypothesis's default per-example deadline
 # (200 ms) is a wall-clock threshold that a loaded machine fails on, so there is none.
@@ -29,14 +31,9 @@ RSS_LIMIT_GIB = float(os.environ.get("CDCFLOW_TEST_RSS_LIMIT_GIB", "8"))
 _current_test = ["(between tests)"]
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> None:
     while not stop.wait(0.5):
-        rss = _rss_bytes()
+        rss = rss_bytes()
         if rss > limit:
             # Output capture holds file descriptor 2 while a test runs: give it back first.
             capture = config.pluginmanager.getplugin("capturemanager")
@@ -51,25 +48,6 @@ def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> N
             os._exit(3)
 
 
-#: Run beside the test process: past the hard limit it sends SIGABRT, which pytest's
-#: faulthandler answers with every thread's stack even while a runaway in C holds the GIL
-#: (and so keeps the guard thread from running).
-_WATCHDOG = """
-import os, signal, sys, time
-pid, limit, page = int(sys.argv[1]), int(sys.argv[2]), os.sysconf("SC_PAGE_SIZE")
-while True:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            rss = int(f.read().split()[1]) * page
-    except OSError:
-        break
-    if rss > limit:
-        os.kill(pid, signal.SIGABRT)
-        break
-    time.sleep(0.5)
-"""
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _memory_guard(pytestconfig: pytest.Config) -> Iterator[None]:
     """Stop a runaway test (a retry loop that keeps allocating) while it can still be diagnosed."""
@@ -82,8 +60,10 @@ def _memory_guard(pytestconfig: pytest.Config) -> Iterator[None]:
         target=_guard_memory, args=(pytestconfig, limit, stop), name="test-memory-guard", daemon=True
     )
     thread.start()
+    # Past 1.5 times the limit, a process beside this one aborts it: the stacks then come
+    # from faulthandler, even while a runaway in C holds the GIL and this thread cannot run.
     watchdog = subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(limit * 3 // 2)],
+        [sys.executable, str(Path(__file__).with_name("memory_watch.py")), str(os.getpid()), str(limit * 3 // 2)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
