@@ -78,7 +78,8 @@ The contract (the runtime relies on each point):
   (``mapInArrow``, a native DataFrame write), the DDL after the rows, and flushes
   before returning, as ``write_batch`` would. Its rows are the event store's
   records (mounted, table filter applied, in no particular order: sort by
-  ``ORDER_COLUMNS``, unless ``BatchFrame.one_ts`` says any order will do); tasks
+  ``ORDER_COLUMNS``, unless ``BatchFrame.one_ts`` says any order will do, or take
+  ``BatchFrame.ordered``, the same rows already in order, when it is set); tasks
   turn a record batch of them back into rows with :meth:`RowDecoder.rows`, which
   applies the column selection and raises a mount error as the CdcflowError it
   is. The same contract holds: idempotent on replay (same ``batch_id``), errors
@@ -236,6 +237,10 @@ class BatchFrame:
     #: snapshot's batch): any order of the rows is the batch's order, so a sink
     #: need not sort them.
     one_ts: bool = False
+    #: The same rows in the batch's order (``ORDER_COLUMNS``: partitions in order, each
+    #: sorted), when the runtime gives them so for less than a sort of :attr:`frame`
+    #: costs (it sorts the records before mounting them); None: sort :attr:`frame`.
+    ordered: Any = None
 
 
 @dataclass(frozen=True)

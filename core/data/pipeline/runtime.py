@@ -83,6 +83,7 @@ from cdcflow.core.data.pipeline.tasks import (
     TaskSummary,
     WriteTask,
     check_mounted,
+    pass_records,
     raise_task_error,
 )
 from cdcflow.core.data.sink import BatchFrame, LaneTaskWriter, Sink, TaskWriter
@@ -528,17 +529,21 @@ class ChangefeedPipeline:
     ) -> tuple[list[Sink[Any]], int | None]:
         """Offer the batch's mounted frame to each sink (``Sink.write_frame``): the sinks that
         declined it, and the rows the last one that took it wrote (None: none took it)."""
-        mounted = frame
+        mounted, ordered = frame, None
         if plan.mounter is not None:
+            mount = MountTask(plan)
             partitions = self._task_partition_count(expected)
+            raw = frame
             if partitions > 1 and expected >= partitions * MIN_SPLIT_ROWS:
-                mounted = self._map_read_apart(
-                    frame, MountTask(plan), SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts
-                )
+                mounted = self._map_read_apart(frame, mount, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
+                if chunk_files:
+                    raw = self._map_read_apart(frame, pass_records, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
             else:
-                mounted = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL)
+                mounted = frame.mapInArrow(mount, SPARK_SCHEMA_DDL)
+            if not one_ts:
+                ordered = self._mounted_in_order(raw, plan)
         decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection, self.transforms)
-        rows = BatchFrame(mounted, decoder, expected, one_ts)
+        rows = BatchFrame(mounted, decoder, expected, one_ts, ordered)
         batch = MicroBatch(self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl=ddl)
         declined: list[Sink[Any]] = []
         written: int | None = None
@@ -716,6 +721,7 @@ class ChangefeedPipeline:
         began = time.perf_counter()
         read = 0.0
         nbytes = 0
+        raw = frame
         if plan is not None and plan.mounter is not None:
             frame = frame.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL)
         if expected == 0:
@@ -734,7 +740,7 @@ class ChangefeedPipeline:
                 check_mounted(batch)
                 delivery.add(self._rows(list(batch_to_records(batch))))
         else:
-            ordered = frame if one_ts else frame.orderBy(*ORDER_COLUMNS)
+            ordered = frame if one_ts else self._mounted_in_order(raw, plan)
             staging = self.work_dir / f"batch-{head.batch_id}"
             shutil.rmtree(staging, ignore_errors=True)
             # Small row groups: the driver reads one row group at a time.
@@ -760,6 +766,18 @@ class ChangefeedPipeline:
                 *(self.changefeed_id, head.batch_id, delivery.row_count, read, convert, sinks_seconds or "none"),
             )
         return delivery.row_count
+
+    @staticmethod
+    def _mounted_in_order(raw: Any, plan: RowPlan | None) -> Any:
+        """The rows of the records ``raw`` in the batch's order (``ORDER_COLUMNS``: a range
+        sort, partitions in order, each sorted). The records are sorted before they are
+        mounted: a row keeps its record's order columns, so the order is the same, and the
+        sort's sampling job and shuffle move raw records instead of mounting every row
+        twice more."""
+        ordered = raw.orderBy(*ORDER_COLUMNS)
+        if plan is None or plan.mounter is None:
+            return ordered
+        return ordered.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL)
 
     def _rows(self, records: Sequence[Any]) -> list[RowChange]:
         events = [event_from_record(r, self.store.span_of, self.store.schemas) for r in records]

@@ -79,6 +79,7 @@ __all__ = [
     "TaskSummary",
     "WriteTask",
     "check_mounted",
+    "pass_records",
     "raise_task_error",
 ]
 
@@ -284,6 +285,11 @@ class MountTask:
                     yield records_to_batch(records)
         except CdcflowError as exc:
             yield records_to_batch([(0, 0, b"", ERROR_KIND, 0, 0, None, "", "", "", pickle.dumps(exc), b"", -1)])
+
+
+def pass_records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function (a :class:`ChunkRangesTask`'s task): the records as read."""
+    return batches
 
 
 #: Record batches (row groups of a Parquet part) ``first`` up to ``stop`` (excluded) of one

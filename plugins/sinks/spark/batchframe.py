@@ -1,10 +1,11 @@
 """A batch written from its Spark frame (``Sink.write_frame``): Spark tasks decode the rows.
 
 The pipeline hands the sink the batch's mounted records as a DataFrame; no
-row reaches the driver. The sink sorts it by ``(commit_ts, start_ts, key)``
-(a range sort: partitions in order, each sorted; not for a one-ts batch, an
-initial snapshot's, whose order as it comes is its order), persists it for
-the batch, and runs:
+row reaches the driver. The sink takes them in ``(commit_ts, start_ts, key)``
+order (a range sort: partitions in order, each sorted; ``BatchFrame.ordered``
+when the runtime gives them so, its records sorted before they were mounted;
+not sorted for a one-ts batch, an initial snapshot's, whose order as it comes
+is its order), persists them for the batch, and runs:
 
 1. a summary job (:class:`SummaryTask`): per partition and per (table, step)
    — a step being the rows between two DDL of the table, as

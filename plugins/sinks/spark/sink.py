@@ -306,8 +306,12 @@ class SparkSink(Sink[SparkSinkConfig]):
         ddl_of = ddl_by_table(batch.ddl)
         ddl_ts = {name: tuple(sorted(e.commit_ts for e in events)) for name, events in ddl_of.items()}
         # A one-ts batch (an initial snapshot's) is in order as it comes: no range sort,
-        # whose sampling job would mount every row once more.
-        ordered = (rows.frame if rows.one_ts else rows.frame.orderBy(*ORDER_COLUMNS)).persist()
+        # whose sampling job would mount every row once more; nor is a frame the runtime
+        # gives in order (its records sorted before they were mounted).
+        if rows.ordered is not None:
+            ordered = rows.ordered.persist()
+        else:
+            ordered = (rows.frame if rows.one_ts else rows.frame.orderBy(*ORDER_COLUMNS)).persist()
         try:
             summary = ordered.mapInArrow(SummaryTask(rows.decoder, ddl_ts), SUMMARY_DDL).collect()
             found = read_summaries([r.asDict() for r in summary])
