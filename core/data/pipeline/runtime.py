@@ -534,7 +534,7 @@ class ChangefeedPipeline:
             mount = MountTask(plan)
             partitions = self._task_partition_count(expected)
             raw = frame
-            if partitions > 1 and expected >= partitions * MIN_SPLIT_ROWS:
+            if partitions > 1 and _reads_apart(expected, partitions):
                 mounted = self._map_read_apart(frame, mount, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
                 if chunk_files:
                     raw = self._map_read_apart(frame, pass_records, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
@@ -652,7 +652,7 @@ class ChangefeedPipeline:
             # once): a lane's order among them is free, so each task writes its rows to
             # their lanes itself, in one step, wherever they were read.
             write = WriteTask(plan, head, writers, self.column_selection)
-            if expected >= partitions * MIN_SPLIT_ROWS:
+            if _reads_apart(expected, partitions):
                 out = self._map_read_apart(frame, write, SUMMARY_SCHEMA_DDL, partitions, chunk_files, one_ts)
             else:
                 out = frame.repartition(partitions, "key").mapInArrow(write, SUMMARY_SCHEMA_DDL)
@@ -663,7 +663,7 @@ class ChangefeedPipeline:
             # the data source read in a partition per task is encoded where it was
             # read, without a shuffle.
             encode = EncodeTask(plan, lanes, self.column_selection)
-            if expected >= partitions * MIN_SPLIT_ROWS:
+            if _reads_apart(expected, partitions):
                 encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
             else:
                 encoded = frame.repartition(partitions, "table_id", "key").mapInArrow(encode, ENCODED_SCHEMA_DDL)
@@ -851,6 +851,13 @@ def _first_line(error: BaseException, limit: int = 160) -> str:
 def _sink_name(sink: Sink[Any]) -> str:
     """The ``sink`` label of a sink's metrics: its type (bounded, unlike URIs)."""
     return str(getattr(sink, "type_name", type(sink).__name__))
+
+
+def _reads_apart(expected: int, partitions: int) -> bool:
+    """Whether a batch of ``expected`` rows is read in ``partitions`` shares, each task its
+    own (:meth:`ChangefeedPipeline._map_read_apart`), as the data source splits a batch:
+    only when every share holds at least ``MIN_SPLIT_ROWS`` rows."""
+    return expected >= partitions * MIN_SPLIT_ROWS
 
 
 def _read_sorted_parquet(directory: Path) -> Iterator[pa.RecordBatch]:
