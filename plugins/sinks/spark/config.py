@@ -48,8 +48,9 @@ class SparkSinkConfig(PluginConfig):
         description=(
             "Write batches from their Spark frame (rows decoded by Spark tasks, no row on the driver), "
             "the way that scales with a cluster's executors. true: every batch; auto: an initial "
-            "snapshot's batch only (written faster from its frame even on one machine); false: none. "
-            "auto leaves micro-batches to the driver because on one machine that is faster "
+            "snapshot's batch and batches of more than 50,000 rows (a catch-up's), written faster "
+            "from their frame even on one machine; false: none. auto leaves smaller micro-batches "
+            "to the driver because on one machine that is faster "
             "(docs/explanation/log-service-and-pipeline.md)."
         ),
     )

@@ -56,11 +56,12 @@ In the pipeline the sink can write a batch from its Spark frame
 (``Sink.write_frame``, see :mod:`.batchframe`): Spark tasks decode the rows
 into typed columns and Spark writes the change log and the snapshot; no row
 is brought to the driver. ``frame-writes`` says which batches: every batch
-(``true``), an initial snapshot's batch only (``auto``, the default), or none
-(``false``); the others have their rows mounted by Spark tasks and written
-from the driver. Batches with a RENAME TABLE, and catalog tables that may be
-merged (``table-format`` other than ``versioned`` with ``catalog-database``),
-are always written from the driver; both ways leave the same tables.
+(``true``), an initial snapshot's batch and batches of more than 50,000 rows
+(``auto``, the default: a catch-up's), or none (``false``); the others have
+their rows mounted by Spark tasks and written from the driver. Batches with a
+RENAME TABLE, and catalog tables that may be merged (``table-format`` other
+than ``versioned`` with ``catalog-database``), are always written from the
+driver; both ways leave the same tables.
 
 Not interpreted: a DDL event without ``schema_after`` (columns then appear
 when rows carry them).
@@ -103,7 +104,7 @@ from cdcflow.plugins.sinks.spark.session import spark_session
 from cdcflow.plugins.sinks.spark.snapshot import latest_per_key, next_state, next_state_keyless, write_snapshot_version
 from cdcflow.plugins.sinks.spark.storage import Storage
 
-__all__ = ["SparkSink", "cdcflow_register_sinks", "table_dir"]
+__all__ = ["AUTO_FRAME_ROWS", "SparkSink", "cdcflow_register_sinks", "table_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,11 @@ log = logging.getLogger(__name__)
 _DROP_TABLE, _TRUNCATE_TABLE = 4, 11
 #: The change log's ``writer`` of a sink opened without a writer id (the test kit, the in-process executor).
 LOCAL_WRITER = "local"
+#: ``frame-writes: auto`` writes a batch of more than this many rows from its frame: a batch
+#: the pipeline would otherwise sort with Spark and stage for the driver (above its
+#: ``collect_rows``), as in a catch-up. Smaller batches, a live changefeed's, are written
+#: sooner from the driver.
+AUTO_FRAME_ROWS = 50_000
 
 
 def _q(name: str) -> str:
@@ -279,11 +285,12 @@ class SparkSink(Sink[SparkSinkConfig]):
     def write_frame(self, batch: MicroBatch, rows: BatchFrame) -> int | None:
         """The batch written by Spark from its frame (see :mod:`.batchframe`): the same tables
         as :meth:`write_batch`, no row on the driver. Declined (None), to go through
-        ``write_batch``, when ``frame-writes`` does not take the batch (``auto``: only a
-        one-ts batch, an initial snapshot's), for a batch with a RENAME TABLE and for
-        catalog tables that may be merged."""
+        ``write_batch``, when ``frame-writes`` does not take the batch (``auto``: a one-ts
+        batch, an initial snapshot's, or one of more than :data:`AUTO_FRAME_ROWS` rows),
+        for a batch with a RENAME TABLE and for catalog tables that may be merged."""
         storage = self._require_storage()
-        wanted = self.config.frame_writes is True or (self.config.frame_writes == "auto" and rows.one_ts)
+        auto = rows.one_ts or rows.expected_rows > AUTO_FRAME_ROWS
+        wanted = self.config.frame_writes is True or (self.config.frame_writes == "auto" and auto)
         if not wanted or any(e.renamed_from is not None for e in batch.ddl):
             return None
         if self.config.catalog_database and self.config.table_format != "versioned":

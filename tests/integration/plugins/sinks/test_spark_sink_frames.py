@@ -5,6 +5,7 @@ idempotent."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -225,6 +226,28 @@ def test_auto_frame_writes_leave_micro_batches_to_the_driver(spark: Any, tmp_pat
     sink = SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path}", key_columns={"shop.orders": ["id"]}))
     sink.open(ddl_tests_context())
     assert sink.write_frame(MicroBatch("test", 3, 0, batch.end_ts), batch_frame(spark, batch)) is None
+
+
+def test_auto_frame_writes_take_a_batch_above_the_collect_size(spark: Any, tmp_path: Path) -> None:
+    """A catch-up's batch (more than AUTO_FRAME_ROWS rows) is written from its frame, and
+    leaves the tables the driver leaves."""
+    w = make_workload("shop", txns=10, resolve_every=10, alter=False)
+    rows = sorted(w.row_changes(), key=lambda r: (r.commit_ts, r.start_ts, r.key))  # the batch's order
+    batch = MicroBatch("test", 3, 0, rows[-1].commit_ts, rows)
+    head = MicroBatch("test", 3, 0, batch.end_ts)
+    keys = {"shop.orders": ["id"]}
+    driver = SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path / 'd'}", key_columns=keys))
+    driver.open(ddl_tests_context())
+    driver.write_batch(batch)
+    sink = SparkSink(SparkSinkConfig(uri=f"spark://{tmp_path / 'f'}", key_columns=keys))
+    sink.open(ddl_tests_context())
+    at_the_bound = dataclasses.replace(batch_frame(spark, batch), expected_rows=sink_module.AUTO_FRAME_ROWS)
+    assert sink.write_frame(head, at_the_bound) is None
+    above = dataclasses.replace(at_the_bound, expected_rows=sink_module.AUTO_FRAME_ROWS + 1)
+    assert sink.write_frame(head, above) == len(rows)
+    for name in {r.table.table for r in rows}:
+        table = TableName("shop", name)
+        assert tables(spark, tmp_path / "f", table) == tables(spark, tmp_path / "d", table)
 
 
 def test_a_batch_with_a_rename_is_declined(spark: Any, tmp_path: Path) -> None:
