@@ -128,6 +128,9 @@ class SpanBuffers:
     def replicating(self) -> list[SpanBuffer]:
         return [buf for buf in self._buffers.values() if buf.replicating]
 
+    def preparing(self) -> list[SpanBuffer]:
+        return [buf for buf in self._buffers.values() if not buf.replicating]
+
     # -- events ---------------------------------------------------------------------------
 
     def put(self, span: Span, event: RawKVEvent | RowChange, schemas: SchemaRegistry) -> bool:

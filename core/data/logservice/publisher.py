@@ -18,6 +18,7 @@ released.
 from __future__ import annotations
 
 import itertools
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,8 @@ from cdcflow.core.data.logservice.manifest import ChunkInfo, Manifest, SpanEntry
 from cdcflow.core.data.logservice.records import write_records
 
 __all__ = ["DEFAULT_BATCH_ROWS", "DEFAULT_CHUNK_ROWS", "ChunkPublisher"]
+
+log = logging.getLogger(__name__)
 
 #: Rows per resolved chunk file (one Spark partition reads one chunk).
 DEFAULT_CHUNK_ROWS = 131_072
@@ -103,6 +106,7 @@ class ChunkPublisher:
         if replicating and not buf.replicating:
             self._start_replicating(buf, checkpoint_ts)
             self._catch_up(buf)
+            self._publish()  # the last span prepared at the published ts lifts its hold
         return buf.floor_ts
 
     def _start_replicating(self, buf: SpanBuffer, checkpoint_ts: int) -> None:
@@ -177,7 +181,32 @@ class ChunkPublisher:
         target = self._frontier.frontier if len(self._frontier) else self._manifest.published_ts
         if self._barrier is not None:
             target = min(target, self._barrier)
+        held = self._preparing_floor()
+        if held is not None:
+            target = min(target, held)
         return target
+
+    def _preparing_floor(self) -> int | None:
+        """The lowest floor of a span preparing at or above the published ts, which
+        holds the published ts there until the span replicates (None: no such span, or
+        memory is at its quota).
+
+        Spans of a changefeed that starts (or of a capture that restarts) are
+        prepared together but finish preparing one by one, as each one's incremental
+        scan ends. Were the first to replicate published on its own, the others would
+        join behind the published ts and catch up one after the other, and the
+        changefeed's checkpoint, the lowest of theirs, would stand still until the last
+        one's catch-up is delivered. Held, they are published together, in cuts across
+        all spans, and the checkpoint moves cut by cut. The changefeed's checkpoint
+        cannot pass a preparing span anyway. A span that comes to prepare below the
+        published ts (moved here from a capture that kept replicating it) holds
+        nothing: it catches up. Memory at its quota lifts the hold, so that the
+        buffered events of the replicating spans can be published instead of waiting
+        with the feeds held back."""
+        if self._buffers.full:
+            return None
+        published = self._manifest.published_ts
+        return min((b.floor_ts for b in self._buffers.preparing() if b.floor_ts >= published), default=None)
 
     def _publish(self) -> bool:
         target = self._target_ts()
@@ -264,6 +293,11 @@ class ChunkPublisher:
         chunks = self._write_chunks(buf, published, published, upto, rows=rows, marks=True)
         buf.floor_ts = upto
         self._manifest.chunks.extend(chunks)
+        if chunks:
+            log.info(
+                "changefeed %s: %s caught up behind the published ts %d: %d rows in %d chunks",
+                *(self._manifest.changefeed_id, buf.span, published, sum(c.rows for c in chunks), len(chunks)),
+            )
         covered = upto >= published
         if covered:
             self._set_covered(buf)

@@ -223,6 +223,9 @@ def test_after_a_restart_spans_re_added_one_by_one_lose_nothing(tmp_path):
 def test_prepared_span_buffers_without_publishing_then_drops_what_was_flushed_elsewhere(tmp_path):
     store = new_store(tmp_path)
     store.add_span(SPAN_A, 0, replicating=True)
+    store.resolve(SPAN_A, 15)
+    # B moves here from a capture that keeps replicating it: prepared below the
+    # published ts, it holds nothing.
     assert store.add_span(SPAN_B, 0, replicating=False) == 0
     for ts in (5, 12, 18):
         store.put(SPAN_B, raw(SPAN_B, b"b%d" % ts, ts))
@@ -240,6 +243,49 @@ def test_prepared_span_buffers_without_publishing_then_drops_what_was_flushed_el
     assert store.published_ts == 20  # B's resolved ts holds the frontier
     store.resolve(SPAN_B, 30)
     assert [e.commit_ts for e in published_events(store, 0, 30)] == [12, 18, 25]
+
+
+def test_spans_preparing_at_the_published_ts_hold_it_and_are_published_together(tmp_path):
+    # A changefeed starts: its spans are prepared at its start ts and leave their
+    # prepare phase one by one. Published together, in cuts across all of them, so
+    # that the changefeed's checkpoint (the lowest of theirs) moves cut by cut
+    # instead of waiting for the last span's whole catch-up.
+    store = new_store(tmp_path, cut_rows=10)
+    spans = [SPAN_A, SPAN_B, Span(3, b"t3", b"t3~")]
+    for span in spans:
+        assert store.add_span(span, 0, replicating=False) == 0
+        for i in range(20):
+            store.put(span, raw(span, b"k%d" % i, 10 + i))
+        store.resolve(span, 100)
+    store.add_span(SPAN_A, 0, replicating=True)
+    assert not store.resolve(SPAN_A, 110)  # B and C prepare at the published ts: held
+    assert store.published_ts == 0
+    store.add_span(SPAN_B, 0, replicating=True)
+    assert not store.resolve(SPAN_A, 120)
+    store.add_span(spans[2], 0, replicating=True)  # the last one: published at once
+    assert store.published_ts == 100
+    chunks = store.chunks_in(0, store.next_chunk)
+    assert all(c.lo < c.hi for c in chunks)  # cuts, no catch-up chunks
+    cuts = sorted({c.hi for c in chunks})
+    assert len(cuts) >= 5 and cuts[-1] == 100
+    for cut in cuts[:-1]:  # every cut holds rows of every span
+        assert {c.span_id for c in chunks if c.hi == cut} == {0, 1, 2}
+    assert sorted(e.sort_key() for e in published_events(store, 0, 100)) == sorted(
+        raw(span, b"k%d" % i, 10 + i).sort_key() for span in spans for i in range(20)
+    )
+
+
+def test_memory_at_its_quota_lifts_the_hold_of_a_preparing_span(tmp_path):
+    store = new_store(tmp_path, memory_quota=10_000, disk_quota=1)
+    store.add_span(SPAN_A, 0, replicating=True)
+    store.add_span(SPAN_B, 0, replicating=False)
+    n = 0
+    while store.has_room():
+        n += 1
+        store.put(SPAN_A, raw(SPAN_A, b"k%d" % n, 5 + n % 3, value=b"x" * 100))
+    assert store.resolve(SPAN_A, 10)  # published although B still prepares at 0
+    assert store.published_ts == 10 and store.has_room()
+    assert len(published_events(store, 0, 10)) == n
 
 
 def test_backpressure_when_memory_is_full_and_the_disk_quota_forbids_spilling(tmp_path):
