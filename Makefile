@@ -17,7 +17,7 @@ RUN_ARGS ?= --duration 120
 
 .PHONY: run test setup java mariadb chromium lint typecheck unit integration bench clean
 
-$(STAMP): pyproject.toml setup.py plugins/sources/tikv/tidb/_rowfast.c
+$(STAMP): pyproject.toml setup.py plugins/sources/tikv/tidb/_rowfast.c plugins/codecs/_opfast.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"

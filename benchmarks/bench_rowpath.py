@@ -32,9 +32,10 @@ in one process:
   decoded again, into the change log's Arrow columns; Spark's Parquet write
   not included).
 
-Where the mounter's C row decoder is built (``_rowfast``), mount and encode
-step run a second time in each round with it turned off (``mount python``,
-``encode step python``), so both decoders are compared in one run.
+Where the mounter's C row decoder (``_rowfast``) and the codec's C image
+writer (``_opfast``) are built, mount, encode and encode step run a second
+time in each round with both turned off (``mount python``, ``encode python``,
+``encode step python``), so both ways are compared in one run.
 
 It prints rows/s of each (median over rounds), by the wall clock and per
 CPU-second of the process (steadier when other work shares the cores). The
@@ -50,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import functools
 import gc
 import pickle
 import pstats
@@ -70,6 +72,7 @@ from cdcflow.core.data.logservice.records import record_from_event, records_to_b
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, MountTask, RecordDecoder, RowPlan
 from cdcflow.core.data.sink import LaneWriter
+from cdcflow.plugins.codecs import open_protocol
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sinks.kafka.dispatch import EventRouter
 from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter
@@ -134,12 +137,15 @@ def build(rows: int, seed: int = 7) -> tuple[TiDBBatchMounter, list[RawKVEvent]]
 
 @contextlib.contextmanager
 def pure_python() -> Iterator[None]:
-    """The mounter's layouts decoded in Python, as where the C decoder is not built."""
+    """The mounter's layouts decoded and the codec's images written in Python, as where
+    the C extensions are not built."""
     native, tidb_mounter.NATIVE = tidb_mounter.NATIVE, None
+    writer, open_protocol.NATIVE = open_protocol.NATIVE, None
     try:
         yield
     finally:
         tidb_mounter.NATIVE = native
+        open_protocol.NATIVE = writer
 
 
 def snapshot_mounter(snapshot: SchemaStore) -> TiDBBatchMounter:
@@ -153,6 +159,10 @@ def mount_all(mounter: TiDBBatchMounter, events: Sequence[RawKVEvent]) -> list[R
     if len(rows) != len(events):
         raise SystemExit(f"{len(events) - len(rows)} events did not mount")
     return rows
+
+
+def new_codec() -> OpenProtocolCodec:
+    return OpenProtocolCodec(OpenProtocolConfig())
 
 
 def encode_all(codec: OpenProtocolCodec, rows: Sequence[RowChange]) -> int:
@@ -318,28 +328,30 @@ def measure(
         if got != len(events):
             raise SystemExit(f"the {name} lost rows")
 
+    def both(name: str, count: int, make: Callable[[], Callable[[], Any]]) -> tuple[Any, Any]:
+        """A step (made afresh by ``make``, untimed) timed as ``name``, then again as ``name
+        python`` with the C extensions turned off where one is built (None otherwise)."""
+        out = timed(name, count, make())
+        if tidb_mounter.NATIVE is None and open_protocol.NATIVE is None:
+            return out, None
+        with pure_python():
+            return out, timed(f"{name} python", count, make())
+
     for _ in range(args.rounds):
-        task_mounter = pickle.loads(pickle.dumps(mounter))  # a new task: nothing cached yet
-        mounted_rows = timed("mount", len(events), lambda m=task_mounter: mount_all(m, events))
-        if tidb_mounter.NATIVE is not None:
-            with pure_python():
-                task_mounter = pickle.loads(pickle.dumps(mounter))
-                python_rows = timed("mount python", len(events), lambda m=task_mounter: mount_all(m, events))
-            if python_rows != mounted_rows:
-                raise SystemExit("the C and the Python decoder mounted different rows")
-        codec = OpenProtocolCodec(OpenProtocolConfig())
-        timed("encode", len(mounted_rows), lambda c=codec, r=mounted_rows: encode_all(c, r))
+        # A new task each time: nothing cached yet in the mounter nor the codec.
+        mounted_rows, python_rows = both(
+            "mount", len(events), lambda: functools.partial(mount_all, pickle.loads(pickle.dumps(mounter)), events)
+        )
+        if python_rows is not None and python_rows != mounted_rows:
+            raise SystemExit("the C and the Python decoder mounted different rows")
+        # The same bytes either way: tests/unit/fuzz/test_open_protocol_native.py.
+        both("encode", len(mounted_rows), lambda r=mounted_rows: functools.partial(encode_all, new_codec(), r))
         plan = task_plan()
         check(
             "task path",
-            timed("task", len(events), lambda p=plan: run_task(p, batches, OpenProtocolCodec(OpenProtocolConfig()))),
+            timed("task", len(events), lambda p=plan: run_task(p, batches, new_codec())),
         )
-        plan = task_plan()
-        encoded = timed("encode step", len(events), lambda p=plan: run_encode_step(p, batches))
-        if tidb_mounter.NATIVE is not None:
-            with pure_python():
-                plan = task_plan()
-                timed("encode step python", len(events), lambda p=plan: run_encode_step(p, batches))
+        encoded, _ = both("encode step", len(events), lambda: functools.partial(run_encode_step, task_plan(), batches))
         parts = by_lane(encoded)
         check("lane step", timed("lane step", len(events), lambda p=parts: run_lane_step(p)))
         found = timed("summary step", len(events), lambda: run_summary_step(decoder, mounted))

@@ -25,6 +25,7 @@ import base64
 import decimal
 import json
 import math
+import os
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -210,6 +211,55 @@ def _known(column: ColumnInfo) -> tuple[ColumnInfo, str, ValueWriter]:
     return column, _column_head(column), _value_writer(column)
 
 
+def _native() -> Any:
+    """The C image writer (:mod:`._opfast`), or None: not built (no C compiler where
+    cdcflow was installed), or turned off with ``CDCFLOW_PURE_PYTHON=1``."""
+    if os.environ.get("CDCFLOW_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from cdcflow.plugins.codecs import _opfast  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _opfast
+
+
+#: The C writer of full row images (see :func:`_native_columns`), None to write them in Python.
+NATIVE: Any = _native()
+
+
+def _native_kind(column: ColumnInfo) -> tuple[int, Any]:
+    """How the C writer takes the column's values, and what it needs for that (see
+    :mod:`._opfast`): the types the Python writer of the column takes a fast path for,
+    and float64, temporal and decimal values; others through the writer."""
+    code = column.type_code
+    if code in INT_TYPES or code in UINT_TYPES:
+        return NATIVE.K_INT, None
+    if (code in CHAR_TYPES and not is_binary_string(column)) or code == TypeCode.JSON:
+        return NATIVE.K_STR, None
+    if code in DECIMAL_TYPES:
+        return NATIVE.K_DECIMAL, decimal.Decimal
+    if code in DATE_TYPES or code in DATETIME_TYPES or code == TypeCode.DURATION:
+        fsp = fsp_of(column)
+        return NATIVE.K_TEMPORAL, -1 if fsp is None else fsp
+    if code == TypeCode.DOUBLE:
+        return NATIVE.K_DOUBLE, None
+    return NATIVE.K_CALL, None
+
+
+#: A schema's columns for :func:`._opfast.image`: (name, head bytes, kind, its argument,
+#: writer), sorted by name.
+NativeColumns = tuple[tuple[str, bytes, int, Any, ValueWriter], ...]
+
+
+def _native_columns(known: KnownColumns, ordered: OrderedColumns) -> NativeColumns:
+    """``ordered`` as the C writer takes it: each head with the ``{`` or ``},`` before it,
+    HTML-escaped and in UTF-8, as the Python path's text is before it is encoded."""
+    return tuple(
+        (name, escape_html(("{" if i == 0 else "},") + head).encode("utf-8"), *_native_kind(known[name][0]), writer)
+        for i, (name, head, writer) in enumerate(ordered)
+    )
+
+
 #: A schema's columns sorted by name, each with its JSON head and value writer.
 OrderedColumns = tuple[tuple[str, str, ValueWriter], ...]
 
@@ -321,7 +371,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def __init__(self, config: OpenProtocolConfig) -> None:
         super().__init__(config)
-        self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns, OrderedColumns]] = {}
+        self._schemas: dict[int, tuple[tuple[ColumnInfo, ...], KnownColumns, OrderedColumns, NativeColumns]] = {}
         self._key_tails: dict[tuple[str, str, int | None], tuple[str, str]] = {}
 
     # -- single events -------------------------------------------------------------
@@ -335,6 +385,10 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         key = '{"ts":' + str(row.commit_ts) + self._key_tail(row.table, handle_key_only)
         known, ordered = self._schema_columns(row)
         config = self.config
+        if NATIVE is not None and ordered and not handle_key_only:
+            native = self._native_value(row)
+            if native is not None:
+                return key.encode("utf-8"), native
         if row.op is OpType.DELETE:
             keys_only = handle_key_only or config.delete_only_output_handle_key_columns
             value = '{"d":' + _image_json(row.before, known, keys_only, None, ordered) + "}"
@@ -345,6 +399,30 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
                 value += ',"p":' + _image_json(row.before, known, handle_key_only, unchanged_from, ordered)
             value += "}"
         return key.encode("utf-8"), escape_html(value).encode("utf-8")
+
+    def _native_value(self, row: RowChange) -> bytes | None:
+        """The row's value JSON written by the C image writer; None when it does not take
+        the row (an image that is not exactly the schema's columns, an option that leaves
+        columns out), for :meth:`row_pair`'s Python path. The bytes are the same."""
+        schema = row.schema
+        assert schema is not None
+        columns = self._schemas[id(schema.columns)][3]
+        config = self.config
+        image: Callable[[Any, NativeColumns], bytes | None] = NATIVE.image
+        if row.op is OpType.DELETE:
+            if config.delete_only_output_handle_key_columns:
+                return None
+            before = image(row.before, columns)
+            return None if before is None else b'{"d":' + before + b"}"
+        after = image(row.after, columns)
+        if after is None:
+            return None
+        if row.op is not OpType.UPDATE or row.before is None or not config.output_old_value:
+            return b'{"u":' + after + b"}"
+        if config.only_output_updated_columns:
+            return None
+        before = image(row.before, columns)
+        return None if before is None else b'{"u":' + after + b',"p":' + before + b"}"
 
     def _key_tail(self, table: TableName, handle_key_only: bool) -> str:
         """What follows ``"ts":…`` in a row's key, HTML-escaped; cached per table name
@@ -377,7 +455,8 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
                 self._schemas.clear()
             known = {c.name: _known(c) for c in columns}
             ordered = tuple((name, head, writer) for name, (_, head, writer) in sorted(known.items()))
-            hit = self._schemas[id(columns)] = (columns, known, ordered)
+            native = _native_columns(known, ordered) if NATIVE is not None else ()
+            hit = self._schemas[id(columns)] = (columns, known, ordered, native)
         return hit[1], hit[2]
 
     def _fitting_pair(self, row: RowChange) -> tuple[bytes, bytes]:

@@ -1,0 +1,468 @@
+/*
+ * Native writing of Open Protocol row images: the codec's per-row hot path in C.
+ *
+ * image(image, columns) writes a row image that holds exactly a schema's columns
+ * as the "u"/"p"/"d" object of a row's value, in UTF-8, HTML-escaped as Go's
+ * json.Marshal escapes it -- the bytes that
+ * escape_html(_compile_image_writer(ordered)(image)).encode("utf-8") gives in
+ * cdcflow.plugins.codecs.open_protocol.
+ *
+ * columns is a tuple, sorted by column name, of (name, head, kind, arg, writer):
+ *   name    the image's key (str);
+ *   head    the bytes written before the value: '{' or '},' then the column's
+ *           '"name":{"t":..,"f":..,"v":' (already HTML-escaped, UTF-8);
+ *   kind    how values of the types listed are written here -- exactly those
+ *           types, never a subclass; every other value by writer:
+ *           K_INT      int: in decimal;
+ *           K_STR      str: quoted as json.encoder.encode_basestring quotes it;
+ *           K_DECIMAL  arg (decimal.Decimal): format(value, "f"), quoted;
+ *           K_TEMPORAL date, datetime (naive or in datetime.UTC) and timedelta:
+ *                      quoted as columns.format_date_value spells them with
+ *                      arg fractional digits (-1: six when non-zero);
+ *           K_DOUBLE   float: as gojson.go_float writes a float64;
+ *           K_CALL     nothing: writer(value) gives the JSON text;
+ *   writer  the codec's value writer of the column (a callable returning str).
+ * None is written as null; "}}" closes the last column and the image.
+ *
+ * It returns None, for the caller to take its Python path, for anything else:
+ * an image that is not a dict, holds another number of keys or lacks a
+ * column, or text that is not encodable as UTF-8 (the Python path then raises
+ * the error it always raised).  Errors raised by a writer propagate.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <datetime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_INT = 0, K_STR = 1, K_CALL = 2, K_DECIMAL = 3, K_TEMPORAL = 4, K_DOUBLE = 5 };
+
+static PyObject *format_f; /* "f", for format(Decimal, "f") */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+    char small[1024];
+} Out;
+
+static void
+out_free(Out *o)
+{
+    if (o->data != o->small)
+        PyMem_Free(o->data);
+}
+
+static int
+out_room(Out *o, Py_ssize_t more)
+{
+    if (o->len + more <= o->cap)
+        return 0;
+    Py_ssize_t cap = o->cap;
+    while (cap < o->len + more)
+        cap *= 2;
+    char *data = PyMem_Malloc(cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(data, o->data, o->len);
+    out_free(o);
+    o->data = data;
+    o->cap = cap;
+    return 0;
+}
+
+static int
+out_put(Out *o, const char *s, Py_ssize_t n)
+{
+    if (out_room(o, n) < 0)
+        return -1;
+    memcpy(o->data + o->len, s, n);
+    o->len += n;
+    return 0;
+}
+
+/* Go's HTML-safe escapes: '<', '>', '&', U+2028 and U+2029 (E2 80 A8/A9 in UTF-8).
+ * Returns the escape's length and sets *skip to the bytes it replaces, 0 for none. */
+static int
+html_escape(const unsigned char *s, Py_ssize_t i, Py_ssize_t n, const char **esc, int *skip)
+{
+    unsigned char c = s[i];
+    if (c == '<' || c == '>' || c == '&') {
+        *esc = c == '<' ? "\\u003c" : c == '>' ? "\\u003e" : "\\u0026";
+        *skip = 1;
+        return 6;
+    }
+    if (c == 0xE2 && i + 2 < n && s[i + 1] == 0x80 && (s[i + 2] == 0xA8 || s[i + 2] == 0xA9)) {
+        *esc = s[i + 2] == 0xA8 ? "\\u2028" : "\\u2029";
+        *skip = 3;
+        return 6;
+    }
+    return 0;
+}
+
+/* JSON text (a writer's output) with the HTML escapes applied. */
+static int
+put_html(Out *o, const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0, start = 0;
+    while (i < n) {
+        const char *esc;
+        int skip;
+        int len = html_escape(s, i, n, &esc, &skip);
+        if (len == 0) {
+            i++;
+            continue;
+        }
+        if (out_put(o, (const char *)s + start, i - start) < 0 || out_put(o, esc, len) < 0)
+            return -1;
+        i += skip;
+        start = i;
+    }
+    return out_put(o, (const char *)s + start, n - start);
+}
+
+/* A quoted JSON string: '"', '\\' and control characters escaped as
+ * encode_basestring escapes them, then Go's HTML escapes. */
+static int
+put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (out_put(o, "\"", 1) < 0)
+        return -1;
+    Py_ssize_t i = 0, start = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        char small[6];
+        const char *esc = NULL;
+        int len = 0, skip = 1;
+        if (c == '"' || c == '\\') {
+            small[0] = '\\';
+            small[1] = (char)c;
+            esc = small;
+            len = 2;
+        }
+        else if (c < 0x20) {
+            const char *shortform = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t"
+                                    : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+            if (shortform != NULL) {
+                esc = shortform;
+                len = 2;
+            }
+            else {
+                memcpy(small, "\\u00", 4);
+                small[4] = hex[c >> 4];
+                small[5] = hex[c & 15];
+                esc = small;
+                len = 6;
+            }
+        }
+        else {
+            len = html_escape(s, i, n, &esc, &skip);
+        }
+        if (len == 0) {
+            i++;
+            continue;
+        }
+        if (out_put(o, (const char *)s + start, i - start) < 0 || out_put(o, esc, len) < 0)
+            return -1;
+        i += skip;
+        start = i;
+    }
+    if (out_put(o, (const char *)s + start, n - start) < 0)
+        return -1;
+    return out_put(o, "\"", 1);
+}
+
+/* 1 written, 0 not UTF-8 encodable (error cleared: the caller returns None), -1 error. */
+static int
+put_text(Out *o, PyObject *text, int quoted)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    if (s == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int rc = quoted ? put_quoted(o, (const unsigned char *)s, n) : put_html(o, (const unsigned char *)s, n);
+    return rc < 0 ? -1 : 1;
+}
+
+static int
+put_int(Out *o, PyObject *value)
+{
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        PyObject *text = PyObject_Str(value);
+        if (text == NULL)
+            return -1;
+        int rc = put_text(o, text, 0);
+        Py_DECREF(text);
+        return rc < 0 ? -1 : 0;
+    }
+    char digits[24];
+    int len = snprintf(digits, sizeof(digits), "%lld", v);
+    return out_put(o, digits, len);
+}
+
+/* ".ffffff" cut to fsp digits (fsp < 0: six digits when non-zero, none when zero). */
+static int
+put_fraction(Out *o, int micro, long fsp)
+{
+    char text[16];
+    if (fsp == 0 || (fsp < 0 && micro == 0))
+        return 0;
+    snprintf(text, sizeof(text), ".%06d", micro);
+    return out_put(o, text, fsp < 0 || fsp > 6 ? 7 : 1 + fsp);
+}
+
+/* 1 written, 0 not taken here (the writer writes it), -1 error. */
+static int
+put_temporal(Out *o, PyObject *value, long fsp)
+{
+    char text[64];
+    int len;
+    if (PyDateTime_CheckExact(value)) {
+        PyObject *zone = PyDateTime_DATE_GET_TZINFO(value);
+        if (zone != Py_None && zone != PyDateTime_TimeZone_UTC)
+            return 0; /* moved to UTC first: the writer does it */
+        len = snprintf(text, sizeof(text), "\"%04d-%02d-%02d %02d:%02d:%02d", PyDateTime_GET_YEAR(value),
+                       PyDateTime_GET_MONTH(value), PyDateTime_GET_DAY(value), PyDateTime_DATE_GET_HOUR(value),
+                       PyDateTime_DATE_GET_MINUTE(value), PyDateTime_DATE_GET_SECOND(value));
+        if (out_put(o, text, len) < 0 || put_fraction(o, PyDateTime_DATE_GET_MICROSECOND(value), fsp) < 0)
+            return -1;
+        return out_put(o, "\"", 1) < 0 ? -1 : 1;
+    }
+    if (PyDate_CheckExact(value)) {
+        len = snprintf(text, sizeof(text), "\"%04d-%02d-%02d\"", PyDateTime_GET_YEAR(value),
+                       PyDateTime_GET_MONTH(value), PyDateTime_GET_DAY(value));
+        return out_put(o, text, len) < 0 ? -1 : 1;
+    }
+    if (PyDelta_CheckExact(value)) {
+        long long days = PyDateTime_DELTA_GET_DAYS(value);
+        if (llabs(days) > 1000000)
+            return 0;
+        long long total = (days * 86400 + PyDateTime_DELTA_GET_SECONDS(value)) * 1000000LL
+                          + PyDateTime_DELTA_GET_MICROSECONDS(value);
+        long long micros = llabs(total), seconds = micros / 1000000, rest = seconds % 3600;
+        len = snprintf(text, sizeof(text), "\"%s%02lld:%02lld:%02lld", total < 0 ? "-" : "", seconds / 3600,
+                       rest / 60, rest % 60);
+        if (out_put(o, text, len) < 0 || put_fraction(o, (int)(micros % 1000000), fsp) < 0)
+            return -1;
+        return out_put(o, "\"", 1) < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+/* A float64 as Go's encoding/json writes it: the shortest digits that round-trip,
+ * without an exponent from 1e-6 up to 1e21, else as d.ddde-7 / d.ddde+21.
+ * 1 written, 0 not taken here (NaN and infinities: the writer), -1 error. */
+static int
+put_double(Out *o, double v)
+{
+    if (!isfinite(v))
+        return 0;
+    if (v == 0)
+        return out_put(o, signbit(v) ? "-0" : "0", signbit(v) ? 2 : 1) < 0 ? -1 : 1;
+    char *repr = PyOS_double_to_string(v, 'r', 0, 0, NULL);
+    if (repr == NULL)
+        return -1;
+    /* repr: [-]digits[.digits][e(+|-)digits] -> the significant digits, and x: the
+     * power of ten of the first one */
+    char digits[40];
+    int n = 0, before_point = 0, seen_point = 0, leading = 1, exponent = 0, skipped = 0;
+    const char *s = repr + (repr[0] == '-');
+    for (; *s && *s != 'e'; s++) {
+        if (*s == '.') {
+            seen_point = 1;
+            continue;
+        }
+        if (!seen_point)
+            before_point++;
+        if (leading && *s == '0') {
+            skipped++;
+            continue;
+        }
+        leading = 0;
+        if (n < (int)sizeof(digits))
+            digits[n++] = *s;
+    }
+    if (*s == 'e')
+        exponent = atoi(s + 1);
+    PyMem_Free(repr);
+    while (n > 1 && digits[n - 1] == '0')
+        n--;
+    int x = before_point - skipped - 1 + exponent;
+    char text[400];
+    int len = 0;
+    if (v < 0)
+        text[len++] = '-';
+    double magnitude = fabs(v);
+    if (magnitude >= 1e-6 && magnitude < 1e21) {
+        if (x >= 0) {
+            for (int i = 0; i <= x; i++)
+                text[len++] = i < n ? digits[i] : '0';
+            if (n > x + 1) {
+                text[len++] = '.';
+                for (int i = x + 1; i < n; i++)
+                    text[len++] = digits[i];
+            }
+        }
+        else {
+            text[len++] = '0';
+            text[len++] = '.';
+            for (int i = 0; i < -x - 1; i++)
+                text[len++] = '0';
+            for (int i = 0; i < n; i++)
+                text[len++] = digits[i];
+        }
+    }
+    else {
+        text[len++] = digits[0];
+        if (n > 1) {
+            text[len++] = '.';
+            for (int i = 1; i < n; i++)
+                text[len++] = digits[i];
+        }
+        len += snprintf(text + len, sizeof(text) - len, x < 0 ? "e-%d" : "e+%02d", abs(x));
+    }
+    return out_put(o, text, len) < 0 ? -1 : 1;
+}
+
+/* 1 written, 0 take the Python path, -1 error. */
+static int
+put_value(Out *o, PyObject *value, long kind, PyObject *arg, PyObject *writer)
+{
+    int rc = 0;
+    if (value == Py_None)
+        return out_put(o, "null", 4) < 0 ? -1 : 1;
+    if (kind == K_INT && PyLong_CheckExact(value))
+        return put_int(o, value) < 0 ? -1 : 1;
+    if (kind == K_STR && PyUnicode_CheckExact(value))
+        return put_text(o, value, 1);
+    if (kind == K_DECIMAL && (PyObject *)Py_TYPE(value) == arg) {
+        PyObject *text = PyObject_Format(value, format_f);
+        if (text == NULL)
+            return -1;
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+        rc = s == NULL || out_put(o, "\"", 1) < 0 || out_put(o, s, n) < 0 || out_put(o, "\"", 1) < 0 ? -1 : 1;
+        Py_DECREF(text);
+        return rc;
+    }
+    if (kind == K_TEMPORAL)
+        rc = put_temporal(o, value, PyLong_AsLong(arg));
+    else if (kind == K_DOUBLE && PyFloat_CheckExact(value))
+        rc = put_double(o, PyFloat_AS_DOUBLE(value));
+    if (rc != 0)
+        return rc;
+    PyObject *text = PyObject_CallOneArg(writer, value);
+    if (text == NULL)
+        return -1;
+    if (!PyUnicode_Check(text)) {
+        Py_DECREF(text);
+        PyErr_SetString(PyExc_TypeError, "a value writer returned a non-str");
+        return -1;
+    }
+    rc = put_text(o, text, 0);
+    Py_DECREF(text);
+    return rc;
+}
+
+static PyObject *
+image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "image(image, columns: tuple)");
+        return NULL;
+    }
+    PyObject *img = args[0], *columns = args[1];
+    Py_ssize_t count = PyTuple_GET_SIZE(columns);
+    if (!PyDict_CheckExact(img) || count == 0 || PyDict_GET_SIZE(img) != count)
+        Py_RETURN_NONE;
+    Out o;
+    o.data = o.small;
+    o.len = 0;
+    o.cap = sizeof(o.small);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *column = PyTuple_GET_ITEM(columns, i);
+        if (!PyTuple_Check(column) || PyTuple_GET_SIZE(column) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(column, 1))
+            || (PyLong_AsLong(PyTuple_GET_ITEM(column, 2)) == K_TEMPORAL && !PyLong_Check(PyTuple_GET_ITEM(column, 3)))) {
+            out_free(&o);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a column is (name, head: bytes, kind: int, arg, writer)");
+            return NULL;
+        }
+        PyObject *value = PyDict_GetItemWithError(img, PyTuple_GET_ITEM(column, 0));
+        if (value == NULL) {
+            out_free(&o);
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        PyObject *head = PyTuple_GET_ITEM(column, 1);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(column, 2));
+        if (kind == -1 && PyErr_Occurred()) {
+            out_free(&o);
+            return NULL;
+        }
+        if (out_put(&o, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head)) < 0) {
+            out_free(&o);
+            return NULL;
+        }
+        Py_INCREF(value); /* a writer may run any code, the dict's too */
+        int rc = put_value(&o, value, kind, PyTuple_GET_ITEM(column, 3), PyTuple_GET_ITEM(column, 4));
+        Py_DECREF(value);
+        if (rc <= 0) {
+            out_free(&o);
+            if (rc < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *result = NULL;
+    if (out_put(&o, "}}", 2) == 0)
+        result = PyBytes_FromStringAndSize(o.data, o.len);
+    out_free(&o);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"image", (PyCFunction)(void (*)(void))image, METH_FASTCALL,
+     "image(image, columns) -> bytes | None: a full row image as Open Protocol JSON, UTF-8 and HTML-escaped."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_opfast", "Open Protocol row images in C (see the module's source).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__opfast(void)
+{
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL)
+        return NULL;
+    if (format_f == NULL && (format_f = PyUnicode_InternFromString("f")) == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "K_INT", K_INT) < 0 || PyModule_AddIntConstant(m, "K_STR", K_STR) < 0
+        || PyModule_AddIntConstant(m, "K_CALL", K_CALL) < 0 || PyModule_AddIntConstant(m, "K_DECIMAL", K_DECIMAL) < 0
+        || PyModule_AddIntConstant(m, "K_TEMPORAL", K_TEMPORAL) < 0
+        || PyModule_AddIntConstant(m, "K_DOUBLE", K_DOUBLE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

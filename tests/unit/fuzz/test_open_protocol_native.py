@@ -1,0 +1,183 @@
+"""Fuzz: the C image writer (``_opfast``) against the Open Protocol codec's Python path.
+
+Every row is encoded twice, by one codec with the C writer and by one without
+(``NATIVE`` set to None, as where the extension is not built or
+``CDCFLOW_PURE_PYTHON=1``), under every combination of the options that change
+what a value holds; the bytes must be equal, and so must the errors.
+"""
+
+import datetime as dt
+import decimal
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, TableSchema
+from cdcflow.core.data.types import TypeCode
+from cdcflow.core.errors import UnsupportedProtocolError
+from cdcflow.plugins.codecs import (
+    _opfast,  # type: ignore[attr-defined]  # built by make setup
+    open_protocol,
+)
+from cdcflow.plugins.codecs.gojson import escape_html
+from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
+from tests.unit.plugins.codecs.test_open_protocol_fast import COLUMNS, TABLE
+
+N = ColumnInfo.NULLABLE
+#: Text that takes every escape: quotes, backslashes, control characters (short and
+#: \\u forms), Go's HTML escapes (<, >, &, U+2028, U+2029), and UTF-8 of 2 to 4 bytes.
+HOSTILE = st.text(
+    st.sampled_from('"\\\n\r\t\b\f\x00\x01\x1f\x7f<>&\u2028\u2029é€😀a ') | st.characters(blacklist_categories=["Cs"]),
+    max_size=12,
+)
+ZONES = st.none() | st.just(dt.UTC) | st.integers(-14 * 60, 14 * 60).map(lambda m: dt.timezone(dt.timedelta(minutes=m)))
+EXTRA = [
+    (ColumnInfo("note", TypeCode.VARCHAR, N), HOSTILE),
+    (ColumnInfo("j<&>", TypeCode.JSON, N), HOSTILE),
+    (ColumnInfo("big", TypeCode.LONGLONG, N), st.integers(-(1 << 70), 1 << 70)),
+    (ColumnInfo("e\u2028", TypeCode.ENUM, N), HOSTILE),
+    # Floats of every magnitude, around Go's switch to exponents (1e-6, 1e21) too.
+    (
+        ColumnInfo("dd", TypeCode.DOUBLE, N),
+        st.floats()
+        | st.sampled_from([1e-6, 9.99999e-7, 1e21, 9.999999999999999e20, 1e16, 123456789012345680.0, -0.0, 5e-324])
+        | st.integers(-(10**6), 10**6),
+    ),
+    (
+        ColumnInfo("dec", TypeCode.NEWDECIMAL, N),
+        st.decimals(allow_nan=False)
+        | st.sampled_from([decimal.Decimal(v) for v in ("1E+30", "-0.00", "NaN", "-Infinity", "1.5E-9")]),
+    ),
+    (ColumnInfo("when", TypeCode.DATETIME, N), st.datetimes(timezones=ZONES) | st.dates() | st.text(max_size=3)),
+    (ColumnInfo("t1", TypeCode.TIMESTAMP, N, "timestamp(1)"), st.datetimes(timezones=ZONES)),
+    (ColumnInfo("span", TypeCode.DURATION, N), st.timedeltas() | st.times()),
+    (ColumnInfo("span4", TypeCode.DURATION, N, "time(4)"), st.timedeltas(min_value=dt.timedelta(days=-40))),
+]
+ALL = COLUMNS + EXTRA
+SCHEMA = TableSchema(TABLE, tuple(c for c, _ in ALL))
+OPTIONS = [
+    dict(
+        zip(
+            ("output_old_value", "only_output_updated_columns", "delete_only_output_handle_key_columns"),
+            flags,
+            strict=True,
+        )
+    )
+    for flags in itertools.product((True, False), repeat=3)
+]
+
+
+@st.composite
+def images(draw):
+    return {c.name: draw(st.none() | values) for c, values in ALL}
+
+
+def python_pair(options, row, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(open_protocol, "NATIVE", None)
+        return OpenProtocolCodec(OpenProtocolConfig(**options)).row_pair(row)
+
+
+def rows(after, before, schema=SCHEMA):
+    return [
+        RowChange(TABLE, OpType.INSERT, 10, 9, after, None, schema),
+        RowChange(TABLE, OpType.UPDATE, 11, 10, after, before, schema),
+        RowChange(TABLE, OpType.UPDATE, 11, 10, after, None, schema),
+        RowChange(TABLE, OpType.DELETE, 12, 11, None, before, schema),
+    ]
+
+
+def test_the_codec_uses_the_c_writer_where_it_is_built():
+    assert open_protocol.NATIVE is _opfast
+
+
+@settings(max_examples=150, deadline=None)
+@given(images(), images())
+def test_rows_encode_to_the_same_bytes_with_and_without_the_c_writer(after, before):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for options in OPTIONS:
+            codec = OpenProtocolCodec(OpenProtocolConfig(**options))
+            for row in rows(after, before):
+                assert codec.row_pair(row) == python_pair(options, row, monkeypatch), (options, row.op)
+
+
+@settings(max_examples=100, deadline=None)
+@given(images(), st.data())
+def test_images_with_other_keys_than_the_schema_encode_as_the_python_path(image, data):
+    shape = data.draw(st.sampled_from(["missing", "extra", "renamed", "empty", "none"]))
+    name = data.draw(st.sampled_from([c.name for c, _ in ALL]))
+    if shape == "missing":
+        del image[name]
+    elif shape == "extra":
+        image["zz" + name] = 1
+    elif shape == "renamed":
+        image["zz" + name] = image.pop(name)
+    elif shape == "empty":
+        image = {}
+    else:
+        image = None
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for row in rows(image, image):
+            assert OpenProtocolCodec(OpenProtocolConfig()).row_pair(row) == python_pair({}, row, monkeypatch)
+
+
+def test_the_c_writer_declines_what_it_does_not_take():
+    columns = ((("a", b'{"a":{"t":3,"f":64,"v":', _opfast.K_INT, None, str)),)
+    assert _opfast.image({"a": 1}, columns) == b'{"a":{"t":3,"f":64,"v":1}}'
+    assert _opfast.image({"b": 1}, columns) is None  # not the schema's columns
+    assert _opfast.image({"a": 1, "b": 2}, columns) is None
+    assert _opfast.image([("a", 1)], columns) is None  # not a dict
+    assert _opfast.image({}, ()) is None
+    with pytest.raises(TypeError):
+        _opfast.image({"a": 1}, [columns[0]])
+
+
+def test_text_that_is_not_utf8_and_a_writer_that_raises_fail_as_in_python(monkeypatch):
+    surrogate = {c.name: None for c, _ in ALL} | {"note": "a\udc80"}
+    for row in rows(surrogate, surrogate):
+        with pytest.raises(UnicodeEncodeError):
+            OpenProtocolCodec(OpenProtocolConfig()).row_pair(row)
+        with pytest.raises(UnicodeEncodeError):
+            python_pair({}, row, monkeypatch)
+    schema = TableSchema(TABLE, (ColumnInfo("id", TypeCode.LONG, N), ColumnInfo("g", TypeCode.GEOMETRY, N)))
+    row = RowChange(TABLE, OpType.INSERT, 10, 9, {"id": 1, "g": b"\x00"}, None, schema)
+    with pytest.raises(UnsupportedProtocolError, match="GEOMETRY"):
+        OpenProtocolCodec(OpenProtocolConfig()).row_pair(row)
+    with pytest.raises(UnsupportedProtocolError, match="GEOMETRY"):
+        python_pair({}, row, monkeypatch)
+
+
+def one_column_both_ways(column, value):
+    """One value through the C writer and through the compiled Python image writer."""
+    known = {column.name: open_protocol._known(column)}
+    ordered = tuple((name, head, writer) for name, (_, head, writer) in known.items())
+    native = _opfast.image({column.name: value}, open_protocol._native_columns(known, ordered))
+    python = open_protocol._compile_image_writer(ordered)({column.name: value})
+    return native, escape_html(python).encode("utf-8")
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.floats() | st.integers(-(2**53), 2**53).map(float) | st.floats(min_value=1e-8, max_value=1e-5))
+def test_doubles_are_written_with_go_s_digits_and_exponents(value):
+    native, python = one_column_both_ways(ColumnInfo("d", TypeCode.DOUBLE, N), value)
+    assert native == python
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.sampled_from([None, "date", "datetime(0)", "datetime(2)", "timestamp(6)", "time(3)"]),
+    st.sampled_from([TypeCode.DATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.DURATION]),
+    st.datetimes(timezones=ZONES) | st.dates() | st.timedeltas() | st.text(max_size=2),
+)
+def test_temporal_values_are_spelled_as_in_python(sql_type, code, value):
+    native, python = one_column_both_ways(ColumnInfo("t", code, N, sql_type or ""), value)
+    assert native == python
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.decimals(allow_nan=False) | st.decimals(places=4, allow_nan=False) | st.integers().map(decimal.Decimal))
+def test_decimals_are_written_in_fixed_point(value):
+    native, python = one_column_both_ways(ColumnInfo("n", TypeCode.NEWDECIMAL, N), value)
+    assert native == python
