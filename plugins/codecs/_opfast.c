@@ -103,48 +103,26 @@ html_escape(const unsigned char *s, Py_ssize_t i, Py_ssize_t n, const char **esc
     return 0;
 }
 
-/* JSON text (a writer's output) with the HTML escapes applied. */
+/* UTF-8 text with Go's HTML escapes; with json, also '"', '\\' and control
+ * characters escaped as encode_basestring escapes them (the inside of a quoted
+ * string; without it, JSON text a writer gave). */
 static int
-put_html(Out *o, const unsigned char *s, Py_ssize_t n)
-{
-    Py_ssize_t i = 0, start = 0;
-    while (i < n) {
-        const char *esc;
-        int skip;
-        int len = html_escape(s, i, n, &esc, &skip);
-        if (len == 0) {
-            i++;
-            continue;
-        }
-        if (out_put(o, (const char *)s + start, i - start) < 0 || out_put(o, esc, len) < 0)
-            return -1;
-        i += skip;
-        start = i;
-    }
-    return out_put(o, (const char *)s + start, n - start);
-}
-
-/* A quoted JSON string: '"', '\\' and control characters escaped as
- * encode_basestring escapes them, then Go's HTML escapes. */
-static int
-put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
+put_escaped(Out *o, const unsigned char *s, Py_ssize_t n, int json)
 {
     static const char hex[] = "0123456789abcdef";
-    if (out_put(o, "\"", 1) < 0)
-        return -1;
     Py_ssize_t i = 0, start = 0;
     while (i < n) {
         unsigned char c = s[i];
         char small[6];
         const char *esc = NULL;
         int len = 0, skip = 1;
-        if (c == '"' || c == '\\') {
+        if (json && (c == '"' || c == '\\')) {
             small[0] = '\\';
             small[1] = (char)c;
             esc = small;
             len = 2;
         }
-        else if (c < 0x20) {
+        else if (json && c < 0x20) {
             const char *shortform = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t"
                                     : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
             if (shortform != NULL) {
@@ -171,9 +149,7 @@ put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
         i += skip;
         start = i;
     }
-    if (out_put(o, (const char *)s + start, n - start) < 0)
-        return -1;
-    return out_put(o, "\"", 1);
+    return out_put(o, (const char *)s + start, n - start);
 }
 
 /* 1 written, 0 not UTF-8 encodable (error cleared: the caller returns None), -1 error. */
@@ -188,8 +164,11 @@ put_text(Out *o, PyObject *text, int quoted)
         PyErr_Clear();
         return 0;
     }
-    int rc = quoted ? put_quoted(o, (const unsigned char *)s, n) : put_html(o, (const unsigned char *)s, n);
-    return rc < 0 ? -1 : 1;
+    if (quoted && out_put(o, "\"", 1) < 0)
+        return -1;
+    if (put_escaped(o, (const unsigned char *)s, n, quoted) < 0)
+        return -1;
+    return quoted && out_put(o, "\"", 1) < 0 ? -1 : 1;
 }
 
 static int

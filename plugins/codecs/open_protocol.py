@@ -25,7 +25,6 @@ import base64
 import decimal
 import json
 import math
-import os
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -47,6 +46,7 @@ from cdcflow.core.data.types import (
     TypeCode,
 )
 from cdcflow.core.errors import ConfigInvalidError, UnsupportedProtocolError
+from cdcflow.core.native import native_module
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.plugins.codecs.columns import (
     column_for,
@@ -211,20 +211,9 @@ def _known(column: ColumnInfo) -> tuple[ColumnInfo, str, ValueWriter]:
     return column, _column_head(column), _value_writer(column)
 
 
-def _native() -> Any:
-    """The C image writer (:mod:`._opfast`), or None: not built (no C compiler where
-    cdcflow was installed), or turned off with ``CDCFLOW_PURE_PYTHON=1``."""
-    if os.environ.get("CDCFLOW_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from cdcflow.plugins.codecs import _opfast  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _opfast
-
-
-#: The C writer of full row images (see :func:`_native_columns`), None to write them in Python.
-NATIVE: Any = _native()
+#: The C writer of full row images (see :func:`_native_columns`), None to write them in Python
+#: (not built, or turned off with ``CDCFLOW_PURE_PYTHON=1``).
+NATIVE: Any = native_module("cdcflow.plugins.codecs._opfast")
 
 
 def _native_kind(column: ColumnInfo) -> tuple[int, Any]:

@@ -25,7 +25,6 @@ never a crash of the caller's loop, never a silently dropped row.
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from typing import Any, cast
 from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
 from cdcflow.core.data.source import BatchMounter, Mounter
 from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity
+from cdcflow.core.native import native_module
 from cdcflow.plugins.sources.tikv.tidb import ddl_job, keydatum, keys, rowcodec, values
 from cdcflow.plugins.sources.tikv.tidb.keydatum import Datum
 from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBTable
@@ -56,20 +56,9 @@ _COUNTS = struct.Struct("<HH")
 _MAX_LAYOUTS = 512
 
 
-def _native() -> Any:
-    """The C row decoder (:mod:`._rowfast`), or None: not built (no C compiler where
-    cdcflow was installed), or turned off with ``CDCFLOW_PURE_PYTHON=1``."""
-    if os.environ.get("CDCFLOW_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from cdcflow.plugins.sources.tikv.tidb import _rowfast  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _rowfast
-
-
-#: The C decoder of layouts (see :func:`_layout`), None to decode them in Python.
-NATIVE: Any = _native()
+#: The C decoder of layouts (see :func:`_layout`), None to decode them in Python (not built,
+#: or turned off with ``CDCFLOW_PURE_PYTHON=1``).
+NATIVE: Any = native_module("cdcflow.plugins.sources.tikv.tidb._rowfast")
 
 
 class RowDecodeError(CdcflowError):
