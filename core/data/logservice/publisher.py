@@ -293,12 +293,15 @@ class ChunkPublisher:
         chunks = self._write_chunks(buf, published, published, upto, rows=rows, marks=True)
         buf.floor_ts = upto
         self._manifest.chunks.extend(chunks)
-        if chunks:
-            log.info(
-                "changefeed %s: %s caught up behind the published ts %d: %d rows in %d chunks",
-                *(self._manifest.changefeed_id, buf.span, published, sum(c.rows for c in chunks), len(chunks)),
-            )
         covered = upto >= published
+        if chunks:
+            # At info for the step that catches the span up: one far behind takes many steps.
+            log.log(
+                logging.INFO if covered else logging.DEBUG,
+                "changefeed %s: %s %s behind the published ts %d: %d rows in %d chunks",
+                *(self._manifest.changefeed_id, buf.span, "caught up" if covered else "catching up", published),
+                *(sum(c.rows for c in chunks), len(chunks)),
+            )
         if covered:
             self._set_covered(buf)
         if chunks or covered:
