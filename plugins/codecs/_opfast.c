@@ -373,8 +373,10 @@ image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     o.cap = sizeof(o.small);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *column = PyTuple_GET_ITEM(columns, i);
+        long kind = -1;
         if (!PyTuple_Check(column) || PyTuple_GET_SIZE(column) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(column, 1))
-            || (PyLong_AsLong(PyTuple_GET_ITEM(column, 2)) == K_TEMPORAL && !PyLong_Check(PyTuple_GET_ITEM(column, 3)))) {
+            || ((kind = PyLong_AsLong(PyTuple_GET_ITEM(column, 2))) == -1 && PyErr_Occurred())
+            || (kind == K_TEMPORAL && !PyLong_Check(PyTuple_GET_ITEM(column, 3)))) {
             out_free(&o);
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "a column is (name, head: bytes, kind: int, arg, writer)");
@@ -388,11 +390,6 @@ image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_RETURN_NONE;
         }
         PyObject *head = PyTuple_GET_ITEM(column, 1);
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(column, 2));
-        if (kind == -1 && PyErr_Occurred()) {
-            out_free(&o);
-            return NULL;
-        }
         if (out_put(&o, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head)) < 0) {
             out_free(&o);
             return NULL;

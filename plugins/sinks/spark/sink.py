@@ -76,6 +76,7 @@ from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.data.pipeline.query import ORDER_COLUMNS
+from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS
 from cdcflow.core.data.sink import BatchFrame, RowDecoder, Sink, SinkContext
 from cdcflow.core.errors import CdcflowError, DownstreamUnavailableError, Retryable
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
@@ -113,10 +114,10 @@ _DROP_TABLE, _TRUNCATE_TABLE = 4, 11
 #: The change log's ``writer`` of a sink opened without a writer id (the test kit, the in-process executor).
 LOCAL_WRITER = "local"
 #: ``frame-writes: auto`` writes a batch of more than this many rows from its frame: a batch
-#: the pipeline would otherwise sort with Spark and stage for the driver (above its
+#: the pipeline would otherwise sort with Spark and stage for the driver (above its default
 #: ``collect_rows``), as in a catch-up. Smaller batches, a live changefeed's, are written
 #: sooner from the driver.
-AUTO_FRAME_ROWS = 50_000
+AUTO_FRAME_ROWS = DEFAULT_COLLECT_ROWS
 
 
 def _q(name: str) -> str:
