@@ -1,5 +1,5 @@
 """The parts of a changefeed's query that Spark evaluates: the table filter as a
-column predicate, and the micro-batch's order."""
+column predicate, the micro-batch's order, and where a batch's lanes are written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from cdcflow.core.data.filter import SYSTEM_SCHEMAS, TableFilter
 from cdcflow.core.data.logservice.records import KIND_RAW
 
-__all__ = ["ORDER_COLUMNS", "table_filter_predicate"]
+__all__ = ["ORDER_COLUMNS", "lane_placement", "spark_int_hash", "table_filter_predicate"]
 
 #: A micro-batch's rows are delivered in this order (the event store's order).
 ORDER_COLUMNS = ("commit_ts", "start_ts", "key")
@@ -29,3 +29,53 @@ def table_filter_predicate(table_filter: TableFilter) -> Any:
         decision = F.when(match, F.lit(not exclude)).otherwise(decision)
     system = F.lower(F.col("schema_name")).isin(sorted(SYSTEM_SCHEMAS))
     return (F.col("kind") == F.lit(KIND_RAW)) | (~system & decision)
+
+
+_MASK = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK
+
+
+def spark_int_hash(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of one INT column (Murmur3 x86 32-bit of the 4-byte value,
+    seed 42), as a signed 32-bit int: what ``repartition(n, column)`` places a row by,
+    in partition ``pmod(hash, n)``."""
+    k = (value & _MASK) * 0xCC9E2D51 & _MASK
+    k = _rotl(k, 15) * 0x1B873593 & _MASK
+    h = _rotl(seed & _MASK ^ k, 13)
+    h = (h * 5 + 0xE6546B64) & _MASK
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & _MASK
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & _MASK
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _partition_keys(partitions: int) -> list[int]:
+    """For each partition ``p`` of ``partitions``, the least int that Spark's hash
+    partitioning places in ``p``."""
+    keys: dict[int, int] = {}
+    value = 0
+    while len(keys) < partitions:
+        keys.setdefault(spark_int_hash(value) % partitions, value)
+        value += 1
+    return [keys[p] for p in range(partitions)]
+
+
+def lane_placement(partitions: int) -> Any:
+    """A Spark column to ``repartition(partitions, ...)`` a batch's encoded parts by:
+    the lanes of a route (a Kafka topic's partitions, numbered 0…) go round-robin to
+    the tasks, from an offset of the route's CRC-32, so that every lane is written by
+    one task and the tasks get as even a share of lanes as there can be. Hashing
+    ``(writer, route, lane)`` instead places lanes at random: 3 lanes on 2 tasks land
+    all on one task in a quarter of the batches. (Lanes handed over through files are
+    shared out by their size instead: :class:`~cdcflow.core.data.pipeline.tasks.LaneHandOff`.)"""
+    from pyspark.sql import functions as F
+
+    task = F.pmod(F.col("writer") + F.col("lane") + F.crc32(F.col("route").cast("binary")), F.lit(partitions))
+    keys = F.array(*(F.lit(k).cast("int") for k in _partition_keys(partitions)))
+    return F.element_at(keys, (task + 1).cast("int"))

@@ -49,6 +49,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import pickle
 import shutil
 import threading
 import time
@@ -69,13 +70,15 @@ from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.datasource import MIN_SPLIT_ROWS, offset_chunk, offset_ts, split_record_batches
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
-from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, table_filter_predicate
+from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, lane_placement, table_filter_predicate
 from cdcflow.core.data.pipeline.tasks import (
     ENCODED_SCHEMA_DDL,
     LANE_ORDER,
     SUMMARY_SCHEMA_DDL,
     ChunkRangesTask,
     EncodeTask,
+    LaneHandOff,
+    LaneRunsTask,
     LaneTask,
     MountTask,
     RecordDecoder,
@@ -641,6 +644,32 @@ class ChangefeedPipeline:
         store's files of the batch, in order (empty: ``frame`` is not the store's)."""
         began = time.perf_counter()
         partitions = self._task_partition_count(expected)
+        summaries = self._run_tasks(frame, plan, head, writers, expected, partitions, by_table, one_ts, chunk_files)
+        self.last_tasks = summaries
+        raise_task_error(summaries)
+        rows = sum(s.rows for s in summaries)
+        if self.metrics is not None:
+            self.metrics.tasks_done(s.finished - s.started for s in summaries)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "changefeed %s: batch %d: %d rows written by %d tasks in %.3fs",
+                *(self.changefeed_id, head.batch_id, rows, len(summaries), time.perf_counter() - began),
+            )
+        return rows, sum(s.bytes for s in summaries)
+
+    def _run_tasks(
+        self,
+        frame: Any,
+        plan: RowPlan,
+        head: MicroBatch,
+        writers: tuple[TaskWriter, ...],
+        expected: int,
+        partitions: int,
+        by_table: bool,
+        one_ts: bool,
+        chunk_files: tuple[str, ...],
+    ) -> list[TaskSummary]:
+        """The summaries of the Spark tasks that wrote the batch (see :meth:`_write_in_tasks`)."""
         lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
         if partitions == 1:
             # A batch for one task (a live batch of a few rows) is gathered into it without
@@ -662,29 +691,71 @@ class ChangefeedPipeline:
             # task, its lane is (see LaneTaskWriter). Encoding needs no order: a batch
             # the data source read in a partition per task is encoded where it was
             # read, without a shuffle.
-            encode = EncodeTask(plan, lanes, self.column_selection)
-            if _reads_apart(expected, partitions):
-                encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
-            else:
-                encoded = frame.repartition(partitions, "table_id", "key").mapInArrow(encode, ENCODED_SCHEMA_DDL)
-            by_lane = encoded.repartition(partitions, "writer", "route", "lane").sortWithinPartitions(*LANE_ORDER)
-            out = by_lane.mapInArrow(LaneTask(head, lanes), SUMMARY_SCHEMA_DDL)
+            return self._write_lanes(frame, plan, head, lanes, expected, partitions, chunk_files, one_ts)
         else:
             keys = ("table_id",) if by_table else ("table_id", "key")
             grouped = frame.repartition(partitions, *keys).sortWithinPartitions(*ORDER_COLUMNS)
             out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
-        summaries = [TaskSummary.from_row(row.asDict()) for row in out.collect()]
-        self.last_tasks = summaries
-        raise_task_error(summaries)
-        rows = sum(s.rows for s in summaries)
-        if self.metrics is not None:
-            self.metrics.tasks_done(s.finished - s.started for s in summaries)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "changefeed %s: batch %d: %d rows written by %d tasks in %.3fs",
-                *(self.changefeed_id, head.batch_id, rows, len(summaries), time.perf_counter() - began),
-            )
-        return rows, sum(s.bytes for s in summaries)
+        return [TaskSummary.from_row(row.asDict()) for row in out.collect()]
+
+    def _write_lanes(
+        self,
+        frame: Any,
+        plan: RowPlan,
+        head: MicroBatch,
+        lanes: tuple[LaneTaskWriter, ...],
+        expected: int,
+        partitions: int,
+        chunk_files: tuple[str, ...],
+        one_ts: bool,
+    ) -> list[TaskSummary]:
+        """The two steps of a batch written per lane: encode in ``partitions`` tasks, then
+        write each lane's parts in order from one lane task. Tasks that read the store's
+        files themselves hand their parts to the lane tasks there; otherwise Spark
+        shuffles them (lanes placed round-robin on the tasks) and sorts them."""
+        if _reads_apart(expected, partitions) and chunk_files:
+            return self._hand_off_lanes(frame, plan, head, lanes, partitions, chunk_files, one_ts)
+        encode = EncodeTask(plan, lanes, self.column_selection)
+        if _reads_apart(expected, partitions):
+            encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
+        else:
+            encoded = frame.repartition(partitions, "table_id", "key").mapInArrow(encode, ENCODED_SCHEMA_DDL)
+        by_lane = encoded.repartition(partitions, lane_placement(partitions)).sortWithinPartitions(*LANE_ORDER)
+        out = by_lane.mapInArrow(LaneTask(head, lanes), SUMMARY_SCHEMA_DDL)
+        return [TaskSummary.from_row(row.asDict()) for row in out.collect()]
+
+    def _hand_off_lanes(
+        self,
+        frame: Any,
+        plan: RowPlan,
+        head: MicroBatch,
+        lanes: tuple[LaneTaskWriter, ...],
+        partitions: int,
+        chunk_files: tuple[str, ...],
+        one_ts: bool,
+    ) -> list[TaskSummary]:
+        """Encode the batch in tasks that read their share of its files and leave their
+        parts as sorted runs per lane in the batch's work directory (:class:`LaneHandOff`),
+        then write them from at most ``partitions`` lane tasks, given even shares of the
+        lanes by size, each merging its lanes' runs: two Spark jobs, no shuffle. The
+        summaries of both; an encoding task's error is raised before any lane is written."""
+        directory = (self.work_dir / f"lanes-{head.batch_id}").resolve()
+        shutil.rmtree(directory, ignore_errors=True)  # a replayed batch's runs are written again
+        directory.mkdir(parents=True)
+        hand_off = LaneHandOff(str(directory))
+        try:
+            encode = EncodeTask(plan, lanes, self.column_selection, hand_off)
+            encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
+            summaries = [TaskSummary.from_row(pickle.loads(row.summary)) for row in encoded.select("summary").collect()]
+            raise_task_error(summaries)
+            shares = hand_off.assign(partitions)
+            if not shares:
+                return summaries
+            write = LaneRunsTask(hand_off, shares, head, lanes)
+            out = frame.sparkSession.range(0, len(shares), 1, len(shares)).mapInArrow(write, SUMMARY_SCHEMA_DDL)
+            return summaries + [TaskSummary.from_row(row.asDict()) for row in out.collect()]
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def _map_read_apart(
         self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...], one_ts: bool

@@ -32,13 +32,17 @@ Spark stack trace. Anything else fails the task, which Spark may retry.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import heapq
 import logging
 import os
 import pickle
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,6 +76,8 @@ __all__ = [
     "SUMMARY_SCHEMA_DDL",
     "ChunkRangesTask",
     "EncodeTask",
+    "LaneHandOff",
+    "LaneRunsTask",
     "LaneTask",
     "MountTask",
     "RecordDecoder",
@@ -485,12 +491,16 @@ ENCODED_SCHEMA_DDL = (
     "writer INT, route STRING, lane INT, commit_ts BIGINT, start_ts BIGINT, key BINARY, seq INT,"
     " part_key BINARY, part_value BINARY, summary BINARY"
 )
-#: The order a lane's parts are written in.
-LANE_ORDER = ("writer", "route", "lane", "commit_ts", "start_ts", "key", "seq")
+#: The order a lane task gets its parts in: commit order across its lanes, which is each
+#: lane's order (a lane's parts are a subsequence). Commit ts first, so that Spark's sort
+#: settles almost every comparison on its 8-byte prefix, not on the whole row.
+LANE_ORDER = ("commit_ts", "start_ts", "key", "seq")
 #: What a LaneTask reads of each part.
 _LANE_COLUMNS = ("writer", "route", "lane", "commit_ts", "part_key", "part_value", "summary")
 #: The parts an EncodeTask hands Spark at a time.
 _ENCODED_ROWS = 8_192
+#: The parts an EncodeTask holds before it writes them as runs (:class:`LaneHandOff`).
+_RUN_PARTS = 65_536
 
 
 def _add_parts(
@@ -522,28 +532,128 @@ def _add_parts(
 
 
 @dataclass(frozen=True)
+class LaneHandOff:
+    """Where the encoding tasks of a batch leave their parts for the lane tasks, when
+    every task can read the event store's directory (as a batch read apart needs): a
+    directory per lane holding runs — Arrow IPC files of :data:`ENCODED_SCHEMA`, each
+    sorted by :data:`LANE_ORDER` — named by the encoding task's partition and the run's
+    number. A retried encoding task writes the same runs again, each file replaced
+    whole. The parts skip Spark's shuffle (the JVM neither converts, writes, reads nor
+    sorts them), and the driver, seeing every lane's size before any is written, gives
+    the lane tasks even shares of them (:meth:`assign`), which hashing lanes to tasks
+    does not: two busy lanes land on one task as often as not."""
+
+    directory: str
+
+    def lane_dir(self, writer: int, route: str, lane: int) -> Path:
+        digest = hashlib.blake2b(route.encode(), digest_size=12).hexdigest()
+        return Path(self.directory) / f"{writer}-{lane}-{digest}"
+
+    def write_runs(self, columns: list[list[object]], partition: int, run: int) -> None:
+        """Write ``columns`` (parts, any order) as one sorted run per lane."""
+        numbers: dict[tuple[int, str, int], int] = {}
+        of: list[int] = []
+        lanes = zip(cast(list[int], columns[0]), cast(list[str], columns[1]), cast(list[int], columns[2]), strict=True)
+        for lane in lanes:
+            number = numbers.get(lane)
+            if number is None:
+                number = numbers[lane] = len(numbers)
+            of.append(number)
+        arrays = [pa.array(c, t.type) for c, t in zip(columns, ENCODED_SCHEMA, strict=True)]
+        table = pa.Table.from_arrays([*arrays, pa.array(of, pa.int32())], names=[*ENCODED_SCHEMA.names, "_lane"])
+        ordered = table.sort_by([("_lane", "ascending"), *((c, "ascending") for c in LANE_ORDER)]).drop_columns("_lane")
+        start = 0
+        counts = Counter(of)
+        for lane, number in numbers.items():  # numbered in order of appearance: sorted alike
+            count = counts[number]
+            path = self.lane_dir(*lane) / f"{partition:05d}-{run:05d}.arrow"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            written = path.with_suffix(".tmp")
+            with pa.OSFile(str(written), "wb") as sink, pa.ipc.new_file(sink, ENCODED_SCHEMA) as out:
+                out.write_table(ordered.slice(start, count), max_chunksize=_ENCODED_ROWS)
+            os.replace(written, path)
+            start += count
+
+    def assign(self, tasks: int) -> tuple[tuple[str, ...], ...]:
+        """The lanes (their directories' names) of each of at most ``tasks`` lane tasks:
+        the largest lane first, each to the task with the fewest bytes so far."""
+        sizes = {
+            lane.name: sum(run.stat().st_size for run in lane.glob("*.arrow"))
+            for lane in Path(self.directory).iterdir()
+            if lane.is_dir()
+        }
+        shares: list[tuple[int, list[str]]] = [(0, []) for _ in range(min(tasks, len(sizes)))]
+        for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+            i = min(range(len(shares)), key=lambda k: shares[k][0])
+            shares[i] = (shares[i][0] + sizes[name], [*shares[i][1], name])
+        return tuple(tuple(names) for _, names in shares)
+
+    def parts(self, lanes: Sequence[str]) -> Iterator[tuple[int, int, bytes, int, int, str, int, bytes, bytes]]:
+        """The parts of ``lanes`` (as :meth:`assign` names them), every run merged, in
+        :data:`LANE_ORDER`: ``(commit_ts, start_ts, key, seq, writer, route, lane,
+        part_key, part_value)`` — each lane's parts in its order."""
+        runs = [run for lane in lanes for run in sorted((Path(self.directory) / lane).glob("*.arrow"))]
+        return heapq.merge(*(_run_parts(run) for run in runs))
+
+
+def _run_parts(path: Path) -> Iterator[tuple[int, int, bytes, int, int, str, int, bytes, bytes]]:
+    with pa.memory_map(str(path)) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            yield from zip(
+                *(
+                    batch.column(name).to_pylist()
+                    for name in (
+                        "commit_ts",
+                        "start_ts",
+                        "key",
+                        "seq",
+                        "writer",
+                        "route",
+                        "lane",
+                        "part_key",
+                        "part_value",
+                    )
+                ),
+                strict=True,
+            )
+
+
+@dataclass(frozen=True)
 class EncodeTask:
     """``mapInArrow`` function, first step of a batch written per lane: one partition's
-    records → rows → every :class:`~cdcflow.core.data.sink.LaneTaskWriter`'s parts."""
+    records → rows → every :class:`~cdcflow.core.data.sink.LaneTaskWriter`'s parts,
+    yielded for Spark to shuffle to the lane tasks or, with ``hand_off``, left in its
+    runs (then the task yields its summary alone)."""
 
     plan: RowPlan
     writers: tuple[LaneTaskWriter, ...]
     column_selection: ColumnSelection
+    hand_off: LaneHandOff | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         partition = _task_partition()
         started = time.time()
-        count, error = 0, b""
+        count, error, runs = 0, b"", 0
         measured = _Measured(batches)
         columns: list[list[object]] = [[] for _ in ENCODED_SCHEMA]
+        held = _RUN_PARTS if self.hand_off is not None else _ENCODED_ROWS
         try:
             for rows in _prepared_rows(self.plan, self.column_selection, measured):
                 count += len(rows)
                 for w, writer in enumerate(self.writers):
                     _add_parts(columns, w, rows, writer.encode(rows))
-                if len(columns[0]) >= _ENCODED_ROWS:
-                    yield pa.RecordBatch.from_arrays(columns, schema=ENCODED_SCHEMA)
+                if len(columns[0]) >= held:
+                    if self.hand_off is not None:
+                        self.hand_off.write_runs(columns, partition, runs)
+                        runs += 1
+                    else:
+                        yield pa.RecordBatch.from_arrays(columns, schema=ENCODED_SCHEMA)
                     columns = [[] for _ in ENCODED_SCHEMA]
+            if self.hand_off is not None and columns[0]:
+                self.hand_off.write_runs(columns, partition, runs)
+                columns = [[] for _ in ENCODED_SCHEMA]
         except CdcflowError as exc:
             error = pickle.dumps(exc)
         summary = pickle.dumps(_summary(partition, count, started, error, measured.bytes))
@@ -553,12 +663,54 @@ class EncodeTask:
         yield pa.RecordBatch.from_arrays(columns, schema=ENCODED_SCHEMA)
 
 
+class _LaneWrites:
+    """A lane task's parts, gathered per lane and written through each writer's
+    :class:`~cdcflow.core.data.sink.LaneWriter` in calls of :data:`_WRITE_ROWS` parts
+    (a lane's last call: what is left), a lane's parts in the order they were added."""
+
+    def __init__(self, head: MicroBatch, writers: tuple[LaneTaskWriter, ...], partition: int) -> None:
+        self._head = head
+        self._writers = writers
+        self._partition = partition
+        self.opened: dict[int, LaneWriter] = {}
+        self._pending: dict[tuple[int, str, int], list[EncodedMessage]] = {}
+
+    def add(self, w: int, route: str, n: int, ts: int, key: bytes | None, value: bytes) -> None:
+        lane = (w, route, n)
+        parts = self._pending.get(lane)
+        if parts is None:
+            parts = self._pending[lane] = []
+        parts.append(EncodedMessage(key, value, None, 1, ts))
+        if len(parts) >= _WRITE_ROWS:
+            self._write(lane, parts)
+            self._pending[lane] = []
+
+    def flush(self) -> None:
+        for lane, parts in self._pending.items():
+            if parts:
+                self._write(lane, parts)
+        self._pending.clear()
+        for writer in self.opened.values():
+            writer.flush()
+
+    def close(self) -> None:
+        for writer in self.opened.values():
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    def _write(self, lane: tuple[int, str, int], parts: list[EncodedMessage]) -> None:
+        writer = self.opened.get(lane[0])
+        if writer is None:
+            writer = self.opened[lane[0]] = self._writers[lane[0]].open_lanes(self._head, self._partition)
+        writer.write(lane[1], lane[2], parts)
+
+
 @dataclass(frozen=True)
 class LaneTask:
     """``mapInArrow`` function, second step of a batch written per lane: one partition's
-    parts, sorted by :data:`LANE_ORDER`, written lane by lane through each writer's
-    :class:`~cdcflow.core.data.sink.LaneWriter`; yields the encoding tasks' summaries
-    that reached it and its own (no rows: they are counted where they were encoded)."""
+    parts, sorted by :data:`LANE_ORDER`, written per lane (:class:`_LaneWrites`); yields
+    the encoding tasks' summaries that reached it and its own (no rows: they are counted
+    where they were encoded)."""
 
     head: MicroBatch
     writers: tuple[LaneTaskWriter, ...]
@@ -568,47 +720,51 @@ class LaneTask:
         started = time.time()
         error = b""
         summaries: list[dict[str, object]] = []
-        opened: dict[int, LaneWriter] = {}
         measured = _Measured(batches)
-        lane: tuple[int, str, int] | None = None
-        parts: list[EncodedMessage] = []
-
-        def write() -> None:
-            if lane is not None and parts:
-                writer = opened.get(lane[0])
-                if writer is None:
-                    writer = opened[lane[0]] = self.writers[lane[0]].open_lanes(self.head, partition)
-                writer.write(lane[1], lane[2], parts)
-
+        writes = _LaneWrites(self.head, self.writers, partition)
         try:
             for batch in measured:
-                data = {name: batch.column(name).to_pylist() for name in _LANE_COLUMNS}
-                for w, route, n, ts, key, value, summary in zip(
-                    data["writer"],
-                    data["route"],
-                    data["lane"],
-                    data["commit_ts"],
-                    data["part_key"],
-                    data["part_value"],
-                    data["summary"],
-                    strict=True,
-                ):
+                data = [batch.column(name).to_pylist() for name in _LANE_COLUMNS]
+                for w, route, n, ts, key, value, summary in zip(*data, strict=True):
                     if w < 0:
                         summaries.append(pickle.loads(summary))
                         continue
-                    if lane != (w, route, n) or len(parts) >= _WRITE_ROWS:
-                        write()
-                        lane, parts = (w, route, n), []
-                    parts.append(EncodedMessage(key, value, None, 1, ts))
-            write()
-            for writer in opened.values():
-                writer.flush()
+                    writes.add(w, route, n, ts, key, value)
+            writes.flush()
         except CdcflowError as exc:
             error = pickle.dumps(exc)
         finally:
-            for writer in opened.values():
-                with contextlib.suppress(Exception):
-                    writer.close()
+            writes.close()
         # Its own partition numbers follow the encoding tasks' (an error of theirs is raised first).
         own = _summary(partition + 1_000_000, 0, started, error, 0)
         yield pa.RecordBatch.from_pylist([*summaries, own], schema=SUMMARY_SCHEMA)
+
+
+@dataclass(frozen=True)
+class LaneRunsTask:
+    """``mapInArrow`` function over ``spark.range(n, numPartitions=n)``, second step of a
+    batch whose encoding tasks left their parts in a :class:`LaneHandOff`: the task of
+    row ``i`` merges the runs of the lanes ``shares[i]`` into :data:`LANE_ORDER` and
+    writes them per lane; yields its summary."""
+
+    hand_off: LaneHandOff
+    shares: tuple[tuple[str, ...], ...]
+    head: MicroBatch
+    writers: tuple[LaneTaskWriter, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        partition = _task_partition()
+        started = time.time()
+        error = b""
+        writes = _LaneWrites(self.head, self.writers, partition)
+        try:
+            for batch in batches:
+                for share in batch.column(0).to_pylist():
+                    for ts, _, _, _, w, route, n, key, value in self.hand_off.parts(self.shares[share]):
+                        writes.add(w, route, n, ts, key, value)
+            writes.flush()
+        except CdcflowError as exc:
+            error = pickle.dumps(exc)
+        finally:
+            writes.close()
+        yield pa.RecordBatch.from_pylist([_summary(partition + 1_000_000, 0, started, error, 0)], schema=SUMMARY_SCHEMA)

@@ -447,10 +447,20 @@ def test_rows_kept_in_order_per_table_are_encoded_in_parallel_and_written_per_la
 def test_tasks_that_read_the_chunk_files_themselves_keep_each_lane_in_commit_order(tmp_path, spark, monkeypatch):
     """A batch big enough to be read apart (here: any batch) is not read by the data
     source: each encoding task reads its share of the batch's chunk files itself
-    (ChunkRangesTask), and every lane still gets every row once, in commit order."""
+    (ChunkRangesTask), and every lane still gets every row once, in commit order: the
+    encoding tasks hand their parts to the lane tasks as sorted runs in the batch's work
+    directory (no Spark shuffle), removed once the batch is written."""
     from cdcflow.core.data.pipeline import runtime
 
     shares: list[list[Any]] = []
+    hand_offs: list[Path] = []
+    hand_off_lanes = runtime.ChangefeedPipeline._hand_off_lanes
+
+    def hand_off(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hand_offs.append(self.work_dir)
+        return hand_off_lanes(self, *args, **kwargs)
+
+    monkeypatch.setattr(runtime.ChangefeedPipeline, "_hand_off_lanes", hand_off)
 
     def split(files: Sequence[str], parts: int) -> list[list[tuple[str, int, int]]]:
         out = split_record_batches(files, parts)
@@ -469,6 +479,7 @@ def test_tasks_that_read_the_chunk_files_themselves_keep_each_lane_in_commit_ord
     run_pipeline(tmp_path, spark, [sink], "lanes-from-chunks", events, chunk_rows=10)  # batches of several files
 
     assert any(len(share) >= 2 for share in shares), shares  # batches split among tasks by the driver
+    assert hand_offs and not [p for d in set(hand_offs) for p in d.glob("lanes-*")]
     encoders = [json.loads(p.read_text()) for p in out.glob("encode-*")]
     assert len([e for e in encoders if e["rows"]]) >= 2 and os.getpid() not in {e["pid"] for e in encoders}
     lanes: dict[str, list[Any]] = defaultdict(list)
@@ -506,3 +517,38 @@ def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):
     for runs in by_batch.values():
         assert len(runs) == 1  # one task wrote the lane's rows of the batch
         assert [p[3] for p in runs[0]] == sorted(p[3] for p in runs[0])
+
+
+def test_spark_int_hash_is_the_hash_spark_partitions_by(spark):
+    from pyspark.sql import functions as F
+
+    from cdcflow.core.data.pipeline.query import spark_int_hash
+
+    values = [*range(-50, 200), 2**31 - 1, -(2**31), 123_456_789]
+    frame = spark.createDataFrame([(v,) for v in values], "v INT")
+    got = {row.v: row.h for row in frame.select("v", F.hash("v").alias("h")).collect()}
+    assert got == {v: spark_int_hash(v) for v in values}
+
+
+@pytest.mark.parametrize("partitions", [2, 3, 5])
+def test_lanes_are_placed_round_robin_on_the_tasks(spark, partitions):
+    """Every lane goes to one task, and a route's lanes are spread as evenly as can be
+    (hashing them would put 3 lanes on one of 2 tasks in a quarter of the batches)."""
+    from pyspark.sql import functions as F
+
+    from cdcflow.core.data.pipeline.query import lane_placement
+
+    routes = ["orders", "bench-catchup-2f9c1a0e", "items"]
+    parts = [(w, route, lane, i) for w in (0, 1) for route in routes for lane in range(3) for i in range(4)]
+    frame = spark.createDataFrame(parts, "writer INT, route STRING, lane INT, i INT")
+    placed = frame.repartition(partitions, lane_placement(partitions)).select(
+        "writer", "route", "lane", F.spark_partition_id().alias("task")
+    )
+    tasks_of: dict[tuple[int, str, int], set[int]] = defaultdict(set)
+    for row in placed.collect():
+        tasks_of[(row.writer, row.route, row.lane)].add(row.task)
+    assert len(tasks_of) == 2 * len(routes) * 3 and all(len(t) == 1 for t in tasks_of.values())
+    for w in (0, 1):
+        for route in routes:
+            tasks = [next(iter(tasks_of[(w, route, lane)])) for lane in range(3)]
+            assert len(set(tasks)) == min(3, partitions), (w, route, tasks)
