@@ -44,6 +44,7 @@ __all__ = [
     "load_pickled",
     "loads_image",
     "loads_pickled",
+    "raw_events",
     "read_record_batches",
     "record_batch_count",
     "record_from_event",
@@ -320,6 +321,23 @@ def event_from_record(
         schemas.get(sid),
         bytes(key),
     )
+
+
+def raw_events(batch: pa.RecordBatch, span_of: Callable[[int], Span]) -> list[RawKVEvent]:
+    """:func:`event_from_record` of each record of ``batch``, every one of them raw (as a
+    TiKV source's are), read column by column: only the columns a raw event has."""
+    column = batch.column
+    spans: dict[int, Span] = {}
+    out: list[RawKVEvent] = []
+    append = out.append
+    for commit_ts, start_ts, key, span_id, op, value, old in zip(
+        *(column(i).to_pylist() for i in (0, 1, 2, 4, 9, 10, 11)), strict=True
+    ):
+        span = spans.get(span_id)
+        if span is None:
+            span = spans[span_id] = span_of(span_id)
+        append(RawKVEvent(span, key, value, old, start_ts, commit_ts, delete=op == "delete"))
+    return out
 
 
 def records_to_batch(records: Sequence[Record]) -> pa.RecordBatch:

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.core.data.codec import EncodedMessage
-from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableSchema
+from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableName, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import (
     KIND_RAW,
@@ -57,6 +57,7 @@ from cdcflow.core.data.logservice.records import (
     SchemaRegistry,
     batch_to_records,
     event_from_record,
+    raw_events,
     read_record_batches,
     record_from_event,
     records_to_batch,
@@ -209,16 +210,27 @@ class RowPlan:
                 f"changefeed {self.changefeed_id}: the source yields raw key-value events but gave no batch mounter"
             )
         matches = self.table_filter.matches
-        return [
-            row if row is not None and matches(row.table.schema, row.table.table) else None
-            for row in self.mounter.mount_many(events)
-        ]
+        decided: dict[int, tuple[TableName, bool]] = {}  # by the rows' table name object, mostly one per table
+        out: list[RowChange | None] = []
+        for row in self.mounter.mount_many(events):
+            if row is None:
+                out.append(None)
+                continue
+            table = row.table
+            hit = decided.get(id(table))
+            if hit is None or hit[0] is not table:
+                hit = decided[id(table)] = (table, matches(table.schema, table.table))
+            out.append(row if hit[1] else None)
+        return out
 
     def rows(self, batches: Iterable[pa.RecordBatch]) -> Iterator[list[RowChange]]:
         """The rows of ``batches``, in their order, a list per record batch."""
         registry = self.lazy_registry()
         span_of = self.spans.__getitem__
         for batch in batches:
+            if batch.num_rows and pc.all(pc.equal(batch.column("kind"), KIND_RAW)).as_py():
+                yield [row for row in self.mount_many(raw_events(batch, span_of)) if row is not None]
+                continue
             events = [event_from_record(record, span_of, registry) for record in batch_to_records(batch)]
             raw = [e for e in events if isinstance(e, RawKVEvent)]
             if not raw:
