@@ -717,12 +717,33 @@ class _LaneWrites:
         writer.write(lane[1], lane[2], parts)
 
 
+def _write_lane_parts(
+    head: MicroBatch,
+    writers: tuple[LaneTaskWriter, ...],
+    partition: int,
+    parts: Iterable[tuple[int, str, int, int, bytes | None, bytes]],
+) -> bytes:
+    """Write ``parts`` — ``(writer, route, lane, commit_ts, key, value)``, each lane's in
+    its order — per lane (:class:`_LaneWrites`) and flush them: the pickled CdcflowError
+    it stopped on, or ``b""``."""
+    writes = _LaneWrites(head, writers, partition)
+    try:
+        for w, route, n, ts, key, value in parts:
+            writes.add(w, route, n, ts, key, value)
+        writes.flush()
+    except CdcflowError as exc:
+        return pickle.dumps(exc)
+    finally:
+        writes.close()
+    return b""
+
+
 @dataclass(frozen=True)
 class LaneTask:
     """``mapInArrow`` function, second step of a batch written per lane: one partition's
-    parts, sorted by :data:`LANE_ORDER`, written per lane (:class:`_LaneWrites`); yields
-    the encoding tasks' summaries that reached it and its own (no rows: they are counted
-    where they were encoded)."""
+    parts, sorted by :data:`LANE_ORDER`, written per lane; yields the encoding tasks'
+    summaries that reached it and its own (no rows: they are counted where they were
+    encoded)."""
 
     head: MicroBatch
     writers: tuple[LaneTaskWriter, ...]
@@ -730,23 +751,18 @@ class LaneTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         partition = _task_partition()
         started = time.time()
-        error = b""
         summaries: list[dict[str, object]] = []
-        measured = _Measured(batches)
-        writes = _LaneWrites(self.head, self.writers, partition)
-        try:
-            for batch in measured:
+
+        def parts() -> Iterator[tuple[int, str, int, int, bytes | None, bytes]]:
+            for batch in batches:
                 data = [batch.column(name).to_pylist() for name in _LANE_COLUMNS]
                 for w, route, n, ts, key, value, summary in zip(*data, strict=True):
                     if w < 0:
                         summaries.append(pickle.loads(summary))
-                        continue
-                    writes.add(w, route, n, ts, key, value)
-            writes.flush()
-        except CdcflowError as exc:
-            error = pickle.dumps(exc)
-        finally:
-            writes.close()
+                    else:
+                        yield w, route, n, ts, key, value
+
+        error = _write_lane_parts(self.head, self.writers, partition, parts())
         # Its own partition numbers follow the encoding tasks' (an error of theirs is raised first).
         own = _summary(partition + 1_000_000, 0, started, error, 0)
         yield pa.RecordBatch.from_pylist([*summaries, own], schema=SUMMARY_SCHEMA)
@@ -767,16 +783,12 @@ class LaneRunsTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         partition = _task_partition()
         started = time.time()
-        error = b""
-        writes = _LaneWrites(self.head, self.writers, partition)
-        try:
+
+        def parts() -> Iterator[tuple[int, str, int, int, bytes | None, bytes]]:
             for batch in batches:
                 for share in batch.column(0).to_pylist():
                     for ts, _, _, _, w, route, n, key, value in self.hand_off.parts(self.shares[share]):
-                        writes.add(w, route, n, ts, key, value)
-            writes.flush()
-        except CdcflowError as exc:
-            error = pickle.dumps(exc)
-        finally:
-            writes.close()
+                        yield w, route, n, ts, key, value
+
+        error = _write_lane_parts(self.head, self.writers, partition, parts())
         yield pa.RecordBatch.from_pylist([_summary(partition + 1_000_000, 0, started, error, 0)], schema=SUMMARY_SCHEMA)
