@@ -746,7 +746,10 @@ class ChangefeedPipeline:
         try:
             encode = EncodeTask(plan, lanes, self.column_selection, hand_off)
             encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
-            summaries = [TaskSummary.from_row(pickle.loads(row.summary)) for row in encoded.select("summary").collect()]
+            summaries = [
+                TaskSummary.from_row(pickle.loads(row.summary))
+                for row in encoded.where("writer < 0").select("summary").collect()
+            ]
             raise_task_error(summaries)
             shares = hand_off.assign(partitions)
             if not shares:

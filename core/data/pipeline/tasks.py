@@ -665,9 +665,10 @@ class EncodeTask:
                     columns = [[] for _ in ENCODED_SCHEMA]
             if self.hand_off is not None and columns[0]:
                 self.hand_off.write_runs(columns, partition, runs)
-                columns = [[] for _ in ENCODED_SCHEMA]
         except CdcflowError as exc:
             error = pickle.dumps(exc)
+        if self.hand_off is not None:
+            columns = [[] for _ in ENCODED_SCHEMA]  # its parts are in runs, or (an error) unwritten
         summary = pickle.dumps(_summary(partition, count, started, error, measured.bytes))
         first = (-1, "", partition, 0, 0, b"", 0, None, b"", summary)
         for column, value in zip(columns, first, strict=True):

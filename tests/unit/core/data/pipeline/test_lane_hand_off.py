@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from cdcflow.core.data.pipeline.tasks import ENCODED_SCHEMA, LaneHandOff
+import pyarrow as pa
+
+from cdcflow.core.data.codec import EncodedMessage
+from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableSchema
+from cdcflow.core.data.filter import TableFilter
+from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
+from cdcflow.core.data.pipeline import tasks
+from cdcflow.core.data.pipeline.columns import ColumnSelection
+from cdcflow.core.data.pipeline.tasks import ENCODED_SCHEMA, EncodeTask, LaneHandOff, RowPlan
+from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter
+from cdcflow.core.data.source import BatchMounter
+from cdcflow.core.errors import DownstreamUnavailableError
+from cdcflow.core.testing import insert
 
 Part = tuple[int, str, int, int, int, bytes, int]
 
@@ -87,3 +102,77 @@ def test_a_rewritten_run_replaces_the_first_one(tmp_path: Path) -> None:
     (share,) = hand_off.assign(2)
     assert [p[0] for p in hand_off.parts(share)] == [1, 2, 3]
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+class _Mounter(BatchMounter):
+    """Raw events of keys ``b"k<n>"`` as inserts of shop.t."""
+
+    def mount(self, event: RawKVEvent) -> RowChange | None:
+        row = insert("shop", "t", {"id": int(event.key[1:])}, commit_ts=event.commit_ts, start_ts=event.start_ts)
+        return replace(row, key=event.key)
+
+    def schemas(self) -> list[TableSchema]:
+        return []
+
+
+class _FailingLanes(LaneTaskWriter):
+    """Encodes a row per part to lane ``id % 3``, and fails on the ``fail_on``-th call."""
+
+    def __init__(self, fail_on: int) -> None:
+        self.fail_on = fail_on
+        self.calls = 0
+
+    def encode(self, rows: Sequence[RowChange]) -> list[tuple[int, str, int, EncodedMessage]]:
+        self.calls += 1
+        if self.calls == self.fail_on:
+            raise DownstreamUnavailableError("this row cannot be encoded")
+        return [
+            (i, "t", row.image()["id"] % 3, EncodedMessage(row.key, b"v", None, 1, row.commit_ts))
+            for i, row in enumerate(rows)
+        ]
+
+    def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
+        raise AssertionError("an encoding task writes no lane")
+
+
+def _raw_batches(n: int, per_batch: int) -> tuple[dict[int, Span], list[pa.RecordBatch]]:
+    span = Span(1, b"k", b"l")
+    events = [RawKVEvent(span, b"k%d" % i, b"x", b"", 10 + i, 11 + i) for i in range(n)]
+    records = [record_from_event(e, 1, _NoSchemas()) for e in events]
+    return {1: span}, [records_to_batch(records[i : i + per_batch]) for i in range(0, n, per_batch)]
+
+
+class _NoSchemas:
+    def id_of(self, schema: object) -> int:
+        raise AssertionError("raw records carry no schema")
+
+
+def _encode(tmp_path: Path, writer: LaneTaskWriter, batches: list[pa.RecordBatch], spans: dict[int, Span]) -> pa.Table:
+    plan = RowPlan("cf", str(tmp_path), spans, _Mounter(), TableFilter())
+    task = EncodeTask(plan, (writer,), ColumnSelection(), LaneHandOff(str(tmp_path / "lanes")))
+    return pa.Table.from_batches(list(task(iter(batches))))
+
+
+def test_an_encoding_task_that_hands_off_yields_its_summary_alone(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(tasks, "_RUN_PARTS", 8)
+    spans, batches = _raw_batches(40, 5)
+    out = _encode(tmp_path, _FailingLanes(fail_on=0), batches, spans)
+    assert out.num_rows == 1 and out["writer"].to_pylist() == [-1]
+    summary = pickle.loads(out["summary"][0].as_py())
+    assert summary["rows"] == 40 and not summary["error"]
+    hand_off = LaneHandOff(str(tmp_path / "lanes"))
+    parts = [p for share in hand_off.assign(3) for p in hand_off.parts(share)]
+    assert sorted(p[2] for p in parts) == sorted(b"k%d" % i for i in range(40))
+    assert len(list((tmp_path / "lanes").rglob("*.arrow"))) == 3 * 4  # runs of 10 parts (two batches reach 8), per lane
+
+
+def test_an_encoding_error_with_parts_not_yet_in_runs_reaches_the_driver_in_the_summary(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Parts held when the error came are dropped: the task yields its summary alone, with the error."""
+    monkeypatch.setattr(tasks, "_RUN_PARTS", 8)
+    spans, batches = _raw_batches(40, 5)
+    out = _encode(tmp_path, _FailingLanes(fail_on=4), batches, spans)  # after one run (10 parts) and one batch more
+    assert out.num_rows == 1 and out["writer"].to_pylist() == [-1]
+    error = pickle.loads(pickle.loads(out["summary"][0].as_py())["error"])
+    assert isinstance(error, DownstreamUnavailableError) and "cannot be encoded" in str(error)
