@@ -601,11 +601,12 @@ class LaneHandOff:
         return tuple(tuple(names) for _, names in shares)
 
     def parts(self, lanes: Sequence[str]) -> Iterator[tuple[int, int, bytes, int, int, str, int, bytes, bytes]]:
-        """The parts of ``lanes`` (as :meth:`assign` names them), every run merged, in
-        :data:`LANE_ORDER`: ``(commit_ts, start_ts, key, seq, writer, route, lane,
-        part_key, part_value)`` — each lane's parts in its order."""
-        runs = [run for lane in lanes for run in sorted((Path(self.directory) / lane).glob("*.arrow"))]
-        return heapq.merge(*(_run_parts(run) for run in runs))
+        """The parts of ``lanes`` (as :meth:`assign` names them), lane after lane, each
+        lane's runs merged into :data:`LANE_ORDER`: ``(commit_ts, start_ts, key, seq,
+        writer, route, lane, part_key, part_value)``. One lane's runs are open at a time."""
+        for lane in lanes:
+            runs = sorted((Path(self.directory) / lane).glob("*.arrow"))
+            yield from heapq.merge(*(_run_parts(run) for run in runs))
 
 
 def _run_parts(path: Path) -> Iterator[tuple[int, int, bytes, int, int, str, int, bytes, bytes]]:
@@ -773,8 +774,8 @@ class LaneTask:
 class LaneRunsTask:
     """``mapInArrow`` function over ``spark.range(n, numPartitions=n)``, second step of a
     batch whose encoding tasks left their parts in a :class:`LaneHandOff`: the task of
-    row ``i`` merges the runs of the lanes ``shares[i]`` into :data:`LANE_ORDER` and
-    writes them per lane; yields its summary."""
+    row ``i`` writes the lanes ``shares[i]``, one after another, each lane's runs merged
+    into :data:`LANE_ORDER`; yields its summary."""
 
     hand_off: LaneHandOff
     shares: tuple[tuple[str, ...], ...]
