@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import heapq
 import logging
+import operator
 import os
 import pickle
 import time
@@ -606,7 +607,13 @@ class LaneHandOff:
         writer, route, lane, part_key, part_value)``. One lane's runs are open at a time."""
         for lane in lanes:
             runs = sorted((Path(self.directory) / lane).glob("*.arrow"))
-            yield from heapq.merge(*(_run_parts(run) for run in runs))
+            # On the order alone: parts of rows without a key tie on it (their run's order
+            # stands, as Arrow's stable sort left it), and a part's key may be None.
+            yield from heapq.merge(*(_run_parts(run) for run in runs), key=_LANE_ORDER_OF_PART)
+
+
+#: A merged part's place in :data:`LANE_ORDER`.
+_LANE_ORDER_OF_PART = operator.itemgetter(0, 1, 2, 3)
 
 
 def _run_parts(path: Path) -> Iterator[tuple[int, int, bytes, int, int, str, int, bytes, bytes]]:

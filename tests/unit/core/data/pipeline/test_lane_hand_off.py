@@ -176,3 +176,16 @@ def test_an_encoding_error_with_parts_not_yet_in_runs_reaches_the_driver_in_the_
     assert out.num_rows == 1 and out["writer"].to_pylist() == [-1]
     error = pickle.loads(pickle.loads(out["summary"][0].as_py())["error"])
     assert isinstance(error, DownstreamUnavailableError) and "cannot be encoded" in str(error)
+
+
+def test_parts_that_tie_on_the_order_keep_their_runs_order(tmp_path: Path) -> None:
+    """Rows without a key tie on (commit_ts, start_ts, key, seq), and a part's key may be
+    None: the merge compares the order alone and keeps the runs' order."""
+    hand_off = LaneHandOff(str(tmp_path))
+    for partition, part_key, values in [(0, None, [b"z", b"y"]), (1, b"k", [b"a", b"b"])]:
+        columns = _columns([(0, "t", 0, 5, 4, b"", 0), (0, "t", 0, 5, 4, b"", 0)])
+        columns[7] = [part_key, part_key]
+        columns[8] = values
+        hand_off.write_runs(columns, partition, 0)
+    (share,) = hand_off.assign(1)
+    assert [p[8] for p in hand_off.parts(share)] == [b"z", b"y", b"a", b"b"]
