@@ -89,7 +89,16 @@ from typing import Any
 import yaml
 
 from benchmarks import cputime
-from benchmarks.bench_e2e import PARTITIONS, LagSampler, Recorder, Scraper, mount_all, percentile, produce_raw
+from benchmarks.bench_e2e import (
+    PARTITIONS,
+    LagSampler,
+    Recorder,
+    Scraper,
+    mount_all,
+    parse_spark_conf,
+    percentile,
+    produce_raw,
+)
 from cdcflow.core.data.events import RawKVEvent, RowChange
 from cdcflow.core.data.logservice.manifest import MANIFEST_NAME, read_manifest
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
@@ -422,16 +431,6 @@ def metrics_overhead(rows: int, master: str, rounds: int) -> dict[str, Any]:
     return report
 
 
-def _spark_conf(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
-    conf: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            parser.error(f"--spark-conf {pair!r}: expected KEY=VALUE, e.g. spark.shuffle.compress=false")
-        conf[key.strip()] = value.strip()
-    return conf
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes in the backlog (approximately)")
@@ -507,7 +506,7 @@ def raw_mount(
 def main() -> None:
     parser = _parser()
     args = parser.parse_args()
-    conf = _spark_conf(parser, args.spark_conf)
+    conf = parse_spark_conf(parser, args.spark_conf)
     if args.metrics_overhead:
         print(json.dumps(metrics_overhead(args.rows, args.masters[0], args.rounds), indent=2))
         return

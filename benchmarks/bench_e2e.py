@@ -1,6 +1,6 @@
 """End to end: rows/s from the playground to the Kafka mock cluster, next to two ceilings.
 
-    .venv/bin/python -m benchmarks.bench_e2e [--txns 3000] [--rate TXNS_PER_S] [--stages]
+    .venv/bin/python -m benchmarks.bench_e2e [--txns 3000] [--rate TXNS_PER_S] [--stages] [--spark-conf KEY=VALUE ...]
     .venv/bin/python -m benchmarks.bench_e2e --memory [--rows 1000000] [--quota 64MiB] [--trace FILE]
     .venv/bin/python -m benchmarks.bench_e2e --metrics-overhead [--txns 3000] [--rounds 2]
 
@@ -26,6 +26,9 @@ Throughput mode, all in one run on the same machine:
   one). Reported per stage: its lag (wall clock − ts) p50 / p99; and per hop (a stage
   to the next) the time the next stage took to reach a ts the stage was seen at
   (mean / p99, to the 0.1 s of the sampling). The reads cost the capture a little.
+  ``--spark-conf`` adds Spark properties to the capture (``server.spark.conf``): an
+  event log (``spark.eventLog.enabled=true``, ``spark.eventLog.dir=file:///tmp/ev``)
+  holds each micro-batch's progress, its durations by phase.
 * **mount** — the same committed row events, decoded by ``TiDBMounter`` in this
   process (schema loaded from the status API first, not timed): the raw decode rate.
 * **produce** — the mounted rows encoded as Open Protocol messages (not timed), then
@@ -243,7 +246,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Playground(stores=3, seed=5, ddl_every=0, split_keys=0) as pg:
         recorder = Recorder(pg)
         start_ts = pg.now()
-        capture = CaptureProcess(Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts)
+        capture = CaptureProcess(Path(tmp), pg, cluster.bootstrap_servers, topic, start_ts, spark_conf=args.conf)
         capture.start()
         try:
             pg.run_workload(50)  # warm-up: Spark, the data source, the producer
@@ -431,6 +434,16 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def parse_spark_conf(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--spark-conf {pair!r}: expected KEY=VALUE, e.g. spark.shuffle.compress=false")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--txns", type=int, default=3000, help="workload transactions in the measured burst")
@@ -451,7 +464,15 @@ def main() -> None:
         "--metrics-overhead", action="store_true", help="e2e rate with server.metrics on (scraped) and off"
     )
     parser.add_argument("--rounds", type=int, default=2, help="metrics-overhead mode: on/off pairs of runs")
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="throughput mode: a Spark property for the capture (server.spark.conf); repeatable",
+    )
     args = parser.parse_args()
+    args.conf = parse_spark_conf(parser, args.spark_conf)
     mode = metrics_overhead if args.metrics_overhead else memory if args.memory else throughput
     report = mode(args)
     print(json.dumps(report, indent=2))
