@@ -83,6 +83,7 @@ from cdcflow.core.data.pipeline.tasks import (
     MountTask,
     RecordDecoder,
     RowPlan,
+    SortedTask,
     TaskSummary,
     WriteTask,
     check_mounted,
@@ -673,9 +674,15 @@ class ChangefeedPipeline:
         lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
         if partitions == 1:
             # A batch for one task (a live batch of a few rows) is gathered into it without
-            # a shuffle: one Spark stage instead of two, which is most of a small batch's time.
-            grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)
-            out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
+            # a shuffle: one Spark stage instead of two, which is most of a small batch's
+            # time. With the batch's files known, the task reads them itself and sorts
+            # them in its worker: one Python worker, and no trip through the JVM.
+            write = WriteTask(plan, head, writers, self.column_selection)
+            if chunk_files:
+                out = self._map_read_apart(frame, SortedTask(write), SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
+            else:
+                grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)
+                out = grouped.mapInArrow(write, SUMMARY_SCHEMA_DDL)
         elif by_table and len(lanes) == len(writers) and one_ts:
             # Every row of the batch has one commit ts (an initial snapshot's, each key
             # once): a lane's order among them is free, so each task writes its rows to

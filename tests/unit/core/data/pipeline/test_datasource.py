@@ -204,3 +204,52 @@ def test_tasks_reading_chunks_leave_out_rows_the_table_filter_leaves_out(tmp_pat
     rows = [name for kind, name in filtered if kind != 0]
     assert rows == ["orders"] * 8  # shop.orders and Shop.orders (names match case-insensitively)
     assert [kind for kind, _ in filtered].count(0) == 1  # the raw record passes
+
+
+def test_a_single_task_batch_is_sorted_in_the_tasks_worker(tmp_path):
+    """SortedTask (a one-task batch read by ChunkRangesTask): the task gets every record
+    of the batch's files in the order Spark's sort would give it: commit ts, start ts,
+    key (bytes, unsigned), whatever the files' order."""
+    import pyarrow as pa
+
+    from cdcflow.core.data.pipeline.datasource import split_record_batches
+    from cdcflow.core.data.pipeline.tasks import ChunkRangesTask, SortedTask
+
+    store = EventStore(tmp_path, "cf", start_ts=5, fsync=False, chunk_rows=2)
+    other = Span(2, b"b", b"c")
+    store.add_span(SPAN, 5, replicating=True)
+    store.add_span(other, 5, replicating=True)
+    # Two spans' events: each span's chunks are in its own order, not the batch's.
+    for span, events in (
+        (SPAN, [(b"k2", 8, 20), (b"k1", 8, 20), (b"\xff", 9, 20), (b"k3", 29, 30)]),
+        (other, [(b"b9", 3, 10), (b"b1", 18, 20), (b"b\x00", 8, 20)]),
+    ):
+        for key, start_ts, commit_ts in events:
+            store.put(span, RawKVEvent(span, key, b"v", b"", start_ts, commit_ts))
+    store.resolve(SPAN, 40)
+    store.resolve(other, 40)
+    chunks = store.chunks_in(0, 10)
+    assert len(chunks) > 1
+    shares = tuple(tuple(s) for s in split_record_batches([str(tmp_path / c.file) for c in chunks], 1))
+
+    seen = []
+
+    def task(batches):
+        for batch in batches:
+            seen.extend(zip(*(batch.column(c).to_pylist() for c in ("commit_ts", "start_ts", "key")), strict=True))
+        yield pa.RecordBatch.from_pylist([{"rows": len(seen)}])
+
+    out = list(ChunkRangesTask(shares, SortedTask(task))(iter([pa.RecordBatch.from_pylist([{"id": 0}])])))
+    assert out[0].column("rows").to_pylist() == [7]
+    assert seen == [
+        (10, 3, b"b9"),
+        (20, 8, b"b\x00"),
+        (20, 8, b"k1"),
+        (20, 8, b"k2"),
+        (20, 9, b"\xff"),
+        (20, 18, b"b1"),
+        (30, 29, b"k3"),
+    ]
+    # No records: the task still runs, on nothing.
+    seen.clear()
+    assert list(SortedTask(task)(iter([]))) == [pa.RecordBatch.from_pylist([{"rows": 0}])]
