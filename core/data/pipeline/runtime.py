@@ -675,10 +675,11 @@ class ChangefeedPipeline:
         if partitions == 1:
             # A batch for one task (a live batch of a few rows) is gathered into it without
             # a shuffle: one Spark stage instead of two, which is most of a small batch's
-            # time. With the batch's files known, the task reads them itself and sorts
-            # them in its worker: one Python worker, and no trip through the JVM.
+            # time. A small batch's files (known) the task reads itself and sorts in its
+            # worker: one Python worker, no trip through the JVM. A larger one (every
+            # batch with one task slot) is sorted by Spark, which spills what it cannot hold.
             write = WriteTask(plan, head, writers, self.column_selection)
-            if chunk_files:
+            if chunk_files and expected <= self.task_rows:
                 out = self._map_read_apart(frame, SortedTask(write), SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
             else:
                 grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)
