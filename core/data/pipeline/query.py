@@ -8,10 +8,12 @@ from typing import Any
 from cdcflow.core.data.filter import SYSTEM_SCHEMAS, TableFilter
 from cdcflow.core.data.logservice.records import KIND_RAW
 
-__all__ = ["ORDER_COLUMNS", "lane_placement", "spark_int_hash", "table_filter_predicate"]
+__all__ = ["ARROW_ORDER", "ORDER_COLUMNS", "lane_placement", "spark_int_hash", "table_filter_predicate"]
 
 #: A micro-batch's rows are delivered in this order (the event store's order).
 ORDER_COLUMNS = ("commit_ts", "start_ts", "key")
+#: The same order as Arrow's ``sort_by`` takes it (keys compared as unsigned bytes, as Spark does).
+ARROW_ORDER = tuple((column, "ascending") for column in ORDER_COLUMNS)
 
 
 def table_filter_predicate(table_filter: TableFilter) -> Any:

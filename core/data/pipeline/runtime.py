@@ -70,7 +70,7 @@ from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.datasource import MIN_SPLIT_ROWS, offset_chunk, offset_ts, split_record_batches
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
-from cdcflow.core.data.pipeline.query import ORDER_COLUMNS, lane_placement, table_filter_predicate
+from cdcflow.core.data.pipeline.query import ARROW_ORDER, ORDER_COLUMNS, lane_placement, table_filter_predicate
 from cdcflow.core.data.pipeline.tasks import (
     ENCODED_SCHEMA_DDL,
     LANE_ORDER,
@@ -815,7 +815,7 @@ class ChangefeedPipeline:
             # rows on the driver, instead of Spark's range sort (a sampling job plus a shuffle).
             table = frame.toArrow()
             if table.num_rows and not one_ts:
-                table = table.sort_by([(column, "ascending") for column in ORDER_COLUMNS])
+                table = table.sort_by(list(ARROW_ORDER))
             read = time.perf_counter() - began
             nbytes = table.nbytes
             for batch in table.to_batches(max_chunksize=_CONVERT_ROWS):

@@ -64,7 +64,7 @@ from cdcflow.core.data.logservice.records import (
     records_to_batch,
 )
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.query import ORDER_COLUMNS
+from cdcflow.core.data.pipeline.query import ARROW_ORDER
 from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, RowDecoder, TaskWriter
 from cdcflow.core.data.source import BatchMounter
 from cdcflow.core.data.transform import TransformChain
@@ -371,7 +371,7 @@ class ChunkRangesTask:
 @dataclass(frozen=True)
 class SortedTask:
     """``mapInArrow`` function: hands ``task`` its partition's records in the micro-batch's
-    order (:data:`ORDER_COLUMNS`), sorted in the task's worker. For a partition small
+    order (:data:`~.query.ORDER_COLUMNS`), sorted in the task's worker. For a partition small
     enough to hold at once (a live batch written by one task): it saves Spark's sort,
     and with :class:`ChunkRangesTask` in front, the records' trip through the JVM."""
 
@@ -380,8 +380,7 @@ class SortedTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         held = [batch for batch in batches if batch.num_rows]
         if held:
-            order = [(name, "ascending") for name in ORDER_COLUMNS]
-            held = pa.Table.from_batches(held).sort_by(order).to_batches()
+            held = pa.Table.from_batches(held).sort_by(list(ARROW_ORDER)).to_batches()
         return self.task(iter(held))
 
 
