@@ -46,7 +46,7 @@ __all__ = [
     "loads_pickled",
     "raw_events",
     "read_record_batches",
-    "record_batch_count",
+    "record_batch_rows",
     "record_from_event",
     "record_size",
     "records_to_batch",
@@ -370,15 +370,18 @@ def write_records(path: Path, records: Iterable[Record], batch_rows: int, *, fsy
     return path.stat().st_size
 
 
-def record_batch_count(path: str | Path) -> int:
-    """How many record batches :func:`read_record_batches` can read of ``path`` (row groups
-    of a ``*.parquet`` file)."""
+def record_batch_rows(path: str | Path) -> list[int]:
+    """The row count of each record batch :func:`read_record_batches` reads of ``path``
+    (row groups of a ``*.parquet`` file), from the file's metadata: no column is read."""
     if str(path).endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        return int(pq.ParquetFile(str(path)).num_row_groups)
-    with pa.OSFile(str(path), "rb") as source:
-        return int(pa.ipc.open_file(source).num_record_batches)
+        metadata = pq.ParquetFile(str(path)).metadata
+        return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    # Memory-mapped, a batch's buffers are only referenced, never read.
+    with pa.memory_map(str(path), "r") as source:
+        reader = pa.ipc.open_file(source)
+        return [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
 
 
 def read_record_batches(path: str | Path, first: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:

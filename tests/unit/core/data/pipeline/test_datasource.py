@@ -121,6 +121,39 @@ def test_a_task_reads_its_share_of_the_chunk_files_itself(tmp_path):
     assert [ts for share in seen for ts in share] == whole
 
 
+def test_shares_are_cut_by_rows_not_by_record_batch_count(tmp_path):
+    """A chunk's last record batch holds what was left of its span's rows: shares dealt by
+    batch count would give one task most of the rows. They are cut at the batch boundary
+    nearest an equal share of the rows."""
+    import pyarrow as pa
+
+    from cdcflow.core.data.logservice.records import record_batch_rows, record_from_event, records_to_batch
+    from cdcflow.core.data.pipeline.datasource import split_record_batches
+
+    class NoIds:
+        def id_of(self, schema):
+            return -1
+
+    def chunk(name, sizes):
+        path = tmp_path / name
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, ARROW_SCHEMA) as writer:
+            for rows in sizes:
+                events = [RawKVEvent(SPAN, b"k%d" % t, b"v" * 100, b"", t, t) for t in range(rows)]
+                writer.write_batch(records_to_batch([record_from_event(e, 1, NoIds()) for e in events]))
+        return str(path)
+
+    # Five spans' chunks of a batch: three spans with a few rows, two with many.
+    files = [chunk(f"{n}.arrow", [rows]) for n, rows in enumerate([2, 3, 1, 64, 64])]
+    assert [rows for path in files for rows in record_batch_rows(path)] == [2, 3, 1, 64, 64]
+    # By count, the first task would get 5 rows and the second 129. By size: 70 and 64.
+    assert split_record_batches(files, 2) == [[(path, 0, 1) for path in files[:4]], [(files[4], 0, 1)]]
+    # Cut where the rows are, into no empty share: a big batch between two small ones, in three.
+    files = [chunk("c.arrow", [2, 200, 2])]
+    shares = split_record_batches(files, 3)
+    assert shares == [[(files[0], 0, 1)], [(files[0], 1, 2)], [(files[0], 2, 3)]]
+    assert split_record_batches(files, 1) == [[(files[0], 0, 3)]]
+
+
 def test_an_initial_snapshots_parquet_parts_are_shared_by_row_group(tmp_path):
     """Snapshot part files (Parquet, one row group per page read) are dealt by row group
     and read back with the event store's record schema, every record once, in order."""
@@ -142,7 +175,7 @@ def test_an_initial_snapshots_parquet_parts_are_shared_by_row_group(tmp_path):
                 events = [RawKVEvent(SPAN, b"k%d" % t, b"v", b"", t, t) for t in ts]
                 writer.write_batch(records_to_batch([record_from_event(e, 1, NoIds()) for e in events]))
         files.append(str(path))
-    shares = split_record_batches(files, 4)  # six row groups: 1, 2, 1 and 2 of them
+    shares = split_record_batches(files, 4)  # six row groups of two rows: 1, 2, 1 and 2 of them
     assert shares == [[(files[0], 0, 1)], [(files[0], 1, 3)], [(files[1], 0, 1)], [(files[1], 1, 3)]]
     read = [
         batch for share in shares for path, first, stop in share for batch in read_record_batches(path, first, stop)
