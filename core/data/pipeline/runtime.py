@@ -718,11 +718,15 @@ class ChangefeedPipeline:
         one_ts: bool,
     ) -> list[TaskSummary]:
         """The two steps of a batch written per lane: encode in ``partitions`` tasks, then
-        write each lane's parts in order from one lane task. Tasks that read the store's
-        files themselves hand their parts to the lane tasks there; otherwise Spark
-        shuffles them (lanes placed round-robin on the tasks) and sorts them."""
-        if _reads_apart(expected, partitions) and chunk_files:
-            return self._hand_off_lanes(frame, plan, head, lanes, partitions, chunk_files, one_ts)
+        write each lane's parts in order from one lane task. With the batch's files known,
+        tasks read them themselves and hand their parts to the lane tasks there; otherwise
+        Spark shuffles them (lanes placed round-robin on the tasks) and sorts them."""
+        if chunk_files:
+            # Each encoding task reads at least MIN_SPLIT_ROWS rows (a batch of less than two
+            # tasks' worth is encoded by one), and the lanes are still shared among all tasks:
+            # a batch a little over one task's rows skips the shuffle too.
+            readers = max(1, min(partitions, expected // MIN_SPLIT_ROWS))
+            return self._hand_off_lanes(frame, plan, head, lanes, partitions, chunk_files, one_ts, readers)
         encode = EncodeTask(plan, lanes, self.column_selection)
         if _reads_apart(expected, partitions):
             encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
@@ -741,19 +745,21 @@ class ChangefeedPipeline:
         partitions: int,
         chunk_files: tuple[str, ...],
         one_ts: bool,
+        readers: int,
     ) -> list[TaskSummary]:
-        """Encode the batch in tasks that read their share of its files and leave their
-        parts as sorted runs per lane in the batch's work directory (:class:`LaneHandOff`),
-        then write them from at most ``partitions`` lane tasks, given even shares of the
-        lanes by size, each merging its lanes' runs: two Spark jobs, no shuffle. The
-        summaries of both; an encoding task's error is raised before any lane is written."""
+        """Encode the batch in ``readers`` tasks that read their share of its files and
+        leave their parts as sorted runs per lane in the batch's work directory
+        (:class:`LaneHandOff`), then write them from at most ``partitions`` lane tasks,
+        given even shares of the lanes by size, each merging its lanes' runs: two Spark
+        jobs, no shuffle. The summaries of both; an encoding task's error is raised before
+        any lane is written."""
         directory = (self.work_dir / f"lanes-{head.batch_id}").resolve()
         shutil.rmtree(directory, ignore_errors=True)  # a replayed batch's runs are written again
         directory.mkdir(parents=True)
         hand_off = LaneHandOff(str(directory))
         try:
             encode = EncodeTask(plan, lanes, self.column_selection, hand_off)
-            encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, partitions, chunk_files, one_ts)
+            encoded = self._map_read_apart(frame, encode, ENCODED_SCHEMA_DDL, readers, chunk_files, one_ts)
             summaries = [
                 TaskSummary.from_row(pickle.loads(row.summary))
                 for row in encoded.where("writer < 0").select("summary").collect()

@@ -70,8 +70,9 @@ class RecordingConfig(PluginConfig):
 
 
 class _Recorder(TaskWriter):
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, encoders: int = 2) -> None:
         self.directory = directory
+        self.encoders = encoders
 
     def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
         return _RecordingWriter(Path(self.directory), batch.batch_id, partition)
@@ -360,8 +361,9 @@ class _LaneRecorder(LaneTaskWriter):
     """Encodes each row into one part bound for its table's lane (waiting a while, once per
     task, for another task to be encoding too); records each lane's parts as written."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, encoders: int = 2) -> None:
         self.directory = directory
+        self.encoders = encoders
 
     def encode(self, rows: Sequence[RowChange]) -> list[tuple[int, str, int, EncodedMessage]]:
         from pyspark import TaskContext
@@ -373,7 +375,7 @@ class _LaneRecorder(LaneTaskWriter):
         if not marker.exists():
             marker.write_text(json.dumps({"pid": os.getpid(), "rows": 0, "overlapped": False}))
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and len(list(directory.glob(f"encode-{stage}-*"))) < 2:
+            while time.monotonic() < deadline and len(list(directory.glob(f"encode-{stage}-*"))) < self.encoders:
                 time.sleep(0.05)
         doc = json.loads(marker.read_text())
         doc["rows"] += len(rows)
@@ -404,16 +406,29 @@ class _LaneLog(LaneWriter):
 class LaneSink(RecordingSink):
     """Its rows are ordered per table downstream (``task_partitioning() == "table"``)."""
 
+    #: How many encoding tasks of a stage a task waits for (a while) before encoding.
+    encoders = 2
+
     def task_partitioning(self) -> str:
         return "table"
 
     def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
-        return _LaneRecorder(str(self.directory))
+        return _LaneRecorder(str(self.directory), self.encoders)
 
 
-def test_rows_kept_in_order_per_table_are_encoded_in_parallel_and_written_per_lane(tmp_path, spark):
+def test_rows_kept_in_order_per_table_are_encoded_in_parallel_and_written_per_lane(tmp_path, spark, monkeypatch):
     """A table's rows are not bound to one task: tasks split by key encode them at the
-    same time, and the table's lane gets its parts in commit order, from one task."""
+    same time, and the table's lane gets its parts in commit order, from one task. Here
+    the batch's files are not known (a frame Spark reads), so Spark shuffles the parts."""
+    from cdcflow.core.data.pipeline import runtime
+
+    write_lanes = runtime.ChangefeedPipeline._write_lanes
+
+    def without_files(self: Any, *args: Any) -> Any:
+        *head, _chunk_files, one_ts = args
+        return write_lanes(self, *head, (), one_ts)
+
+    monkeypatch.setattr(runtime.ChangefeedPipeline, "_write_lanes", without_files)
     out = tmp_path / "out"
     out.mkdir()
     sink = LaneSink(out)
@@ -494,6 +509,52 @@ def test_tasks_that_read_the_chunk_files_themselves_keep_each_lane_in_commit_ord
     assert sink.committed and sink.committed[-1].end_ts == END_TS
 
 
+def test_a_batch_of_less_than_two_tasks_rows_is_encoded_by_one_task_and_handed_off(tmp_path, spark, monkeypatch):
+    """A batch with more rows than one task takes, but fewer than two tasks' worth of
+    MIN_SPLIT_ROWS, is not shuffled: one task reads all its files and encodes them, and
+    the lane tasks (every task slot) take its runs, each lane in commit order."""
+    from cdcflow.core.data.pipeline import runtime
+
+    readers: list[int] = []
+    hand_off_lanes = runtime.ChangefeedPipeline._hand_off_lanes
+
+    def hand_off(self: Any, *args: Any) -> Any:
+        readers.append(args[-1])
+        return hand_off_lanes(self, *args)
+
+    monkeypatch.setattr(runtime.ChangefeedPipeline, "_hand_off_lanes", hand_off)
+    monkeypatch.setattr(runtime, "MIN_SPLIT_ROWS", 10_000)  # every batch here is below one share
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = LaneSink(out)
+    sink.encoders = 1
+    events = [
+        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"])) if isinstance(e, RowChange) else e
+        for e in source_events()
+    ]
+    run_pipeline(tmp_path, spark, [sink], "lanes-one-reader", events, chunk_rows=10)
+
+    assert readers and set(readers) == {1}
+    encoders = list(out.glob("encode-*"))
+    assert encoders and {p.name.rsplit("-", 1)[1] for p in encoders} == {"0"}  # one encoding task per batch
+    lanes: dict[str, list[Any]] = defaultdict(list)
+    lane_tasks: dict[str, set[str]] = defaultdict(set)  # batch → its lane tasks
+    for path in out.glob("lanes-*.json"):
+        written = json.loads(path.read_text())
+        assert written["pid"] != os.getpid()
+        _, batch_id, partition = path.stem.split("-")
+        lane_tasks[batch_id].add(partition)
+        for lane, parts in written["lanes"].items():
+            lanes[lane].append(parts)
+    assert max(len(t) for t in lane_tasks.values()) >= 2  # a batch's lanes shared among lane tasks
+    rows = [tuple(p) for runs in lanes.values() for parts in runs for p in parts]
+    assert sorted(rows) == sorted(expected_rows(events))  # every row once
+    for runs in lanes.values():
+        for parts in runs:  # a lane's rows of a batch, in commit order
+            assert [p[3] for p in parts] == sorted(p[3] for p in parts)
+    assert sink.committed and sink.committed[-1].end_ts == END_TS
+
+
 def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):
     """A span that joins behind the published ts brings its backlog in batches whose ts
     range is that one ts (the chunk number moves, the ts stays), yet its rows have many
@@ -501,6 +562,7 @@ def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):
     out = tmp_path / "out"
     out.mkdir()
     sink = LaneSink(out)
+    sink.encoders = 1  # small batches: one task encodes each
     backlog = [
         replace(insert("shop", "items", {"id": i, "v": 0}, commit_ts=1_000 + i), key=b"t_items_r%08d" % i)
         for i in range(400)
