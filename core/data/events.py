@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cdcflow.core.data.frozen import frozen_maker
 from cdcflow.core.data.types import TypeCode
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "TableSchema",
     "TableSetChange",
     "TypeCode",
+    "make_raw_event",
+    "make_row_change",
     "tso_from_ms",
     "tso_physical_ms",
     "tso_utc_text",
@@ -211,6 +214,12 @@ class RawKVEvent:
 
     def sort_key(self) -> tuple[int, int, bytes]:
         return (self.commit_ts, self.start_ts, self.key)
+
+
+#: ``RowChange(...)`` and ``RawKVEvent(...)``, made about twice as fast (see
+#: :mod:`cdcflow.core.data.frozen`): for paths that make one or more per row.
+make_row_change = frozen_maker(RowChange)
+make_raw_event = frozen_maker(RawKVEvent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from cdcflow.core.data.codec import Codec, EncodedMessage
+from cdcflow.core.data.codec import Codec, EncodedMessage, make_encoded_message
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName
 from cdcflow.core.data.types import (
     BLOB_TYPES,
@@ -479,7 +479,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def encode_row_parts(self, topic: str, rows: Sequence[RowChange]) -> list[EncodedMessage]:
         """Each row's key and value (without the batch's version header and lengths)."""
-        return [EncodedMessage(*self._fitting_pair(row), row.table, 1, row.commit_ts) for row in rows]
+        return [make_encoded_message(*self._fitting_pair(row), row.table, 1, row.commit_ts) for row in rows]
 
     def assemble(self, topic: str, parts: Sequence[EncodedMessage]) -> list[EncodedMessage]:
         """Row parts packed into messages in order: at most ``max-batch-size`` rows and

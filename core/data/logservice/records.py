@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, Protocol
 
 import pyarrow as pa
 
-from cdcflow.core.data.events import OpType, RawKVEvent, RowChange, Span, TableName, TableSchema
+from cdcflow.core.data.events import OpType, RawKVEvent, RowChange, Span, TableName, TableSchema, make_raw_event
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -336,7 +336,7 @@ def raw_events(batch: pa.RecordBatch, span_of: Callable[[int], Span]) -> list[Ra
         span = spans.get(span_id)
         if span is None:
             span = spans[span_id] = span_of(span_id)
-        append(RawKVEvent(span, key, value, old, start_ts, commit_ts, delete=op == "delete"))
+        append(make_raw_event(span, key, value, old, start_ts, commit_ts, op == "delete"))
     return out
 
 

@@ -48,7 +48,7 @@ from typing import cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.core.data.codec import EncodedMessage
+from cdcflow.core.data.codec import EncodedMessage, make_encoded_message
 from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableName, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import (
@@ -718,7 +718,7 @@ class _LaneWrites:
         parts = self._pending.get(lane)
         if parts is None:
             parts = self._pending[lane] = []
-        parts.append(EncodedMessage(key, value, None, 1, ts))
+        parts.append(make_encoded_message(key, value, None, 1, ts))
         if len(parts) >= _WRITE_ROWS:
             self._write(lane, parts)
             self._pending[lane] = []

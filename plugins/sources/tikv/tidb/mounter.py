@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema
+from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema, make_row_change
 from cdcflow.core.data.source import BatchMounter, Mounter
 from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity
 from cdcflow.core.native import native_module
@@ -301,7 +301,7 @@ class TiDBMounter(Mounter):
             after = self._fast_image(plan, event.value, handle)
             op = OpType.UPDATE if before is not None else OpType.INSERT
         schema = plan.schema
-        return RowChange(schema.table, op, event.commit_ts, event.start_ts, after, before, schema, key)
+        return make_row_change(schema.table, op, event.commit_ts, event.start_ts, after, before, schema, key)
 
     @staticmethod
     def _fast_image(plan: _Plan, value: bytes, handle: int) -> dict[str, Any]:
@@ -343,7 +343,7 @@ class TiDBMounter(Mounter):
         else:
             after = self._image(event, version, plan, record, event.value)
             op = OpType.UPDATE if before is not None else OpType.INSERT
-        return RowChange(schema.table, op, event.commit_ts, event.start_ts, after, before, schema, event.key)
+        return make_row_change(schema.table, op, event.commit_ts, event.start_ts, after, before, schema, event.key)
 
     # ------------------------------------------------------------------ rows
 
