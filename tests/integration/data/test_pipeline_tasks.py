@@ -9,7 +9,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -459,6 +459,17 @@ def test_rows_kept_in_order_per_table_are_encoded_in_parallel_and_written_per_la
     assert sink.committed and sink.committed[-1].end_ts == END_TS
 
 
+def assert_lanes_hold_every_row_in_order(lanes: Mapping[str, list[Any]], events: list[Any], sink: LaneSink) -> None:
+    """``lanes``: each lane's parts, a list per (batch, lane task) that wrote them. Every
+    row is in them once, each list in commit order, and the batch reached the end."""
+    rows = [tuple(p) for runs in lanes.values() for parts in runs for p in parts]
+    assert sorted(rows) == sorted(expected_rows(events))  # every row once
+    for runs in lanes.values():
+        for parts in runs:  # a lane's rows of a batch, in commit order
+            assert [p[3] for p in parts] == sorted(p[3] for p in parts)
+    assert sink.committed and sink.committed[-1].end_ts == END_TS
+
+
 def test_tasks_that_read_the_chunk_files_themselves_keep_each_lane_in_commit_order(tmp_path, spark, monkeypatch):
     """A batch big enough to be read apart (here: any batch) is not read by the data
     source: each encoding task reads its share of the batch's chunk files itself
@@ -501,12 +512,7 @@ def test_tasks_that_read_the_chunk_files_themselves_keep_each_lane_in_commit_ord
     for path in out.glob("lanes-*.json"):
         for lane, parts in json.loads(path.read_text())["lanes"].items():
             lanes[lane].append(parts)
-    rows = [tuple(p) for runs in lanes.values() for parts in runs for p in parts]
-    assert sorted(rows) == sorted(expected_rows(events))  # every row once
-    for runs in lanes.values():
-        for parts in runs:  # a lane's rows of a batch, in commit order
-            assert [p[3] for p in parts] == sorted(p[3] for p in parts)
-    assert sink.committed and sink.committed[-1].end_ts == END_TS
+    assert_lanes_hold_every_row_in_order(lanes, events, sink)
 
 
 def test_a_batch_of_less_than_two_tasks_rows_is_encoded_by_one_task_and_handed_off(tmp_path, spark, monkeypatch):
@@ -547,12 +553,7 @@ def test_a_batch_of_less_than_two_tasks_rows_is_encoded_by_one_task_and_handed_o
         for lane, parts in written["lanes"].items():
             lanes[lane].append(parts)
     assert max(len(t) for t in lane_tasks.values()) >= 2  # a batch's lanes shared among lane tasks
-    rows = [tuple(p) for runs in lanes.values() for parts in runs for p in parts]
-    assert sorted(rows) == sorted(expected_rows(events))  # every row once
-    for runs in lanes.values():
-        for parts in runs:  # a lane's rows of a batch, in commit order
-            assert [p[3] for p in parts] == sorted(p[3] for p in parts)
-    assert sink.committed and sink.committed[-1].end_ts == END_TS
+    assert_lanes_hold_every_row_in_order(lanes, events, sink)
 
 
 def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):
