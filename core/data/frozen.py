@@ -24,13 +24,18 @@ def frozen_maker(cls: type[T]) -> Callable[..., T]:
     """A function taking ``cls``'s fields as ``cls(...)`` does (positionally or by name,
     with their defaults) and returning the instance ``cls(...)`` would. For a frozen
     dataclass with ``slots=True``, without ``__post_init__``, whose fields are all set
-    by ``__init__`` and have no default factory; anything else is refused (TypeError)."""
+    by ``__init__`` and have no default factory (nor a name the maker's code uses:
+    ``self``, ``_new``, ``_cls``, ``_set_*``, ``_default_*``); anything else is refused
+    (TypeError)."""
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__qualname__}: not a frozen dataclass with slots")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__qualname__}: has __post_init__, which the maker would skip")
     fields = dataclasses.fields(cast(Any, cls))
+    taken = [f.name for f in fields if f.name in ("self", "_new", "_cls") or f.name.startswith(("_set_", "_default_"))]
+    if taken:
+        raise TypeError(f"{cls.__qualname__}: field names the maker uses itself: {', '.join(taken)}")
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
     signature: list[str] = []
     for f in fields:

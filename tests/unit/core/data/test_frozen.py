@@ -65,6 +65,11 @@ def test_classes_a_maker_would_get_wrong_are_refused():
     class Factory:
         a: list[int] = dataclasses.field(default_factory=list)
 
-    for cls in (NoSlots, NotFrozen, Checked, Factory, int):
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Shadowing:
+        self: int
+        _cls: int
+
+    for cls in (NoSlots, NotFrozen, Checked, Factory, Shadowing, int):
         with pytest.raises(TypeError):
             frozen_maker(cls)
