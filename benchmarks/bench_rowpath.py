@@ -24,13 +24,13 @@ in one process:
   :class:`EncodeTask` (mount, route, encode each row's part, Arrow out), and its
   output, sorted by lane as Spark sorts it, through a :class:`LaneTask` whose
   lanes are packed into Open Protocol messages (not produced);
-* summary step / changelog step — the Spark sink's tasks when it writes a
-  batch from its frame (``frame-writes``; an initial snapshot's batch by
-  default): the batches mounted by a :class:`MountTask` (untimed) through its
-  :class:`SummaryTask` (rows decoded from the records: counts and column types
-  per table), then each table's rows through its :class:`ChangelogTask` (rows
-  decoded again, into the change log's Arrow columns; Spark's Parquet write
-  not included).
+* parts step / unpack step — the Spark sink's tasks when it writes a batch
+  from its frame (``frame-writes``; a catch-up's and an initial snapshot's
+  batches by default): the same batches through a :class:`RowsTask` running
+  the sink's :class:`PartsTask` (mount, then each table's change log columns
+  as Arrow IPC parts, in one pass), then each table's parts through its
+  :class:`UnpackTask` (read, brought to the batch's types, ``seq`` moved;
+  Spark's Parquet write not included).
 
 Where the mounter's C row decoder (``_rowfast``) and the codec's C image
 writer (``_opfast``) are built, mount, encode and encode step run a second
@@ -70,13 +70,13 @@ from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, MountTask, RecordDecoder, RowPlan
+from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, RowPlan, RowsTask
 from cdcflow.core.data.sink import LaneWriter
 from cdcflow.plugins.codecs import open_protocol
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sinks.kafka.dispatch import EventRouter
 from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter
-from cdcflow.plugins.sinks.spark.batchframe import ChangelogTask, SummaryTask, TableRows, read_summaries
+from cdcflow.plugins.sinks.spark.batchframe import PartsTask, TableRows, UnpackTask, changelog_columns, read_parts
 from cdcflow.plugins.sources.playground.catalog import Column
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES, random_value
 from cdcflow.plugins.sources.tikv.tidb import keys, rowcodec
@@ -232,38 +232,33 @@ def run_lane_step(parts: pa.Table) -> int:
     return sum(pa.Table.from_batches(summaries).column("rows").to_pylist())
 
 
-def frame_input(
-    mounter: TiDBBatchMounter, spans: dict[int, Span], batches: Sequence[pa.RecordBatch], store_dir: str
-) -> tuple[RecordDecoder, list[pa.RecordBatch]]:
-    """What the Spark sink's frame tasks get: the batches as a MountTask yields them (schema
-    ids as the event store's registry gives them) and the decoder shipped with the tasks."""
-    ids = {schema: n for n, schema in enumerate(mounter.schemas())}
-    plan = RowPlan("bench", store_dir, spans, pickle.loads(pickle.dumps(mounter)), TableFilter(), ids)
-    return RecordDecoder({n: schema for schema, n in ids.items()}), list(MountTask(plan)(iter(batches)))
+def run_parts_step(plan: RowPlan, batches: Sequence[pa.RecordBatch]) -> pa.Table:
+    task = PartsTask(0, {}, changelog=True, changes=False)
+    return pa.Table.from_batches(list(RowsTask(plan, ColumnSelection(), task)(iter(batches))))
 
 
-def run_summary_step(decoder: RecordDecoder, mounted: Sequence[pa.RecordBatch]) -> dict[tuple[str, str], TableRows]:
-    out = SummaryTask(decoder, {})(iter(mounted))
-    return read_summaries([{name: b.column(name)[0].as_py() for name in ("partition", "parts", "error")} for b in out])
+def read_found(parts: pa.Table) -> dict[tuple[str, str], TableRows]:
+    """What the driver reads of the parts (not timed)."""
+    return read_parts(parts.drop_columns(["payload"]).to_pylist())
 
 
-def by_table(mounted: Sequence[pa.RecordBatch]) -> dict[tuple[str, str], list[pa.RecordBatch]]:
-    """Each table's rows, as the sink's per-table frame hands them to its tasks (not timed)."""
-    whole = pa.Table.from_batches(mounted)
-    names = set(zip(whole.column("schema_name").to_pylist(), whole.column("table_name").to_pylist(), strict=True))
+def by_table(parts: pa.Table) -> dict[tuple[str, str], list[pa.RecordBatch]]:
+    """Each table's parts, as the sink's per-table frame hands them to its tasks (not timed)."""
+    names = set(zip(parts.column("schema_name").to_pylist(), parts.column("table_name").to_pylist(), strict=True))
     out = {}
     for schema, table in names:
-        match = pc.and_(pc.equal(whole.column("schema_name"), schema), pc.equal(whole.column("table_name"), table))
-        out[(schema, table)] = whole.filter(match).to_batches(max_chunksize=CHUNK)
+        match = pc.and_(pc.equal(parts.column("schema_name"), schema), pc.equal(parts.column("table_name"), table))
+        out[(schema, table)] = parts.filter(match).to_batches()
     return out
 
 
-def run_changelog_step(
-    decoder: RecordDecoder, found: dict[tuple[str, str], TableRows], tables: dict[tuple[str, str], list[pa.RecordBatch]]
+def run_unpack_step(
+    found: dict[tuple[str, str], TableRows], tables: dict[tuple[str, str], list[pa.RecordBatch]]
 ) -> int:
     rows = 0
     for name, table in found.items():
-        for out in ChangelogTask(decoder, table.whole.types, 0, {})(iter(tables[name])):
+        task = UnpackTask(changelog_columns(table.whole.types), table.whole.offsets, "seq")
+        for out in task(iter(tables[name])):
             rows += out.num_rows
     return rows
 
@@ -274,7 +269,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--profile",
-        choices=("mount", "encode", "task", "encode-step", "lane-step", "summary-step", "changelog-step"),
+        choices=("mount", "encode", "task", "encode-step", "lane-step", "parts-step", "unpack-step"),
         help="profile one stage instead",
     )
     args = parser.parse_args()
@@ -286,8 +281,7 @@ def main() -> None:
         def task_plan() -> RowPlan:
             return RowPlan("bench", store_dir, spans, pickle.loads(pickle.dumps(mounter)), TableFilter())
 
-        frame = frame_input(mounter, spans, batches, store_dir)
-        measure(args, mounter, events, rows, batches, task_plan, frame)
+        measure(args, mounter, events, rows, batches, task_plan)
 
 
 def measure(
@@ -297,13 +291,11 @@ def measure(
     rows: list[RowChange],
     batches: list[pa.RecordBatch],
     task_plan: Callable[[], RowPlan],
-    frame: tuple[RecordDecoder, list[pa.RecordBatch]],
 ) -> None:
-    decoder, mounted = frame
-    tables = by_table(mounted)
-    found = run_summary_step(decoder, mounted)  # also imports what the step imports on its first run
+    parts = run_parts_step(task_plan(), batches)  # also imports what the step imports on its first run
+    found, tables = read_found(parts), by_table(parts)
     if args.profile:
-        profile(args.profile, mounter, events, rows, batches, task_plan, decoder, mounted, found, tables)
+        profile(args.profile, mounter, events, rows, batches, task_plan, found, tables)
         return
     rates: dict[str, list[float]] = {}
 
@@ -354,11 +346,9 @@ def measure(
         encoded, _ = both("encode step", len(events), lambda: functools.partial(run_encode_step, task_plan(), batches))
         parts = by_lane(encoded)
         check("lane step", timed("lane step", len(events), lambda p=parts: run_lane_step(p)))
-        found = timed("summary step", len(events), lambda: run_summary_step(decoder, mounted))
-        check(
-            "changelog step",
-            timed("changelog step", len(events), lambda f=found: run_changelog_step(decoder, f, tables)),
-        )
+        spark_parts = timed("parts step", len(events), lambda: run_parts_step(task_plan(), batches))
+        found, tables = read_found(spark_parts), by_table(spark_parts)
+        check("unpack step", timed("unpack step", len(events), lambda f=found, t=tables: run_unpack_step(f, t)))
     print(f"rows={args.rows} rounds={args.rounds} (cpu: rows per CPU-second of this process)")
     for name in sorted(rates, key=lambda n: n.endswith(" cpu")):
         values = rates[name]
@@ -373,8 +363,6 @@ def profile(
     rows: list[RowChange],
     batches: list[pa.RecordBatch],
     task_plan: Callable[[], RowPlan],
-    decoder: RecordDecoder,
-    mounted: list[pa.RecordBatch],
     found: dict[tuple[str, str], TableRows],
     tables: dict[tuple[str, str], list[pa.RecordBatch]],
 ) -> None:
@@ -387,8 +375,8 @@ def profile(
         "task": lambda: run_task(task_plan(), batches, codec),
         "encode-step": lambda: run_encode_step(task_plan(), batches),
         "lane-step": lambda: run_lane_step(parts),
-        "summary-step": lambda: run_summary_step(decoder, mounted),
-        "changelog-step": lambda: run_changelog_step(decoder, found, tables),
+        "parts-step": lambda: run_parts_step(task_plan(), batches),
+        "unpack-step": lambda: run_unpack_step(found, tables),
     }
     profiler = cProfile.Profile()
     profiler.enable()

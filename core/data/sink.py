@@ -104,7 +104,7 @@ instances, and each of them gets the changefeed checkpoint.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
@@ -121,10 +121,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchFrame",
+    "DecodedRows",
     "LaneTaskWriter",
     "LaneWriter",
     "PartitionWriter",
     "RowDecoder",
+    "RowsFunction",
     "Sink",
     "SinkContext",
     "TaskWriter",
@@ -241,6 +243,40 @@ class BatchFrame:
     #: sorted), when the runtime gives them so for less than a sort of :attr:`frame`
     #: costs (it sorts the records before mounting them); None: sort :attr:`frame`.
     ordered: Any = None
+    #: The runtime's :meth:`map_rows` (its tasks mount the rows and hand them on in the
+    #: same pass); None: over :attr:`ordered` (or :attr:`frame` sorted) and :attr:`decoder`.
+    rows_mapper: Callable[[RowsFunction, str], Any] | None = None
+
+    def map_rows(self, function: RowsFunction, schema: str) -> Any:
+        """A DataFrame (DDL ``schema``) of what ``function`` yields when Spark tasks hand it
+        the batch's rows: a partition's rows as lists, in the batch's order (partitions in
+        order, each in order; any order for a :attr:`one_ts` batch), columns selected and
+        transformed. A row that did not mount raises its CdcflowError from the iterator,
+        for ``function`` to report. ``function`` is pickled to the tasks. On the pipeline
+        the rows are mounted in the same Python pass, never encoded as records between."""
+        if self.rows_mapper is not None:
+            return self.rows_mapper(function, schema)
+        from cdcflow.core.data.pipeline.query import ORDER_COLUMNS
+
+        source = self.ordered
+        if source is None:
+            source = self.frame if self.one_ts else self.frame.orderBy(*ORDER_COLUMNS)
+        return source.mapInArrow(DecodedRows(self.decoder, function), schema)
+
+
+#: A function of Spark tasks over the rows of a batch (:meth:`BatchFrame.map_rows`).
+RowsFunction = Callable[[Iterator[list[RowChange]]], Iterator["pa.RecordBatch"]]
+
+
+@dataclass(frozen=True)
+class DecodedRows:
+    """``mapInArrow`` function: the records decoded by ``decoder`` into rows for ``function``."""
+
+    decoder: RowDecoder
+    function: RowsFunction
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return self.function(self.decoder.rows(batch) for batch in batches)
 
 
 @dataclass(frozen=True)

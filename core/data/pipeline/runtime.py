@@ -83,6 +83,7 @@ from cdcflow.core.data.pipeline.tasks import (
     MountTask,
     RecordDecoder,
     RowPlan,
+    RowsTask,
     SortedTask,
     TaskSummary,
     WriteTask,
@@ -90,7 +91,7 @@ from cdcflow.core.data.pipeline.tasks import (
     pass_records,
     raise_task_error,
 )
-from cdcflow.core.data.sink import BatchFrame, LaneTaskWriter, Sink, TaskWriter
+from cdcflow.core.data.sink import BatchFrame, LaneTaskWriter, RowsFunction, Sink, TaskWriter
 from cdcflow.core.data.source import Mounter
 from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError
@@ -534,11 +535,13 @@ class ChangefeedPipeline:
         """Offer the batch's mounted frame to each sink (``Sink.write_frame``): the sinks that
         declined it, and the rows the last one that took it wrote (None: none took it)."""
         mounted, ordered = frame, None
+        mapper: Callable[[RowsFunction, str], Any] | None = None
         if plan.mounter is not None:
             mount = MountTask(plan)
             partitions = self._task_partition_count(expected)
             raw = frame
-            if partitions > 1 and _reads_apart(expected, partitions):
+            apart = partitions > 1 and _reads_apart(expected, partitions)
+            if apart:
                 mounted = self._map_read_apart(frame, mount, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
                 if chunk_files:
                     raw = self._map_read_apart(frame, pass_records, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
@@ -546,8 +549,19 @@ class ChangefeedPipeline:
                 mounted = frame.mapInArrow(mount, SPARK_SCHEMA_DDL)
             if not one_ts:
                 ordered = self._mounted_in_order(raw, plan)
+
+            def rows_in_order(function: RowsFunction, schema: str) -> Any:
+                task = RowsTask(plan, self.column_selection, function)
+                if not one_ts:
+                    return raw.orderBy(*ORDER_COLUMNS).mapInArrow(task, schema)
+                if apart:
+                    return self._map_read_apart(frame, task, schema, partitions, chunk_files, one_ts)
+                return frame.mapInArrow(task, schema)
+
+            mapper = rows_in_order
+
         decoder = RecordDecoder(dict(enumerate(self.store.schemas.all())), self.column_selection, self.transforms)
-        rows = BatchFrame(mounted, decoder, expected, one_ts, ordered)
+        rows = BatchFrame(mounted, decoder, expected, one_ts, ordered, mapper)
         batch = MicroBatch(self.changefeed_id, head.batch_id, head.start_ts, head.end_ts, ddl=ddl)
         declined: list[Sink[Any]] = []
         written: int | None = None

@@ -65,7 +65,7 @@ from cdcflow.core.data.logservice.records import (
 )
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.query import ARROW_ORDER
-from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, RowDecoder, TaskWriter
+from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, RowDecoder, RowsFunction, TaskWriter
 from cdcflow.core.data.source import BatchMounter
 from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import CdcflowError
@@ -85,6 +85,7 @@ __all__ = [
     "MountTask",
     "RecordDecoder",
     "RowPlan",
+    "RowsTask",
     "TaskSummary",
     "WriteTask",
     "check_mounted",
@@ -305,6 +306,20 @@ class MountTask:
                     yield records_to_batch(records)
         except CdcflowError as exc:
             yield records_to_batch([(0, 0, b"", ERROR_KIND, 0, 0, None, "", "", "", pickle.dumps(exc), b"", -1)])
+
+
+@dataclass(frozen=True)
+class RowsTask:
+    """``mapInArrow`` function: raw records mounted (filtered, columns selected, transformed)
+    and handed to ``function`` as lists of rows in the same Python pass, for
+    ``BatchFrame.map_rows``: the rows are never encoded as records between."""
+
+    plan: RowPlan
+    column_selection: ColumnSelection
+    function: RowsFunction
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return self.function(_prepared_rows(self.plan, self.column_selection, batches))
 
 
 def pass_records(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

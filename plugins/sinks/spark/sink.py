@@ -53,12 +53,13 @@ renamed with ``ALTER TABLE … RENAME TO``. The change log stays where it was
 written: changes before the RENAME under the old name, later ones under the new.
 
 In the pipeline the sink can write a batch from its Spark frame
-(``Sink.write_frame``, see :mod:`.batchframe`): Spark tasks decode the rows
-into typed columns and Spark writes the change log and the snapshot; no row
-is brought to the driver. ``frame-writes`` says which batches: every batch
-(``true``), an initial snapshot's batch and batches of more than 50,000 rows
-(``auto``, the default: a catch-up's), or none (``false``); the others have
-their rows mounted by Spark tasks and written from the driver. Batches with a
+(``Sink.write_frame``, see :mod:`.batchframe`): the Spark tasks that mount
+the rows turn them into typed columns in the same pass, and Spark writes the
+change log and the snapshot from those; no row is brought to the driver.
+``frame-writes`` says which batches: every batch (``true``), an initial
+snapshot's batch and batches of more than 50,000 rows (``auto``, the
+default: a catch-up's), or none (``false``); the others have their rows
+mounted by Spark tasks and written from the driver. Batches with a
 RENAME TABLE, and catalog tables that may be merged (``table-format`` other
 than ``versioned`` with ``catalog-database``), are always written from the
 driver; both ways leave the same tables.
@@ -75,21 +76,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
-from cdcflow.core.data.pipeline.query import ORDER_COLUMNS
 from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS
-from cdcflow.core.data.sink import BatchFrame, RowDecoder, Sink, SinkContext
+from cdcflow.core.data.sink import BatchFrame, Sink, SinkContext
 from cdcflow.core.errors import CdcflowError, DownstreamUnavailableError, Retryable
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.plugins.sinks.spark.batchframe import (
-    SUMMARY_DDL,
-    ChangelogTask,
-    ChangesTask,
+    CHANGELOG,
+    PARTS_DDL,
     Part,
-    SummaryTask,
+    PartsTask,
     TableRows,
+    UnpackTask,
+    changelog_columns,
     changelog_ddl,
-    read_summaries,
+    changes_columns,
+    read_parts,
 )
 from cdcflow.plugins.sinks.spark.config import SparkSinkConfig, describe_issues, path_of
 from cdcflow.plugins.sinks.spark.evolve import TargetColumn, column_plan, cut_at_ddl, ddl_by_table, ddl_error, evolve
@@ -150,11 +152,10 @@ class _Prepared:
 
 @dataclass(frozen=True, slots=True)
 class _FramePart:
-    """Rows of one table (one step) still in the batch's sorted frame: Spark tasks decode them."""
+    """Rows of one table (one step) as parts of the batch's parts frame: Spark tasks unpack them."""
 
-    frame: Any
+    parts: Any
     part: Part
-    decoder: RowDecoder
 
     @property
     def count(self) -> int:
@@ -165,14 +166,13 @@ class _FramePart:
         return self.part.types
 
     def state(self, sink: SparkSink, table: TableName) -> Any:
-        types = self.types
-        keys = self.part.keys or sink.config.keys_for(table.schema, table.table)
+        types, keys = self.types, self.part.keys
         fields = ", ".join(f"{_q(c)} {t}" for c, t in types.items())
-        task = ChangesTask(self.decoder, types, keys, self.part.offsets)
         if not keys:
-            deltas = self.frame.mapInArrow(task, f"{fields}, _delta bigint")
+            deltas = self.parts.mapInArrow(UnpackTask(changes_columns(types, False), {}), f"{fields}, _delta bigint")
             return lambda existing: next_state_keyless(existing, deltas)
-        changes = self.frame.mapInArrow(task, f"{fields}, _deleted boolean, _commit_ts bigint, _seq bigint")
+        task = UnpackTask(changes_columns(types, True), self.part.offsets, "_seq", 2)
+        changes = self.parts.mapInArrow(task, f"{fields}, _deleted boolean, _commit_ts bigint, _seq bigint")
         return lambda existing: next_state(existing, latest_per_key(changes, keys), keys)
 
 
@@ -309,30 +309,31 @@ class SparkSink(Sink[SparkSinkConfig]):
         return count
 
     def _write_frame(self, storage: Storage, batch: MicroBatch, rows: BatchFrame) -> int:
+        """One pass of Spark tasks over the batch's rows makes every table's parts (see
+        :mod:`.batchframe`), persisted for the batch; then each table is written from its own."""
         from pyspark.sql import functions as F
 
         ddl_of = ddl_by_table(batch.ddl)
         ddl_ts = {name: tuple(sorted(e.commit_ts for e in events)) for name, events in ddl_of.items()}
-        # A one-ts batch (an initial snapshot's) is in order as it comes: no range sort,
-        # whose sampling job would mount every row once more; nor is a frame the runtime
-        # gives in order (its records sorted before they were mounted).
-        if rows.ordered is not None:
-            ordered = rows.ordered.persist()
-        else:
-            ordered = (rows.frame if rows.one_ts else rows.frame.orderBy(*ORDER_COLUMNS)).persist()
+        mode = self.config.mode
+        task = PartsTask(
+            batch.batch_id,
+            ddl_ts,
+            changelog=mode in ("changelog", "both"),
+            changes=mode != "changelog",
+            key_columns={name: tuple(keys) for name, keys in self.config.key_columns.items()},
+        )
+        parts = rows.map_rows(task, PARTS_DDL).persist()
         try:
-            summary = ordered.mapInArrow(SummaryTask(rows.decoder, ddl_ts), SUMMARY_DDL).collect()
-            found = read_summaries([r.asDict() for r in summary])
+            found = read_parts([r.asDict() for r in parts.drop("payload").collect()])
             tables: dict[tuple[str, str], TableName] = {name: t.whole.table for name, t in found.items()}
             for name, events in ddl_of.items():
                 tables.setdefault(name, events[-1].table or TableName(*name))
             for name, table in tables.items():
-                of_table = ordered.where((F.col("schema_name") == name[0]) & (F.col("table_name") == name[1]))
-                self._write_table_frame(
-                    storage, table, found.get(name), of_table, rows.decoder, ddl_of.get(name, []), batch
-                )
+                of_table = parts.where((F.col("schema_name") == name[0]) & (F.col("table_name") == name[1]))
+                self._write_table_frame(storage, table, found.get(name), of_table, ddl_of.get(name, []), batch)
         finally:
-            ordered.unpersist()
+            parts.unpersist()
         return sum(t.whole.rows for t in found.values())
 
     def _write_table_frame(
@@ -340,33 +341,27 @@ class SparkSink(Sink[SparkSinkConfig]):
         storage: Storage,
         table: TableName,
         found: TableRows | None,
-        frame: Any,
-        decoder: RowDecoder,
+        parts: Any,
         ddl: list[DDLEvent],
         batch: MicroBatch,
     ) -> None:
-        """:meth:`_write_table` for rows in the batch's frame (``frame``: the table's rows, sorted)."""
+        """:meth:`_write_table` for rows in the batch's parts frame (``parts``: the table's)."""
         from pyspark.sql import functions as F
 
         base = table_dir(storage, table)
         if self.config.mode in ("changelog", "both") and found is not None and found.whole.rows:
             types = found.whole.types
-            task = ChangelogTask(decoder, types, batch.batch_id, found.whole.offsets)
-            self._append_changelog(base, table, frame.mapInArrow(task, changelog_ddl(types)), types)
+            task = UnpackTask(changelog_columns(types), found.whole.offsets, "seq")
+            changelog = parts.where(F.col("kind") == CHANGELOG).mapInArrow(task, changelog_ddl(types))
+            self._append_changelog(base, table, changelog, types)
         if self.config.mode == "changelog":
             return
         events = sorted(ddl, key=lambda d: d.commit_ts)
-        bounds = [None, *(e.commit_ts for e in events), None]
         steps: list[tuple[_Prepared | _FramePart, DDLEvent | None]] = []
         for step, event in enumerate([*events, None]):
             part = (found.steps.get(step) if found is not None else None) or Part(table)
-            rows_of_step = frame
-            low, high = bounds[step], bounds[step + 1]
-            if low is not None:
-                rows_of_step = rows_of_step.where(F.col("commit_ts") >= low)
-            if high is not None:
-                rows_of_step = rows_of_step.where(F.col("commit_ts") < high)
-            steps.append((_FramePart(rows_of_step, part, decoder), event))
+            of_step = parts.where((F.col("kind") != CHANGELOG) & (F.col("step") == step))
+            steps.append((_FramePart(of_step, part), event))
         self._write_snapshot(storage, table, steps, batch)
 
     def _require_storage(self) -> Storage:
