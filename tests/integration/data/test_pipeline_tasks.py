@@ -615,3 +615,29 @@ def test_lanes_are_placed_round_robin_on_the_tasks(spark, partitions):
         for route in routes:
             tasks = [next(iter(tasks_of[(w, route, lane)])) for lane in range(3)]
             assert len(set(tasks)) == min(3, partitions), (w, route, tasks)
+
+
+def _frozen_in_task(batches: Any) -> Any:
+    import gc
+
+    import pyarrow as pa
+
+    from cdcflow.core.data.pipeline.tasks import freeze_worker_heap
+
+    gc.unfreeze()  # a reused worker: whatever an earlier task froze
+    freeze_worker_heap()
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pylist([{"frozen": gc.get_freeze_count()}])
+
+
+def test_a_task_freezes_its_workers_heap_and_the_driver_keeps_its_own(spark: Any) -> None:
+    import gc
+
+    from cdcflow.core.data.pipeline.tasks import freeze_worker_heap
+
+    before = gc.get_freeze_count()
+    freeze_worker_heap()
+    assert gc.get_freeze_count() == before  # not in a Spark task: nothing frozen
+    frozen = [row.frozen for row in spark.range(0, 2, 1, 2).mapInArrow(_frozen_in_task, "frozen bigint").collect()]
+    assert len(frozen) == 2 and min(frozen) > 1_000  # the worker's modules and classes, at least
