@@ -81,6 +81,7 @@ from cdcflow.core.data.pipeline.tasks import (
     LaneRunsTask,
     LaneTask,
     MountTask,
+    OrderedRunsTask,
     RecordDecoder,
     RowPlan,
     RowsTask,
@@ -120,6 +121,12 @@ _STAGING_ROW_GROUP_BYTES = 8 * 1024 * 1024
 DEFAULT_COLLECT_ROWS = 50_000
 #: A batch gets one more task partition per this many rows, up to Spark's parallelism.
 DEFAULT_TASK_ROWS = 8_192
+#: A batch of at most this many rows, its files known, is handed to ``BatchFrame.map_rows``
+#: functions in order by tasks that each read and sort the whole batch and keep their run
+#: of it (:class:`OrderedRunsTask`), instead of by Spark's range sort (a sampling job, then
+#: a shuffle). Each such task holds the batch's records at once: a larger batch (one of
+#: a changefeed without ``max-batch-rows``) is sorted by Spark, which spills.
+ORDERED_RUNS_MAX_ROWS = 500_000
 #: The batch id of an initial snapshot: no streaming batch has it (Spark numbers them from 0).
 SNAPSHOT_BATCH_ID = -1
 #: The batch (DDL only, just below the snapshot's ts) that creates the snapshot's tables.
@@ -552,6 +559,8 @@ class ChangefeedPipeline:
 
             def rows_in_order(function: RowsFunction, schema: str) -> Any:
                 task = RowsTask(plan, self.column_selection, function)
+                if not one_ts and chunk_files and expected <= ORDERED_RUNS_MAX_ROWS:
+                    return self._map_ordered_runs(frame, task, schema, partitions, chunk_files)
                 if not one_ts:
                     return raw.orderBy(*ORDER_COLUMNS).mapInArrow(task, schema)
                 if apart:
@@ -803,6 +812,17 @@ class ChangefeedPipeline:
         read = ChunkRangesTask(shares, task, None if one_ts else self.table_filter)
         # The frame's session: a micro-batch's has the streaming query's settings.
         return frame.sparkSession.range(0, len(shares), 1, len(shares)).mapInArrow(read, schema_ddl)
+
+    def _map_ordered_runs(
+        self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...]
+    ) -> Any:
+        """``task`` over the batch in order, ``partitions`` runs of it in partition order
+        (as Spark's range sort of ``frame`` would give them), each task sorting the batch's
+        records itself (:class:`OrderedRunsTask`): no sampling job, no shuffle."""
+        share = split_record_batches(chunk_files, 1)
+        reader = ChunkRangesTask((tuple(share[0]) if share else (),), pass_records, self.table_filter)
+        runs = OrderedRunsTask(reader, partitions, task)
+        return frame.sparkSession.range(0, partitions, 1, partitions).mapInArrow(runs, schema_ddl)
 
     def _deliver_on_driver(
         self,

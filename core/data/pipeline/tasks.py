@@ -65,7 +65,7 @@ from cdcflow.core.data.logservice.records import (
     records_to_batch,
 )
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.query import ARROW_ORDER
+from cdcflow.core.data.pipeline.query import ARROW_ORDER, ORDER_COLUMNS
 from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, RowDecoder, RowsFunction, TaskWriter
 from cdcflow.core.data.source import BatchMounter
 from cdcflow.core.data.transform import TransformChain
@@ -361,9 +361,13 @@ class ChunkRangesTask:
     def _records(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for share in batch.column(0).to_pylist():
-                for path, first, stop in self.shares[share]:
-                    for records in read_record_batches(path, first, stop):
-                        yield records if self.table_filter is None else self._replicated(records)
+                yield from self.read(share)
+
+    def read(self, share: int) -> Iterator[pa.RecordBatch]:
+        """The records of ``shares[share]``, the table filter applied."""
+        for path, first, stop in self.shares[share]:
+            for records in read_record_batches(path, first, stop):
+                yield records if self.table_filter is None else self._replicated(records)
 
     def _replicated(self, records: pa.RecordBatch) -> pa.RecordBatch:
         kinds = records.column("kind")
@@ -400,6 +404,42 @@ class SortedTask:
         if held:
             held = pa.Table.from_batches(held).sort_by(list(ARROW_ORDER)).to_batches()
         return self.task(iter(held))
+
+
+#: Records an :class:`OrderedRunsTask` hands on at a time.
+_RUN_BATCH_ROWS = 8_192
+
+
+@dataclass(frozen=True)
+class OrderedRunsTask:
+    """``mapInArrow`` function over ``spark.range(n, numPartitions=n)``: the task of row
+    ``i`` reads every record of the batch (``reader``'s one share: the batch's chunk files),
+    sorts them in the batch's order (:data:`~.query.ARROW_ORDER`) in its worker, and hands
+    ``task`` the ``i``-th of ``n`` runs of as many records each. Together the tasks hold
+    the batch in order, partition after partition, as Spark's range sort would leave it,
+    without the sort's sampling job and shuffle: each task reads the batch once and sorts
+    it, which only pays for a batch that fits a worker's memory a few times over (a
+    bounded batch of a catch-up)."""
+
+    reader: ChunkRangesTask
+    runs: int
+    task: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return self.task(self._runs(batches))
+
+    def _runs(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for run in batch.column(0).to_pylist():
+                read = [records for records in self.reader.read(0) if records.num_rows]
+                if not read:
+                    continue
+                records = pa.Table.from_batches(read)
+                count = records.num_rows
+                first, stop = run * count // self.runs, (run + 1) * count // self.runs
+                if stop > first:
+                    order = pc.sort_indices(records.select(list(ORDER_COLUMNS)), sort_keys=list(ARROW_ORDER))
+                    yield from records.take(order[first:stop]).to_batches(max_chunksize=_RUN_BATCH_ROWS)
 
 
 def check_mounted(batch: pa.RecordBatch) -> None:

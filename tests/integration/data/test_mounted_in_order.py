@@ -1,11 +1,13 @@
 """A batch's raw records are range-sorted before they are mounted: the rows come out in the
 batch's order (partitions in order, each sorted by commit ts, start ts, key), the same rows
-in the same order as mounting first and sorting the rows."""
+in the same order as mounting first and sorting the rows; and tasks that each sort the
+batch's chunk files and keep their run of it give the same order, run after run."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -20,9 +22,19 @@ from cdcflow.core.data.logservice.records import (
     record_from_event,
     records_to_batch,
 )
+from cdcflow.core.data.pipeline.columns import ColumnSelection
+from cdcflow.core.data.pipeline.datasource import split_record_batches
 from cdcflow.core.data.pipeline.query import ORDER_COLUMNS
 from cdcflow.core.data.pipeline.runtime import ChangefeedPipeline
-from cdcflow.core.data.pipeline.tasks import MountTask, RowPlan, check_mounted
+from cdcflow.core.data.pipeline.tasks import (
+    ChunkRangesTask,
+    MountTask,
+    OrderedRunsTask,
+    RowPlan,
+    RowsTask,
+    check_mounted,
+    pass_records,
+)
 from cdcflow.plugins.sources.tikv.rawkv import KeySpace, RawKVBatchMounter
 from tests.fixtures.spark import spark
 
@@ -110,3 +122,54 @@ def test_records_sorted_before_mounting_give_the_rows_in_the_batch_order(spark: 
     # What the pipeline did before: mount every record, then sort the rows.
     mounted_then_sorted = raw.mapInArrow(MountTask(plan), SPARK_SCHEMA_DDL).orderBy(*ORDER_COLUMNS)
     assert _rows(mounted_then_sorted, plan) == rows
+
+
+@dataclass(frozen=True)
+class _Positions:
+    """A ``map_rows`` function: each row's partition and order columns, in the order given."""
+
+    def __call__(self, row_lists: Iterator[list[RowChange]]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        for rows in row_lists:
+            yield pa.RecordBatch.from_pylist(
+                [
+                    {"partition": context.partitionId(), "commit_ts": r.commit_ts, "start_ts": r.start_ts, "key": r.key}
+                    for r in rows
+                ],
+                schema=_POSITIONS,
+            )
+
+
+_POSITIONS = pa.schema(
+    [("partition", pa.int32()), ("commit_ts", pa.int64()), ("start_ts", pa.int64()), ("key", pa.binary())]
+)
+
+
+def test_ordered_runs_hand_each_task_its_run_of_the_batch_in_order(spark: Any, tmp_path: Any) -> None:
+    # The batch's records in four chunk files, each in no particular order.
+    plan = _plan(tmp_path)
+    span_ids = {span: i for i, span in plan.spans.items()}
+    events = _events()
+    files = []
+    for n in range(4):
+        records = [record_from_event(e, span_ids[e.span], _NoIds()) for e in events[n::4]]
+        path = tmp_path / f"chunk-{n}.arrow"
+        batch = records_to_batch(records)
+        with pa.ipc.new_file(str(path), batch.schema) as writer:
+            for first in range(0, batch.num_rows, 100):  # several record batches per file
+                writer.write_batch(batch.slice(first, 100))
+        files.append(str(path))
+
+    reader = ChunkRangesTask((tuple(split_record_batches(files, 1)[0]),), pass_records, TableFilter(["*.*"]))
+    task = OrderedRunsTask(reader, 3, RowsTask(plan, ColumnSelection(), _Positions()))
+    got = spark.range(0, 3, 1, 3).mapInArrow(task, "partition int, commit_ts bigint, start_ts bigint, key binary")
+    rows = got.toArrow().to_pylist()
+
+    expected = [e.sort_key() for e in sorted(events, key=RawKVEvent.sort_key)]
+    assert [(r["commit_ts"], r["start_ts"], r["key"]) for r in rows] == expected
+    sizes = [sum(1 for r in rows if r["partition"] == p) for p in range(3)]
+    assert sizes == [len(events) // 3, 2 * len(events) // 3 - len(events) // 3, len(events) - 2 * len(events) // 3]
+    assert [r["partition"] for r in rows] == sorted(r["partition"] for r in rows)  # runs in partition order
