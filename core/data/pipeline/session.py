@@ -41,15 +41,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cdcflow.core.config.settings import QUICK_JIT_MAX_CORES, SparkSettings
 
 if TYPE_CHECKING:
     from cdcflow.core.data.pipeline.classcache import ClassCache
     from cdcflow.core.plugin.manager import PluginManager
+
+T = TypeVar("T")
 
 __all__ = [
     "KEEPER_JOB_GROUP",
@@ -59,6 +62,7 @@ __all__ = [
     "TASK_MODULES",
     "WorkerKeeper",
     "jit_options",
+    "run_in_threads",
     "spark_conf",
     "spark_job_group",
     "spark_log_level",
@@ -261,6 +265,41 @@ def spark_job_group(spark: Any, group: str, description: str) -> Iterator[None]:
     finally:
         for key, value in zip(_JOB_GROUP_PROPERTIES, before, strict=True):
             context.setLocalProperty(key, value)
+
+
+#: The local properties :func:`run_in_threads` gives each thread: the caller's job group
+#: (so that cancelling it cancels the threads' jobs) and scheduler pool.
+_INHERITED_PROPERTIES = (*_JOB_GROUP_PROPERTIES, "spark.scheduler.pool")
+
+
+def run_in_threads(spark: Any, calls: Sequence[Callable[[], T]], threads: int) -> list[T]:
+    """Run ``calls`` on up to ``threads`` threads at once, so that Spark runs one call's
+    tasks while another's job is planned or committed on the driver; each thread's jobs in
+    the calling thread's job group and scheduler pool. Returns their results in order, or
+    raises the first failure in order once every call ended. With one thread, or one
+    call, the calls run one after the other on the calling thread."""
+    if threads <= 1 or len(calls) <= 1:
+        return [call() for call in calls]
+    context = spark.sparkContext
+    properties = {key: context.getLocalProperty(key) for key in _INHERITED_PROPERTIES}
+
+    def run(call: Callable[[], T]) -> T:
+        for key, value in properties.items():
+            context.setLocalProperty(key, value)
+        try:
+            return call()
+        finally:
+            for key in properties:
+                context.setLocalProperty(key, None)
+
+    with ThreadPoolExecutor(min(threads, len(calls)), thread_name_prefix="cdcflow-spark") as pool:
+        futures = [pool.submit(run, call) for call in calls]
+        wait(futures)
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
+    return [future.result() for future in futures]
 
 
 #: What every task of the pipeline imports in Spark's Python workers.

@@ -54,6 +54,15 @@ class SparkSinkConfig(PluginConfig):
             "(docs/explanation/log-service-and-pipeline.md)."
         ),
     )
+    write_threads: int = Field(
+        4,
+        ge=1,
+        description=(
+            "Tables of a batch written from its frame at once (each table's Spark jobs from a thread of "
+            "their own, so that one table's tasks run while another's write is planned and committed); "
+            "1: one table after the other."
+        ),
+    )
     master: str = Field("local[*]", description="spark.master when the sink has to start a Spark session itself.")
     warehouse_dir: str = Field(
         "./data/lake", description="spark.sql.warehouse.dir when the sink has to start a Spark session itself."

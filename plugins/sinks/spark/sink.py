@@ -70,6 +70,7 @@ when rows carry them).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ from typing import Any
 
 from cdcflow.core.data.events import ColumnInfo, DDLEvent, MicroBatch, RowChange, TableName
 from cdcflow.core.data.pipeline.runtime import DEFAULT_COLLECT_ROWS
+from cdcflow.core.data.pipeline.session import run_in_threads
 from cdcflow.core.data.sink import BatchFrame, Sink, SinkContext
 from cdcflow.core.errors import CdcflowError, DownstreamUnavailableError, Retryable
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
@@ -329,9 +331,19 @@ class SparkSink(Sink[SparkSinkConfig]):
             tables: dict[tuple[str, str], TableName] = {name: t.whole.table for name, t in found.items()}
             for name, events in ddl_of.items():
                 tables.setdefault(name, events[-1].table or TableName(*name))
-            for name, table in tables.items():
-                of_table = parts.where((F.col("schema_name") == name[0]) & (F.col("table_name") == name[1]))
-                self._write_table_frame(storage, table, found.get(name), of_table, ddl_of.get(name, []), batch)
+            writes = [
+                functools.partial(
+                    self._write_table_frame,
+                    storage,
+                    table,
+                    found.get(name),
+                    parts.where((F.col("schema_name") == name[0]) & (F.col("table_name") == name[1])),
+                    ddl_of.get(name, []),
+                    batch,
+                )
+                for name, table in tables.items()
+            ]
+            run_in_threads(self.spark, writes, self.config.write_threads)
         finally:
             parts.unpersist()
         return sum(t.whole.rows for t in found.values())

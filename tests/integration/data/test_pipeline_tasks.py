@@ -641,3 +641,45 @@ def test_a_task_freezes_its_workers_heap_and_the_driver_keeps_its_own(spark: Any
     assert gc.get_freeze_count() == before  # not in a Spark task: nothing frozen
     frozen = [row.frozen for row in spark.range(0, 2, 1, 2).mapInArrow(_frozen_in_task, "frozen bigint").collect()]
     assert len(frozen) == 2 and min(frozen) > 1_000  # the worker's modules and classes, at least
+
+
+def test_calls_run_in_threads_keep_the_callers_job_group_and_their_order(spark: Any) -> None:
+    import threading
+
+    from cdcflow.core.data.pipeline.session import run_in_threads, spark_job_group
+
+    def call(n: int) -> Any:
+        def run() -> tuple[int, str | None, str]:
+            time.sleep(0.05 * (3 - n))  # the last call ends first
+            group = spark.sparkContext.getLocalProperty("spark.jobGroup.id")
+            return n, group, threading.current_thread().name
+
+        return run
+
+    with spark_job_group(spark, "cdcflow-test-writes", "writes of one batch"):
+        out = run_in_threads(spark, [call(n) for n in range(3)], 3)
+    assert [n for n, _, _ in out] == [0, 1, 2]
+    assert {group for _, group, _ in out} == {"cdcflow-test-writes"}  # cancelling the group cancels their jobs
+    assert len({thread for _, _, thread in out}) == 3
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None  # the caller's own, restored
+
+
+def test_run_in_threads_raises_the_first_failure_once_every_call_ended(spark: Any) -> None:
+    from cdcflow.core.data.pipeline.session import run_in_threads
+
+    ended: list[str] = []
+
+    def call(name: str, seconds: float, fails: bool) -> Any:
+        def run() -> str:
+            time.sleep(seconds)
+            ended.append(name)
+            if fails:
+                raise ValueError(name)
+            return name
+
+        return run
+
+    calls = [call("slow ok", 0.3, False), call("second fails", 0.1, True), call("third fails", 0.0, True)]
+    with pytest.raises(ValueError, match="second fails"):
+        run_in_threads(spark, calls, 3)
+    assert sorted(ended) == ["second fails", "slow ok", "third fails"]
