@@ -300,16 +300,19 @@ class Part:
         return _kinds(self.raw_types)
 
     def add(self, partition: int, rows: int, raw_types: Mapping[str, str | None], keys: tuple[str, ...]) -> None:
+        # A step's parts were made with their partition's key: all must agree, or some
+        # would hold change records and others deltas.
+        if self.offsets and keys != self.keys:
+            raise CdcflowError(
+                f"rows of {self.table} name different key columns in one batch "
+                f"({', '.join(self.keys) or 'none'} and {', '.join(keys) or 'none'}): "
+                "give the table's key in the Spark sink's key-columns"
+            )
         if partition not in self.offsets:
             self.offsets[partition] = self.rows
         self.rows += rows
         merge_image_columns(self.raw_types, raw_types)
-        if keys and self.keys and keys != self.keys:
-            raise CdcflowError(
-                f"rows of {self.table} name different key columns in one batch ({', '.join(self.keys)} and "
-                f"{', '.join(keys)}): give the table's key in the sink's key-columns"
-            )
-        self.keys = self.keys or keys
+        self.keys = keys
 
 
 @dataclass

@@ -4,6 +4,7 @@ table, are the records the driver would make of the whole batch (no Spark needed
 from __future__ import annotations
 
 import decimal
+import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -144,3 +145,18 @@ def test_a_row_that_did_not_mount_stops_the_batch_when_the_parts_are_read(monkey
     parts = parts_of(monkeypatch, task, [lists([insert("s", "t", {"a": 0}, commit_ts=9)], 1), failing()])
     with pytest.raises(CdcflowError, match="does not decode"):
         read_parts(meta(parts))
+
+
+def test_partitions_that_disagree_on_a_tables_key_stop_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both partitions' rows of s.t take the configured key. A part made without one (its
+    # rows naming no key, as a partition whose rows came without a schema would) beside
+    # parts made with it would mix deltas with change records: refused, not written.
+    keyed = [insert("s", "t", {"id": 1}, commit_ts=10)]
+    task = PartsTask(BATCH_ID, {}, changelog=False, changes=True, key_columns={"s.t": ("id",)})
+    parts = parts_of(monkeypatch, task, [lists(keyed, 1), lists([insert("s", "t", {"id": 2}, commit_ts=11)], 1)])
+    assert read_parts(meta(parts))[("s", "t")].steps[0].keys == ("id",)  # both partitions agree
+
+    rows = meta(parts)
+    rows[1]["info"] = pickle.dumps((keyed[0].table, {"id": "bigint"}, ()))  # as a partition without the key made it
+    with pytest.raises(CdcflowError, match="different key columns"):
+        read_parts(rows)
