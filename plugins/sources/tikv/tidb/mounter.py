@@ -265,16 +265,20 @@ class TiDBMounter(Mounter):
         """
         out: list[RowChange | None] = []
         append = out.append
+        # The schema store takes no DDL during the call: each table's version is looked up
+        # again only when a row's ts leaves the range the last lookup holds for.
+        found: dict[int, tuple[TableVersion | None, int, int]] = {}
         for event in events:
             try:
-                row = self._mount_fast(event)
+                row = self._mount_fast(event, found)
             except _FAST_PATH_ERRORS:
                 row = _MISSING
             append(self.mount_row(event) if row is _MISSING else cast(RowChange | None, row))
         return out
 
-    def _mount_fast(self, event: RawKVEvent) -> object:
-        """The row of ``event`` (None when not replicated), or ``_MISSING`` to leave it to :meth:`mount_row`."""
+    def _mount_fast(self, event: RawKVEvent, found: dict[int, tuple[TableVersion | None, int, int]]) -> object:
+        """The row of ``event`` (None when not replicated), or ``_MISSING`` to leave it to :meth:`mount_row`;
+        ``found``: the versions looked up by earlier rows of the run, by table id."""
         key = event.key
         if len(key) != keys.RECORD_ROW_KEY_LEN or key[0] != 0x74:  # b"t"
             return _MISSING
@@ -283,7 +287,11 @@ class TiDBMounter(Mounter):
             return _MISSING
         table_id = (raw_id ^ _SIGN) - (1 << 64) if not raw_id & _SIGN else raw_id ^ _SIGN
         handle = (raw_handle ^ _SIGN) - (1 << 64) if not raw_handle & _SIGN else raw_handle ^ _SIGN
-        version = self.schemas.table_for_row(table_id, event.commit_ts)
+        ts = event.commit_ts - 1  # the version that decodes a row is the one before its commit
+        hit = found.get(table_id)
+        if hit is None or not hit[1] <= ts < hit[2]:
+            hit = found[table_id] = self.schemas.table_between(table_id, ts)
+        version = hit[0]
         if version is None or version.table is None or not version.table.has_rows:
             return None
         plan = self._plan(version, table_id)

@@ -97,6 +97,18 @@ class SchemaStore:
         i = bisect.bisect_right(versions, ts, key=_version_ts)
         return versions[i - 1] if i else None
 
+    def table_between(self, physical_id: int, ts: int) -> tuple[TableVersion | None, int, int]:
+        """:meth:`table_at` with the ts range ``[low, high)`` around ``ts`` that has the same
+        answer while the store takes no new version of the table (so that a run of rows
+        looks the version up once)."""
+        versions = self._versions.get(physical_id)
+        if not versions:
+            return None, ts, ts + 1
+        i = bisect.bisect_right(versions, ts, key=_version_ts)
+        low = versions[i - 1].ts if i else -(1 << 63)
+        high = versions[i].ts if i < len(versions) else 1 << 64
+        return (versions[i - 1] if i else None), low, high
+
     def logical_at(self, table_id: int, ts: int) -> TableVersion | None:
         """The version of the logical table ``table_id`` valid at ``ts``: its own for a
         table without partitions, else the one its partitions share (versions are kept per

@@ -227,6 +227,13 @@ def test_schema_store_load_then_exact_ddl_ts():
     assert not store.apply_job(job, 3000)
     assert store.table_for_row(101, 10).table.name == "orders"
     assert store.table_for_row((1 << 62) + 1, 10) is None
+    # the range around a ts with the same version: from that version's ts to the next one's
+    for ts in (2000, 2999, 3000, 3001, 10**6):
+        version, low, high = store.table_between(100, ts)
+        assert version is store.table_at(100, ts) and low <= ts < high
+        assert store.table_at(100, low) is version and store.table_at(100, high - 1) is version
+        assert high == 1 << 64 or store.table_at(100, high) is not version
+    assert store.table_between((1 << 62) + 1, 10) == (None, 10, 11)
     names = [(v.db_name, v.table.name) for v in store.live_tables(5000)]
     assert ("shop", "users") in names and ("shop", "orders") in names
 
