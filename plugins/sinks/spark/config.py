@@ -63,6 +63,16 @@ class SparkSinkConfig(PluginConfig):
             "1: one table after the other."
         ),
     )
+    write_task_rows: int = Field(
+        50_000,
+        ge=1,
+        description=(
+            "Rows per Spark task of a table's change-log write from its frame: a table with fewer rows in "
+            "the batch is written by one task, a larger one by one task per this many rows (at most as many "
+            "tasks as made the batch's rows). Each task costs its start, its own Parquet files and their "
+            "commit, so small tasks write fewer rows per second."
+        ),
+    )
     master: str = Field("local[*]", description="spark.master when the sink has to start a Spark session itself.")
     warehouse_dir: str = Field(
         "./data/lake", description="spark.sql.warehouse.dir when the sink has to start a Spark session itself."

@@ -364,7 +364,11 @@ class SparkSink(Sink[SparkSinkConfig]):
         if self.config.mode in ("changelog", "both") and found is not None and found.whole.rows:
             types = found.whole.types
             task = UnpackTask(changelog_columns(types), found.whole.offsets, "seq")
-            changelog = parts.where(F.col("kind") == CHANGELOG).mapInArrow(task, changelog_ddl(types))
+            # Spark's coalesce never adds partitions: a table of fewer rows than the batch's
+            # partitions hold is written by fewer, larger tasks.
+            writers = -(-found.whole.rows // self.config.write_task_rows)
+            of_kind = parts.where(F.col("kind") == CHANGELOG).coalesce(writers)
+            changelog = of_kind.mapInArrow(task, changelog_ddl(types))
             self._append_changelog(base, table, changelog, types)
         if self.config.mode == "changelog":
             return

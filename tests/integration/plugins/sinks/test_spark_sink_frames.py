@@ -171,6 +171,38 @@ def test_a_replayed_batch_leaves_the_tables_as_one_write(spark: Any, tmp_path: P
     assert {name: tables(spark, tmp_path, w.table(name)) for name in ("orders", "notes")} == once
 
 
+def test_a_tables_change_log_is_written_by_a_task_per_write_task_rows(spark: Any, tmp_path: Path) -> None:
+    w = make_workload("shop", txns=40, resolve_every=40, alter=False)
+    rows = [r for r in w.row_changes()]
+    orders = sum(1 for r in rows if r.table.table == "orders")
+    assert orders > 6
+
+    def write(root: Path, task_rows: int) -> dict[str, int]:
+        """Parquet files of each table's change log after writing the batch."""
+        sink = SparkSink(
+            SparkSinkConfig(frame_writes=True, mode="changelog", uri=f"spark://{root}", write_task_rows=task_rows)
+        )
+        sink.open(ddl_tests_context())
+        batch = MicroBatch("test", 3, 0, rows[-1].commit_ts, rows)
+        assert sink.write_frame(MicroBatch("test", 3, 0, batch.end_ts), batch_frame(spark, batch)) == len(rows)
+        return {
+            name: len(list((root / w.schema / name / "changelog").rglob("part-*.parquet")))
+            for name in ("orders", "notes")
+        }
+
+    assert write(tmp_path / "one", 10_000) == {"orders": 1, "notes": 1}
+    assert write(tmp_path / "split", -(-orders // 2))["orders"] == 2  # two tasks' worth, not one per partition
+    assert write(tmp_path / "all", 1)["orders"] > 2  # a task per partition of the sorted frame: no fewer
+    for name in ("orders", "notes"):
+        log = [tables_changes(spark, tmp_path / d, w.table(name)) for d in ("one", "split", "all")]
+        assert log[0] == log[1] == log[2] and len(log[0]) == sum(1 for r in rows if r.table.table == name)
+
+
+def tables_changes(spark: Any, root: Path, table: TableName) -> list[Any]:
+    log = spark.read.parquet(f"{root}/{table.schema}/{table.table}/changelog")
+    return sorted((r["seq"], r["op"], r["commit_ts"], repr(r["before"]), repr(r["after"])) for r in log.collect())
+
+
 def ddl_tests_context() -> Any:
     from cdcflow.core.data.sink import SinkContext
 
