@@ -58,9 +58,10 @@ class SparkSinkConfig(PluginConfig):
         4,
         ge=1,
         description=(
-            "Tables of a batch written from its frame at once (each table's Spark jobs from a thread of "
-            "their own, so that one table's tasks run while another's write is planned and committed); "
-            "1: one table after the other."
+            "Tables of a batch written at once, from its frame or from the driver (each table's Spark jobs "
+            "from a thread of their own, so that one table's tasks run while another's write is planned and "
+            "committed; a batch that renames a table, or whose tables may be merged into catalog tables, "
+            "writes one after the other); 1: one table after the other."
         ),
     )
     write_task_rows: int = Field(

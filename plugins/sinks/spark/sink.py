@@ -263,19 +263,27 @@ class SparkSink(Sink[SparkSinkConfig]):
                 if e.renamed_from is not None and e.table is not None
             }
             old_names = {(old.schema, old.table) for old in renamed.values()}
+            writes = []
             for name, table in tables.items():
                 old = renamed.get(name)
                 moved = rows_of.get((old.schema, old.table), []) if old is not None else []
-                self._write_table(
-                    storage,
-                    table,
-                    rows_of.get(name, []),
-                    ddl_of.get(name, []),
-                    batch,
-                    renamed_from=old,
-                    moved=moved,
-                    snapshot=name not in old_names,
+                writes.append(
+                    functools.partial(
+                        self._write_table,
+                        storage,
+                        table,
+                        rows_of.get(name, []),
+                        ddl_of.get(name, []),
+                        batch,
+                        renamed_from=old,
+                        moved=moved,
+                        snapshot=name not in old_names,
+                    )
                 )
+            # Tables apart from each other are written at once, as from a frame; a rename
+            # reads another table's snapshot, and MERGE INTO goes through the catalog.
+            apart = not renamed and (not self.config.catalog_database or self.config.table_format == "versioned")
+            run_in_threads(self.spark, writes, self.config.write_threads if apart else 1)
             for old in renamed.values():
                 if (old.schema, old.table) not in renamed:  # not itself the target of another rename
                     self._retire_snapshot(storage, old, batch)

@@ -69,10 +69,14 @@ def test_workload_snapshot_and_changelog(spark: Any, tmp_path: Path) -> None:
 
 class CrashingSparkSink(SparkSink):
     """Dies in one batch after its first table (or the table named ``crash_after``) is written,
-    before the checkpoint."""
+    before the checkpoint: its tables are written one after the other, so that the others
+    are not (a crash among tables written at once leaves any of them written)."""
 
     crash_on = -1
     crash_after: str | None = None
+
+    def __init__(self, config: SparkSinkConfig) -> None:
+        super().__init__(config.model_copy(update={"write_threads": 1}))
 
     def _write_table(
         self, storage: Storage, table: TableName, rows: Any, ddl: Any, batch: MicroBatch, **options: Any

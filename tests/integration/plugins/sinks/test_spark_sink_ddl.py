@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import json
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -322,15 +323,17 @@ def test_replay_after_a_crash_mid_batch_across_ddl(spark: Any, tmp_path: Path, m
 
     def commit_once(self: Storage, snapshot_dir: str, version: str, detail: dict[str, Any]) -> None:
         if not failed and detail["batch-id"] == 2:
-            failed.append(version)
+            failed.append(snapshot_dir)
             raise OSError("disk full")
         commit(self, snapshot_dir, version, detail)
 
     monkeypatch.setattr(Storage, "commit_version", commit_once)
     with pytest.raises(Exception, match="disk full"):
         asyncio.run(drive(ListSource.of(events), [sink(tmp_path)], start_ts=done["resolved-ts"], first_batch_id=1))
-    for name in ("a", "b"):  # readers still see the state after the ADD COLUMN
-        assert set(snapshot(spark, tmp_path, name).columns) == {"id", "v", "w"}
+    # Readers of the table whose commit failed still see the state after the ADD COLUMN (the
+    # other table, written at the same time, may have moved on: each table is its own).
+    (name,) = (up.table.table for up in (a, b) if failed[0].endswith(f"/shop/{up.table.table}/snapshot"))
+    assert set(snapshot(spark, tmp_path, name).columns) == {"id", "v", "w"}
     done = json.loads((tmp_path / "_cdcflow" / "test" / "checkpoint.json").read_text())
     asyncio.run(drive(ListSource.of(events), [sink(tmp_path)], start_ts=done["resolved-ts"], first_batch_id=2))
     for up in (a, b):
@@ -383,6 +386,37 @@ def test_rename_table_moves_the_snapshot_and_keeps_the_change_logs(
     for name, count in (("a", 5), ("b", 2)):
         log = spark.read.parquet(str(tmp_path / "shop" / name / "changelog"))
         assert log.count() == count, name
+
+
+def test_a_batchs_tables_are_written_from_threads_unless_it_renames_one(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[tuple[int, str, str]] = []
+    write_table = SparkSink._write_table
+
+    def recording(self: SparkSink, storage: Any, table: TableName, *args: Any, **kw: Any) -> None:
+        batch = args[2]
+        threads.append((batch.batch_id, table.table, threading.current_thread().name))
+        write_table(self, storage, table, *args, **kw)
+
+    monkeypatch.setattr(SparkSink, "_write_table", recording)
+    a, b = Upstream("a", col("v", 15)), Upstream("b", col("v", 15))
+    for i in range(1, 4):
+        a.insert({"id": i, "v": f"a{i}"}, ts=100 + i)
+        b.insert({"id": i, "v": f"b{i}"}, ts=100 + i)
+    a.resolve()
+    b.update(1, v="b1*", ts=205)
+    a.rename("c", ts=210)  # the second batch renames a table: its tables one after the other
+    a.resolve()
+    run(tmp_path, a, b, mode="both")
+
+    first = {name: thread for batch, name, thread in threads if batch == 0}
+    assert set(first) == {"a", "b"} and len(set(first.values())) == 2
+    assert all(thread.startswith("cdcflow-spark") for thread in first.values())
+    second = {(name, thread) for batch, name, thread in threads if batch == 1}
+    assert {name for name, _ in second} == {"b", "c"}
+    assert {thread for _, thread in second} == {threading.current_thread().name}
+    assert snapshot_rows(spark, tmp_path, "c") == a.rows and snapshot_rows(spark, tmp_path, "b") == b.rows
 
 
 def test_catalog_tables_follow_the_columns(spark: Any, tmp_path: Path) -> None:
