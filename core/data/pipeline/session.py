@@ -356,8 +356,14 @@ def warm_python_workers(session: Any, modules: list[str]) -> None:
     """Start Spark's Python workers and import ``modules`` in them: one small job of a
     task per core (``spark.python.worker.reuse`` keeps the workers for the pipeline's
     tasks). A cold worker spends seconds in start-up and imports; without this, the
-    first micro-batch or initial snapshot read pays it."""
+    first micro-batch or initial snapshot read pays it. Then one read of
+    :class:`~cdcflow.core.data.pipeline.datasource.PlannerWarmup` starts the process
+    Spark plans data source reads in, which the first micro-batch would start."""
+    from cdcflow.core.data.pipeline.datasource import PlannerWarmup
+
     _warming_job(session, modules, overlap=0.5).collect()
+    session.dataSource.register(PlannerWarmup)
+    session.read.format(PlannerWarmup.name()).load().collect()
 
 
 #: The job group of :class:`WorkerKeeper`'s jobs (cancelled when it stops).

@@ -47,6 +47,37 @@ def test_the_workers_import_the_modules_before_the_first_task(spark: Any) -> Non
     assert _probe(spark) == [True]
 
 
+def test_warming_starts_the_process_spark_plans_data_source_reads_in(tmp_path: Path) -> None:
+    # In a JVM of its own: the test session's may have planned a read already.
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from cdcflow.core.data.pipeline.session import warm_python_workers\n"
+        "from cdcflow.plugins.sinks.spark.session import spark_session\n"
+        "spark = spark_session('local[1]', sys.argv[1], {'spark.ui.enabled': 'false'})\n"
+        "jvm = spark.sparkContext._gateway.proc.pid\n"
+        "def planners():\n"
+        "    found = 0\n"
+        "    for proc in Path('/proc').glob('[0-9]*'):\n"
+        "        try:\n"
+        "            parent = int((proc / 'stat').read_text().rsplit(')', 1)[1].split()[1])\n"
+        "            command = (proc / 'cmdline').read_bytes()\n"
+        "        except (OSError, ValueError):\n"
+        "            continue\n"
+        "        found += parent == jvm and b'plan_data_source_read' in command\n"
+        "    return found\n"
+        "before = planners()\n"
+        "warm_python_workers(spark, [])\n"
+        "print(before, planners())\n"
+        "spark.stop()\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300, check=True
+    )
+    before, after = map(int, run.stdout.split()[-2:])
+    assert (before, after) == (0, 1)
+
+
 def test_the_warming_step_imports_what_pyarrow_imports_on_its_first_conversion() -> None:
     # A worker's first task turns Python lists into arrays; whatever pyarrow imports
     # then (pandas, when installed) must have been imported by the warming step.
