@@ -104,6 +104,7 @@ instances, and each of them gets the changefeed checkpoint.
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -222,19 +223,56 @@ class RowDecoder(abc.ABC):
         instead of a row (a row that did not mount)."""
 
 
+_NO_DEFAULT = object()
+
+
+class _MadeOnRead:
+    """A field of :class:`BatchFrame` that may be given as a function of no arguments:
+    the function is called when the field is first read, once, and its result kept."""
+
+    def __init__(self, default: Any = _NO_DEFAULT) -> None:
+        self.default = default
+        self.slot = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:  # the dataclass asks for the field's default
+            if self.default is _NO_DEFAULT:
+                raise AttributeError(self.slot[1:])
+            return self.default
+        state = instance.__dict__
+        value = state[self.slot]
+        if callable(value):
+            with state.setdefault("_made_on_read", threading.Lock()):
+                value = state[self.slot]
+                if callable(value):
+                    value = state[self.slot] = value()
+        return value
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        instance.__dict__[self.slot] = value
+
+
 @dataclass(frozen=True)
 class BatchFrame:
-    """A micro-batch's rows as a Spark DataFrame, for :meth:`Sink.write_frame`."""
+    """A micro-batch's rows as a Spark DataFrame, for :meth:`Sink.write_frame`.
+
+    :attr:`frame` and :attr:`ordered` may be given as functions of no arguments that
+    make them: each is made when first read, once (the runtime's are: planning them
+    costs the driver a tenth of a second per batch, which a sink that only
+    :meth:`map_rows` never pays)."""
 
     #: The records (``cdcflow.core.data.logservice.records.SPARK_SCHEMA_DDL``): ``commit_ts``,
     #: ``start_ts``, ``key`` (the order), ``schema_name``, ``table_name``, … and the
     #: encoded row in the other columns; unordered. Reading it runs the batch's scan
     #: and mount again: a sink that reads it more than once persists it.
-    frame: Any
+    frame: Any = _MadeOnRead()  # no default: the descriptor says so when the dataclass asks
     #: Decodes the record batches of ``frame`` into rows, in tasks.
-    decoder: RowDecoder
+    decoder: RowDecoder  # type: ignore[misc]  # (mypy takes the descriptor for a default)
     #: At most this many rows (the records in the batch's chunks, before filtering).
-    expected_rows: int
+    expected_rows: int  # type: ignore[misc]
     #: Every row has commit ts ``end_ts`` and each key appears once (an initial
     #: snapshot's batch): any order of the rows is the batch's order, so a sink
     #: need not sort them.
@@ -242,7 +280,7 @@ class BatchFrame:
     #: The same rows in the batch's order (``ORDER_COLUMNS``: partitions in order, each
     #: sorted), when the runtime gives them so for less than a sort of :attr:`frame`
     #: costs (it sorts the records before mounting them); None: sort :attr:`frame`.
-    ordered: Any = None
+    ordered: Any = _MadeOnRead(None)
     #: The runtime's :meth:`map_rows` (its tasks mount the rows and hand them on in the
     #: same pass); None: over :attr:`ordered` (or :attr:`frame` sorted) and :attr:`decoder`.
     rows_mapper: Callable[[RowsFunction, str], Any] | None = None

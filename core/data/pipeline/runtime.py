@@ -541,31 +541,43 @@ class ChangefeedPipeline:
     ) -> tuple[list[Sink[Any]], int | None]:
         """Offer the batch's mounted frame to each sink (``Sink.write_frame``): the sinks that
         declined it, and the rows the last one that took it wrote (None: none took it)."""
-        mounted, ordered = frame, None
+        mounted: Any = frame
+        ordered: Any = None
         mapper: Callable[[RowsFunction, str], Any] | None = None
         if plan.mounter is not None:
-            mount = MountTask(plan)
             partitions = self._task_partition_count(expected)
-            raw = frame
             apart = partitions > 1 and _reads_apart(expected, partitions)
-            if apart:
-                mounted = self._map_read_apart(frame, mount, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
-                if chunk_files:
-                    raw = self._map_read_apart(frame, pass_records, SPARK_SCHEMA_DDL, partitions, chunk_files, one_ts)
-            else:
-                mounted = frame.mapInArrow(mount, SPARK_SCHEMA_DDL)
+            split: list[list[list[tuple[str, int, int]]]] = []
+
+            def read_apart(task: Any, schema: str) -> Any:
+                """The task over the batch's files read apart, the files split once per batch."""
+                if chunk_files and not split:
+                    split.append(split_record_batches(chunk_files, partitions))
+                shares = split[0] if split else None
+                return self._map_read_apart(frame, task, schema, partitions, chunk_files, one_ts, shares)
+
+            def raw_records() -> Any:
+                return read_apart(pass_records, SPARK_SCHEMA_DDL) if apart and chunk_files else frame
+
+            # Made when a sink reads them (BatchFrame): a sink that maps rows never does.
+            def mounted_rows() -> Any:
+                mount = MountTask(plan)
+                return read_apart(mount, SPARK_SCHEMA_DDL) if apart else frame.mapInArrow(mount, SPARK_SCHEMA_DDL)
+
+            def rows_sorted() -> Any:
+                return self._mounted_in_order(raw_records(), plan)
+
+            mounted = mounted_rows
             if not one_ts:
-                ordered = self._mounted_in_order(raw, plan)
+                ordered = rows_sorted
 
             def rows_in_order(function: RowsFunction, schema: str) -> Any:
                 task = RowsTask(plan, self.column_selection, function)
                 if not one_ts and chunk_files and expected <= ORDERED_RUNS_MAX_ROWS:
                     return self._map_ordered_runs(frame, task, schema, partitions, chunk_files)
                 if not one_ts:
-                    return raw.orderBy(*ORDER_COLUMNS).mapInArrow(task, schema)
-                if apart:
-                    return self._map_read_apart(frame, task, schema, partitions, chunk_files, one_ts)
-                return frame.mapInArrow(task, schema)
+                    return raw_records().orderBy(*ORDER_COLUMNS).mapInArrow(task, schema)
+                return read_apart(task, schema) if apart else frame.mapInArrow(task, schema)
 
             mapper = rows_in_order
 
@@ -798,20 +810,28 @@ class ChangefeedPipeline:
             shutil.rmtree(directory, ignore_errors=True)
 
     def _map_read_apart(
-        self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...], one_ts: bool
+        self,
+        frame: Any,
+        task: Any,
+        schema_ddl: str,
+        partitions: int,
+        chunk_files: tuple[str, ...],
+        one_ts: bool,
+        shares: list[list[tuple[str, int, int]]] | None = None,
     ) -> Any:
         """``frame.mapInArrow(task, schema_ddl)`` for a batch the data source reads in a
         partition per task; with the batch's files known, the same from tasks that read
         their share of the files themselves, split as the data source splits them, so that
         the records skip the JVM (:class:`ChunkRangesTask`). A streaming batch's tasks leave
         out what the query's table filter leaves out of ``frame``; a snapshot's frame (its
-        part files, ``one_ts``) has no filter."""
+        part files, ``one_ts``) has no filter. ``shares``: ``split_record_batches`` of the
+        files into ``partitions``, when made already."""
         if not chunk_files:
             return frame.mapInArrow(task, schema_ddl)
-        shares = tuple(tuple(share) for share in split_record_batches(chunk_files, partitions))
-        read = ChunkRangesTask(shares, task, None if one_ts else self.table_filter)
+        split = split_record_batches(chunk_files, partitions) if shares is None else shares
+        read = ChunkRangesTask(tuple(tuple(share) for share in split), task, None if one_ts else self.table_filter)
         # The frame's session: a micro-batch's has the streaming query's settings.
-        return frame.sparkSession.range(0, len(shares), 1, len(shares)).mapInArrow(read, schema_ddl)
+        return frame.sparkSession.range(0, len(split), 1, len(split)).mapInArrow(read, schema_ddl)
 
     def _map_ordered_runs(
         self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...]
