@@ -708,13 +708,14 @@ class ChangefeedPipeline:
         """The summaries of the Spark tasks that wrote the batch (see :meth:`_write_in_tasks`)."""
         lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
         if partitions == 1:
-            # A batch for one task (a live batch of a few rows) is gathered into it without
-            # a shuffle: one Spark stage instead of two, which is most of a small batch's
-            # time. A small batch's files (known) the task reads itself and sorts in its
-            # worker: one Python worker, no trip through the JVM. A larger one (every
-            # batch with one task slot) is sorted by Spark, which spills what it cannot hold.
+            # A batch for one task (a live batch of a few rows, every batch with one task
+            # slot) is gathered into it without a shuffle: one Spark stage instead of two,
+            # which is most of a small batch's time. A bounded batch's files (known) the
+            # task reads itself and sorts in its worker with Arrow, as the ordered runs of
+            # a frame-written batch are: one Python worker, no trip through the JVM. A
+            # larger one is sorted by Spark, which spills what it cannot hold.
             write = WriteTask(plan, head, writers, self.column_selection)
-            if chunk_files and expected <= self.task_rows:
+            if chunk_files and expected <= ORDERED_RUNS_MAX_ROWS:
                 out = self._map_read_apart(frame, SortedTask(write), SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
             else:
                 grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)

@@ -390,24 +390,25 @@ class ChunkRangesTask:
         return records.filter(pa.array(keep, pa.bool_()))
 
 
+#: Records a :class:`SortedTask` or an :class:`OrderedRunsTask` hands on at a time.
+_RUN_BATCH_ROWS = 8_192
+
+
 @dataclass(frozen=True)
 class SortedTask:
     """``mapInArrow`` function: hands ``task`` its partition's records in the micro-batch's
-    order (:data:`~.query.ORDER_COLUMNS`), sorted in the task's worker. For a partition small
-    enough to hold at once (a live batch written by one task): it saves Spark's sort,
-    and with :class:`ChunkRangesTask` in front, the records' trip through the JVM."""
+    order (:data:`~.query.ORDER_COLUMNS`), sorted in the task's worker, in record batches
+    of at most 8,192 rows. For a partition small enough to hold at once (a bounded batch
+    written by one task): it saves Spark's sort, and with :class:`ChunkRangesTask` in
+    front, the records' trip through the JVM."""
 
     task: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         held = [batch for batch in batches if batch.num_rows]
         if held:
-            held = pa.Table.from_batches(held).sort_by(list(ARROW_ORDER)).to_batches()
+            held = pa.Table.from_batches(held).sort_by(list(ARROW_ORDER)).to_batches(max_chunksize=_RUN_BATCH_ROWS)
         return self.task(iter(held))
-
-
-#: Records an :class:`OrderedRunsTask` hands on at a time.
-_RUN_BATCH_ROWS = 8_192
 
 
 @dataclass(frozen=True)
