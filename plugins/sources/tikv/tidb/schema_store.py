@@ -91,11 +91,7 @@ class SchemaStore:
 
     def table_at(self, physical_id: int, ts: int) -> TableVersion | None:
         """The version of ``physical_id`` valid at ``ts`` (None if unknown then)."""
-        versions = self._versions.get(physical_id)
-        if not versions:
-            return None
-        i = bisect.bisect_right(versions, ts, key=_version_ts)
-        return versions[i - 1] if i else None
+        return self.table_between(physical_id, ts)[0]
 
     def table_between(self, physical_id: int, ts: int) -> tuple[TableVersion | None, int, int]:
         """:meth:`table_at` with the ts range ``[low, high)`` around ``ts`` that has the same
