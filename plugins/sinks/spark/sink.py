@@ -282,7 +282,7 @@ class SparkSink(Sink[SparkSinkConfig]):
                 )
             # Tables apart from each other are written at once, as from a frame; a rename
             # reads another table's snapshot, and MERGE INTO goes through the catalog.
-            apart = not renamed and (not self.config.catalog_database or self.config.table_format == "versioned")
+            apart = not renamed and not self._may_merge()
             run_in_threads(self.spark, writes, self.config.write_threads if apart else 1)
             for old in renamed.values():
                 if (old.schema, old.table) not in renamed:  # not itself the target of another rename
@@ -304,7 +304,7 @@ class SparkSink(Sink[SparkSinkConfig]):
         wanted = self.config.frame_writes is True or (self.config.frame_writes == "auto" and auto)
         if not wanted or any(e.renamed_from is not None for e in batch.ddl):
             return None
-        if self.config.catalog_database and self.config.table_format != "versioned":
+        if self._may_merge():
             return None
         if self._written_before(batch):
             log.info("Spark sink: batch %d (end ts %d) was written before; skipped", batch.batch_id, batch.end_ts)
@@ -525,11 +525,15 @@ class SparkSink(Sink[SparkSinkConfig]):
     def _snapshot_table_name(self, table: TableName) -> str:
         return f"{self.config.catalog_database}.{_q(f'{table.schema}__{table.table}')}"
 
+    def _may_merge(self) -> bool:
+        """Whether some table's snapshot may be written with MERGE INTO (:meth:`_merges`)."""
+        return bool(self.config.catalog_database) and self.config.table_format != "versioned"
+
     def _merges(self, table: TableName, rows: list[RowChange], renamed_from: TableName | None = None) -> bool:
         """Whether this table's snapshot is written with MERGE INTO (see :mod:`.merge`); a table
         renamed in this batch whose new name has no catalog table yet asks its old one."""
         fmt = self.config.table_format
-        if fmt == "versioned" or not self.config.catalog_database:
+        if not self._may_merge():
             return False
         if renamed_from is not None and provider_of(self.spark, self._snapshot_table_name(table)) is None:
             table = renamed_from
