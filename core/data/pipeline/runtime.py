@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import pickle
@@ -547,14 +548,14 @@ class ChangefeedPipeline:
         if plan.mounter is not None:
             partitions = self._task_partition_count(expected)
             apart = partitions > 1 and _reads_apart(expected, partitions)
-            split: list[list[list[tuple[str, int, int]]]] = []
+
+            @functools.cache
+            def shares() -> list[list[tuple[str, int, int]]] | None:
+                """The batch's files split among the tasks, once per batch."""
+                return split_record_batches(chunk_files, partitions) if chunk_files else None
 
             def read_apart(task: Any, schema: str) -> Any:
-                """The task over the batch's files read apart, the files split once per batch."""
-                if chunk_files and not split:
-                    split.append(split_record_batches(chunk_files, partitions))
-                shares = split[0] if split else None
-                return self._map_read_apart(frame, task, schema, partitions, chunk_files, one_ts, shares)
+                return self._map_read_apart(frame, task, schema, partitions, chunk_files, one_ts, shares())
 
             def raw_records() -> Any:
                 return read_apart(pass_records, SPARK_SCHEMA_DDL) if apart and chunk_files else frame
