@@ -81,19 +81,22 @@ def no_driver_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SparkSink, "_state_function", refusing(SparkSink._state_function, 2))
 
 
-def tables(spark: Any, root: Path, table: TableName) -> tuple[list[Any], list[Any]]:
-    """The change log and the snapshot of ``table``, as comparable sorted rows."""
-    base = f"{root}/{table.schema}/{table.table}"
-    log = spark.read.option("mergeSchema", "true").parquet(f"{base}/changelog")
-    changes = sorted(
+def changes(spark: Any, root: Path, table: TableName) -> list[Any]:
+    """The change log of ``table``, as comparable sorted rows."""
+    log = spark.read.option("mergeSchema", "true").parquet(f"{root}/{table.schema}/{table.table}/changelog")
+    return sorted(
         (r["batch_id"], r["seq"], r["op"], r["commit_ts"], r["start_ts"], str(r["commit_date"]), repr(r["before"]),
          repr(r["after"]))
         for r in log.collect()
     )  # fmt: skip
-    snapshot = read_snapshot(spark, Storage(spark, str(root)), f"{base}/snapshot")
+
+
+def tables(spark: Any, root: Path, table: TableName) -> tuple[list[Any], list[Any]]:
+    """The change log and the snapshot of ``table``, as comparable sorted rows."""
+    snapshot = read_snapshot(spark, Storage(spark, str(root)), f"{root}/{table.schema}/{table.table}/snapshot")
     assert snapshot is not None
     state = sorted(repr(r) for r in snapshot.collect())
-    return changes, [snapshot.schema.simpleString(), *state]
+    return changes(spark, root, table), [snapshot.schema.simpleString(), *state]
 
 
 def test_workload_through_frames_equals_the_driver_path(
@@ -194,13 +197,8 @@ def test_a_tables_change_log_is_written_by_a_task_per_write_task_rows(spark: Any
     assert write(tmp_path / "split", -(-orders // 2))["orders"] == 2  # two tasks' worth, not one per partition
     assert write(tmp_path / "all", 1)["orders"] > 2  # a task per partition of the sorted frame: no fewer
     for name in ("orders", "notes"):
-        log = [tables_changes(spark, tmp_path / d, w.table(name)) for d in ("one", "split", "all")]
+        log = [changes(spark, tmp_path / d, w.table(name)) for d in ("one", "split", "all")]
         assert log[0] == log[1] == log[2] and len(log[0]) == sum(1 for r in rows if r.table.table == name)
-
-
-def tables_changes(spark: Any, root: Path, table: TableName) -> list[Any]:
-    log = spark.read.parquet(f"{root}/{table.schema}/{table.table}/changelog")
-    return sorted((r["seq"], r["op"], r["commit_ts"], repr(r["before"]), repr(r["after"])) for r in log.collect())
 
 
 def ddl_tests_context() -> Any:
