@@ -39,6 +39,12 @@ run, on the same rows:
     done), which also counts Spark's session start; ``done_s`` is when the snapshot was
     done, from the process's start (what a user waits).
 
+  - **cores** — what each kind of process spent, in cores (CPU-seconds / wall seconds),
+    during the start-up, the read and the delivery (:mod:`benchmarks.cputime`: the
+    capture's driver, Spark's Python workers, the JVM's threads, and ``playground``:
+    this process, serving the KvScans). On a 2-core machine a total near 2 says the
+    run is bound by the cores, and the kinds say by whose work.
+
   After ``done`` the capture is stopped and the sink is counted: the change log's
   ``batch_id=-1`` partitions read back with pyarrow (``op`` insert), or every Open
   Protocol row event of the topic read back with a consumer. A run whose sink does not
@@ -98,6 +104,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks import cputime
 from cdcflow.core.data.events import Span
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
 from cdcflow.core.data.source import SnapshotTask
@@ -119,7 +126,9 @@ _READ_LINE = re.compile(r"^(\S+ \S+) INFO \S+: changefeed \S+: initial snapshot 
 #: How the line ends when the capture reads parts itself while Spark starts (the read's start).
 _READ_AHEAD_END = "read here until Spark's workers are up"
 #: The read-ahead's last line: parts and rows it read.
-_AHEAD_DONE = re.compile(r"snapshot at \d+: (\d+) \w+s, (\d+) rows read here in ([\d.]+)s while Spark started")
+_AHEAD_DONE = re.compile(
+    r"snapshot at \d+: (\d+) \w+s, (\d+) rows read here(?: by \d+ readers)? in ([\d.]+)s while Spark started"
+)
 
 
 # -- the upstream ------------------------------------------------------------------------------
@@ -235,8 +244,11 @@ def snapshot_run(
         snapshot = InitialSnapshot(Path(tmp) / "data" / "changefeeds" / CHANGEFEED, CHANGEFEED, start_ts)
         started_wall = time.time()
         capture.start()
+        assert capture.proc is not None
+        cpu = cputime.CpuMeter(capture.proc.pid)
+        cpu.mark("start")
         try:
-            times = _watch(capture, snapshot, started_wall)
+            times = _watch(capture, snapshot, started_wall, cpu)
         finally:
             capture.stop()
         ahead = _AHEAD_DONE.search(capture.log.read_text(errors="replace"))
@@ -260,6 +272,9 @@ def snapshot_run(
             "with_startup_rows_per_s": round(expected / (times["done"] - times["plan"])),
             "done_s": round(times["done"], 1),
             "rows_read_on_capture": times["ahead_rows"],
+            "cores_startup": cpu.cores("start", "read"),
+            "cores_read": cpu.cores("read", "parts_read"),
+            "cores_deliver": cpu.cores("parts_read", "done"),
         }
     )
     return run
@@ -282,8 +297,11 @@ def _configure(
     capture.file.write_text(yaml.safe_dump(doc))
 
 
-def _watch(capture: CaptureProcess, snapshot: InitialSnapshot, started_wall: float) -> dict[str, Any]:
-    """Seconds from the process start to: plan written, read started, every part read, done."""
+def _watch(
+    capture: CaptureProcess, snapshot: InitialSnapshot, started_wall: float, cpu: cputime.CpuMeter
+) -> dict[str, Any]:
+    """Seconds from the process start to: plan written, read started, every part read, done;
+    ``cpu`` marked at each of the last three as it is seen."""
     times: dict[str, Any] = {}
     parts = 0
     while True:
@@ -295,13 +313,18 @@ def _watch(capture: CaptureProcess, snapshot: InitialSnapshot, started_wall: flo
             found = _read_line(capture.log)
             if found is not None:
                 times["read"], parts = found[0] - started_wall, found[1]
+                cpu.mark("read")
         if "read" in times:
             done_parts = len(snapshot.parts_done())
             if "first_part" not in times and done_parts:
                 times["first_part"] = now - started_wall
             if "parts_read" not in times and parts and done_parts >= parts:
                 times["parts_read"] = now - started_wall
+                cpu.mark("parts_read")
         if snapshot.done:
+            cpu.mark("done")
+            if "parts_read" not in cpu.marks:
+                cpu.mark("parts_read")
             done = json.loads((snapshot.directory / "done").read_text())
             times["done"] = float(done["finished_at"]) - started_wall
             times.setdefault("parts_read", times["done"])  # parts deleted between two polls
