@@ -122,8 +122,9 @@ class SparkSettings(_Settings):
         True,
         description=(
             "While Spark's session and Python workers start, a capture with an initial snapshot to take "
-            "reads its parts itself, one at a time, into the same part files; Spark's read takes the parts "
-            "left (false: every part is read in a Spark task)."
+            "reads its parts itself, as many at once as Spark runs tasks on its machine (N of local[N], "
+            "else its cores), into the same part files; Spark's read takes the parts left (false: every "
+            "part is read in a Spark task)."
         ),
     )
 

@@ -37,6 +37,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -62,6 +63,7 @@ __all__ = [
     "TASK_MODULES",
     "WorkerKeeper",
     "jit_options",
+    "local_task_slots",
     "run_in_threads",
     "spark_conf",
     "spark_job_group",
@@ -144,6 +146,16 @@ def jit_options(settings: SparkSettings, cores: int | None = None) -> list[str]:
     if settings.jit == "auto" and (cores if cores is not None else _machine_cores()) > QUICK_JIT_MAX_CORES:
         return []
     return [QUICK_JIT_OPTION]
+
+
+def local_task_slots(master: str) -> int:
+    """The tasks a capture's Spark runs at once on this machine: ``N`` of a ``local[N]``
+    or ``local[N,F]`` master, 1 of ``local``, and this machine's cores for ``local[*]``
+    and cluster masters (whose tasks run elsewhere; what the capture itself can run)."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if match is None or match.group(1) in (None, "*"):
+        return 1 if master.strip() == "local" else _machine_cores()
+    return max(1, int(match.group(1)))
 
 
 def _machine_cores() -> int:

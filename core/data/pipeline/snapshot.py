@@ -231,15 +231,21 @@ class ReadAhead:
     Spark's session and its Python workers take seconds to start, as long as the
     whole read of a small snapshot on a small machine: the read's first tasks
     waited for them. Until the changefeed's thread says Spark can run the read
-    (:meth:`stop`), a thread of the capture reads the parts, in plan order, one
-    at a time, each as a Spark task would (:func:`read_part`: the journal line
-    under the snapshot's run id, the hidden file renamed), and the Spark read
-    takes the parts left. It stops after the part it is reading, or at once,
-    dropping that part, when the snapshot is cancelled (:meth:`abort`). A part
-    that fails here is left to the Spark read, which reports its error as it would.
+    (:meth:`stop`), ``readers`` threads of the capture read the parts, taking them
+    in plan order, one part at a time each, as Spark's tasks would
+    (:func:`read_part`: the journal line under the snapshot's run id, the hidden
+    file renamed), and the Spark read takes the parts left. A part's read waits on
+    the store's replies most of its time (each KvScan page is a round trip), so
+    the capture reads as many parts at once as Spark would run read tasks. Each
+    thread stops after the part it is reading, or at once, dropping that part,
+    when the snapshot is cancelled (:meth:`abort`). After a part that fails here
+    no further part is taken: it is left to the Spark read, which reports its
+    error as it would.
     """
 
-    def __init__(self, snapshot: InitialSnapshot, pending: list[tuple[int, SnapshotTask]], unit: str) -> None:
+    def __init__(
+        self, snapshot: InitialSnapshot, pending: list[tuple[int, SnapshotTask]], unit: str, readers: int = 1
+    ) -> None:
         self.snapshot = snapshot
         self.pending = pending
         self.unit = unit
@@ -248,57 +254,81 @@ class ReadAhead:
         self.rows = 0
         self._stop = threading.Event()
         self._abort = threading.Event()
+        self._lock = threading.Lock()
+        self._next = iter(pending)
         name = f"snapshot-read-ahead {snapshot.changefeed_id}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        count = max(1, min(readers, len(pending)))
+        self._threads = [threading.Thread(target=self._run, name=f"{name} #{i}", daemon=True) for i in range(count)]
+        self._running = len(self._threads)
+        self._started = 0.0
+
+    @property
+    def readers(self) -> int:
+        """How many parts are read at once."""
+        return len(self._threads)
 
     def start(self) -> None:
-        self._thread.start()
+        self._started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
 
     @property
     def finished(self) -> bool:
-        """Whether the thread ended (every part read, a part failed, or stopped)."""
-        return not self._thread.is_alive()
+        """Whether every thread ended (every part read, a part failed, or stopped)."""
+        return not any(thread.is_alive() for thread in self._threads)
 
     def stop(self) -> None:
-        """Stop after the part being read, and wait for it."""
+        """Stop after the parts being read, and wait for them."""
         self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join()
+        for thread in self._threads:
+            if thread.ident is not None:
+                thread.join()
 
     def abort(self) -> None:
-        """Stop at the part's next page, dropping it (the snapshot is cancelled); do not wait."""
+        """Stop at the parts' next page, dropping them (the snapshot is cancelled); do not wait."""
         self._abort.set()
         self._stop.set()
+
+    def _take(self) -> tuple[int, SnapshotTask] | None:
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            return next(self._next, None)
 
     def _run(self) -> None:
         snapshot = self.snapshot
         feed = snapshot.changefeed_id
         parts_dir, journal = snapshot.parts_dir.resolve(), snapshot.journal.resolve()
-        started = time.monotonic()
         try:
-            for part, task in self.pending:
-                if self._stop.is_set():
-                    break
+            while (taken := self._take()) is not None:
+                part, task = taken
                 summary = read_part(parts_dir, journal, snapshot.run_id, part, task, self._abort)
                 if summary is None:
                     break
                 if summary["error"]:
+                    self._stop.set()  # no further part: the Spark read reads them and reports the error
                     log.info(
                         "changefeed %s: %s %d of the snapshot failed here (%s); left to Spark's read",
                         *(feed, self.unit, part, pickle.loads(summary["error"])),
                     )
                     break
-                self.parts += 1
-                self.rows += summary["rows"]
-                snapshot._refresh()
+                with self._lock:
+                    self.parts += 1
+                    self.rows += summary["rows"]
+                    snapshot._refresh()
                 snapshot._report()
         except Exception:  # the Spark read reads what is left, and reports its errors
+            self._stop.set()
             log.exception("changefeed %s: reading the snapshot here failed; left to Spark's read", feed)
-        log.info(
-            "changefeed %s: snapshot at %d%s: %d %ss, %d rows read here in %.1fs while Spark started",
-            *(feed, snapshot.ts, snapshot._range_label, self.parts, self.unit, self.rows),
-            time.monotonic() - started,
-        )
+        with self._lock:
+            self._running -= 1
+            last = self._running == 0
+        if last:
+            log.info(
+                "changefeed %s: snapshot at %d%s: %d %ss, %d rows read here by %d readers in %.1fs while Spark started",
+                *(feed, snapshot.ts, snapshot._range_label, self.parts, self.unit, self.rows, self.readers),
+                time.monotonic() - self._started,
+            )
 
 
 class InitialSnapshot:
@@ -420,15 +450,16 @@ class InitialSnapshot:
         self._report()
         return progress.rows_done
 
-    def read_ahead(self, plan: SnapshotPlan) -> ReadAhead | None:
-        """Start reading ``plan``'s parts without a file on this process, in a thread, while
-        Spark starts (see :class:`ReadAhead`); None when every part is read already."""
+    def read_ahead(self, plan: SnapshotPlan, readers: int = 1) -> ReadAhead | None:
+        """Start reading ``plan``'s parts without a file on this process, ``readers`` at a
+        time, in threads, while Spark starts (see :class:`ReadAhead`); None when every
+        part is read already."""
         done, pending = self._parts_left(plan)
         if not pending:
             return None
         self._start_progress(plan, done)
         self._log_start(plan, done, pending, ", read here until Spark's workers are up")
-        self._ahead = ReadAhead(self, pending, plan.unit)
+        self._ahead = ReadAhead(self, pending, plan.unit, readers)
         self._ahead.start()
         return self._ahead
 

@@ -674,13 +674,17 @@ class PipelineSpanExecutor(SpanExecutor):
         self, loop: asyncio.AbstractEventLoop, snapshot: InitialSnapshot, plan: SnapshotPlan
     ) -> ChangefeedPipeline:
         """Build the pipeline (Spark's session start, the sinks opened) while this capture
-        reads the snapshot's parts itself (:class:`~cdcflow.core.data.pipeline.snapshot.ReadAhead`),
+        reads the snapshot's parts itself, as many at once as Spark runs tasks here
+        (:class:`~cdcflow.core.data.pipeline.snapshot.ReadAhead`),
         and keep reading until Spark runs tasks without waiting for its Python workers
         (or every part is read). The caller holds the snapshot's files."""
-        from cdcflow.core.data.pipeline.session import spark_ready
+        from cdcflow.core.data.pipeline.session import local_task_slots, spark_ready
 
         reading_ahead = self.spark_settings.snapshot_read_ahead and not snapshot.done
-        ahead = snapshot.read_ahead(plan) if reading_ahead and not spark_ready(self._spark) else None
+        ahead = None
+        if reading_ahead and not spark_ready(self._spark):
+            # As many parts at once as Spark's read would run tasks (on this machine's cores).
+            ahead = snapshot.read_ahead(plan, readers=local_task_slots(self.spark_settings.master))
         try:
             pipeline = self._build_pipeline(loop)
             while ahead is not None and not ahead.finished and not self._closing.is_set():

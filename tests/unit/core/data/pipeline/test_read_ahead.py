@@ -97,6 +97,48 @@ def test_parts_are_read_in_plan_order_into_part_files_under_the_snapshots_run_id
     assert snapshot.read_ahead(plan) is None  # nothing left
 
 
+def test_readers_take_the_parts_in_plan_order_as_many_at_once_as_asked(tmp_path: Path) -> None:
+    snapshot = _snapshot(tmp_path)
+    gate = threading.Event()
+    between = [threading.Event() for _ in range(4)]
+    plan = SnapshotPlan(TS, [_Part(i, pages=2, gate=gate, between=between[i]) for i in range(4)])
+    ahead = snapshot.read_ahead(plan, readers=2)
+    assert ahead is not None and ahead.readers == 2
+    # Parts 0 and 1 are read at once, each held before its second page; part 2 waits for a reader.
+    assert between[0].wait(10) and between[1].wait(10)
+    assert not between[2].wait(0.3)
+    assert sorted(part for _, part in snapshot.reads()) == [0, 1]
+    gate.set()
+    _finish(ahead)
+    assert snapshot.parts_done() == {i: 6 for i in range(4)}
+    assert sorted(part for _, part in snapshot.reads()) == [0, 1, 2, 3]
+    assert (ahead.parts, ahead.rows) == (4, 24)
+    assert snapshot.progress is not None and snapshot.progress.parts_done == 4
+
+
+def test_no_more_readers_than_parts(tmp_path: Path) -> None:
+    ahead = _snapshot(tmp_path).read_ahead(SnapshotPlan(TS, [_Part(0), _Part(1)]), readers=8)
+    assert ahead is not None and ahead.readers == 2
+    _finish(ahead)
+
+
+def test_after_a_part_fails_here_no_reader_takes_another(tmp_path: Path) -> None:
+    snapshot = _snapshot(tmp_path)
+    gate, between = threading.Event(), threading.Event()
+    plan = SnapshotPlan(TS, [_Part(0, pages=2, gate=gate, between=between), _Part(1, fail=True), _Part(2), _Part(3)])
+    ahead = snapshot.read_ahead(plan, readers=2)
+    assert ahead is not None
+    assert between.wait(10)  # part 0 held; the other reader took part 1, which failed
+    for _ in range(100):
+        if len(snapshot.reads()) >= 2 and not ahead._threads[1].is_alive():
+            break
+        threading.Event().wait(0.05)
+    gate.set()
+    _finish(ahead)
+    assert snapshot.parts_done() == {0: 6}  # the part under way when 1 failed is kept
+    assert sorted(part for _, part in snapshot.reads()) == [0, 1]
+
+
 def test_parts_read_before_are_not_read_again(tmp_path: Path) -> None:
     snapshot = _snapshot(tmp_path)
     plan = SnapshotPlan(TS, [_Part(0), _Part(1), _Part(2)])
@@ -175,7 +217,13 @@ def test_the_executor_reads_ahead_until_spark_is_ready_then_stops_after_the_part
     async def run() -> None:
         executor = PipelineSpanExecutor(
             PipelineContext(
-                "cf", ListSource.of([]), [ListSink()], data_dir=tmp_path, start_ts=TS, spark=_StartingSession()
+                "cf",
+                ListSource.of([]),
+                [ListSink()],
+                data_dir=tmp_path,
+                start_ts=TS,
+                spark=_StartingSession(),
+                spark_settings=SparkSettings(master="local[1]"),  # one part at a time, as Spark's one task slot
             )
         )
         snapshot = InitialSnapshot(tmp_path / "cf", "cf", TS)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from cdcflow.core.config.settings import QUICK_JIT_MAX_CORES, SparkSettings
-from cdcflow.core.data.pipeline.session import QUICK_JIT_OPTION, jit_options, spark_conf
+from cdcflow.core.data.pipeline.session import QUICK_JIT_OPTION, jit_options, local_task_slots, spark_conf
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,20 @@ def test_auto_counts_the_cores_this_process_may_run_on():
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     quick = [QUICK_JIT_OPTION] if cores <= QUICK_JIT_MAX_CORES else []
     assert jit_options(SparkSettings(master="local[*]")) == quick
+
+
+@pytest.mark.parametrize(
+    ("master", "slots"),
+    [
+        ("local", 1),
+        ("local[1]", 1),
+        ("local[3]", 3),
+        ("local[4,2]", 4),
+        ("local[*]", None),
+        ("local[*,3]", None),
+        ("spark://spark-master:7077", None),
+    ],
+)
+def test_the_task_slots_spark_runs_on_this_machine(master, slots):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert local_task_slots(master) == (cores if slots is None else slots)
