@@ -714,9 +714,12 @@ class ChangefeedPipeline:
             # which is most of a small batch's time. A bounded batch's files (known) the
             # task reads itself and sorts in its worker with Arrow, as the ordered runs of
             # a frame-written batch are: one Python worker, no trip through the JVM. A
-            # larger one is sorted by Spark, which spills what it cannot hold.
+            # larger one is sorted by Spark, which spills what it cannot hold. An initial
+            # snapshot's batch (one ts, each key once) is in its order as read: never sorted.
             write = WriteTask(plan, head, writers, self.column_selection)
-            if chunk_files and expected <= ORDERED_RUNS_MAX_ROWS:
+            if one_ts:
+                out = self._map_read_apart(frame.coalesce(1), write, SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
+            elif chunk_files and expected <= ORDERED_RUNS_MAX_ROWS:
                 out = self._map_read_apart(frame, SortedTask(write), SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
             else:
                 grouped = frame.coalesce(1).sortWithinPartitions(*ORDER_COLUMNS)

@@ -192,3 +192,37 @@ def test_a_snapshots_tasks_read_its_part_files_themselves(
         p for path in out.glob("lanes-*.json") for ps in json.loads(path.read_text())["lanes"].values() for p in ps
     ]
     assert sorted(p[1] for p in parts) == list(range(ROWS)) and {p[3] for p in parts} == {TS}
+
+
+def test_a_snapshot_written_by_one_task_is_not_sorted(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's batch for one task (every batch with one task slot) goes to its task
+    as read: neither Spark's sort (a JVM sort of every row of a snapshot) nor the task's
+    own (SortedTask). Every row is written once, at the snapshot's ts."""
+    import json
+
+    from cdcflow.core.data.pipeline import runtime
+    from tests.integration.data.test_pipeline_tasks import LaneSink
+
+    sort_within = type(spark.range(1)).sortWithinPartitions
+
+    def refused(frame: Any, *args: Any, **kw: Any) -> Any:
+        raise AssertionError("a snapshot's batch was sorted by Spark")
+
+    class NoSortedTask:
+        def __init__(self, *args: Any) -> None:
+            raise AssertionError("a snapshot's batch was sorted in its task")
+
+    monkeypatch.setattr(type(spark.range(1)), "sortWithinPartitions", refused)
+    monkeypatch.setattr(runtime, "SortedTask", NoSortedTask)
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        asyncio.run(_deliver_again(spark, tmp_path, LaneSink(out), task_rows=10 * ROWS))
+    finally:
+        monkeypatch.setattr(type(spark.range(1)), "sortWithinPartitions", sort_within)
+    written = [json.loads(path.read_text()) for path in out.glob("lanes-*.json")]
+    assert len(written) == 1, "one task wrote the batch"
+    parts = [p for doc in written for ps in doc["lanes"].values() for p in ps]
+    assert sorted(p[1] for p in parts) == list(range(ROWS)) and {p[3] for p in parts} == {TS}
