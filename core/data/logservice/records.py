@@ -45,6 +45,7 @@ __all__ = [
     "loads_image",
     "loads_pickled",
     "raw_events",
+    "raw_puts_batch",
     "read_record_batches",
     "record_batch_rows",
     "record_from_event",
@@ -343,6 +344,37 @@ def raw_events(batch: pa.RecordBatch, span_of: Callable[[int], Span]) -> list[Ra
 def records_to_batch(records: Sequence[Record]) -> pa.RecordBatch:
     """An Arrow record batch of ``records`` with :data:`ARROW_SCHEMA`."""
     columns = [pa.array([r[i] for r in records], type=typ) for i, (_, typ) in enumerate(FIELDS)]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def raw_puts_batch(
+    keys: Sequence[bytes], values: Sequence[bytes], span_id: int, table_id: int, ts: int
+) -> pa.RecordBatch:
+    """The record batch :func:`records_to_batch` makes of the records of raw puts of
+    ``keys`` with ``values`` (no old value), all of one span and table, with commit and
+    start ts ``ts`` (an initial snapshot's pairs read at ``ts``), made column by column:
+    no event or record per pair."""
+    n = len(keys)
+
+    def same(value: Any, typ: pa.DataType) -> pa.Array:
+        return pa.array([value] * n, type=typ)
+
+    ts_column = same(ts, pa.int64())
+    columns = [
+        ts_column,
+        ts_column,
+        pa.array(keys, type=pa.binary()),
+        same(KIND_RAW, pa.int32()),
+        same(span_id, pa.int32()),
+        same(table_id, pa.int64()),
+        pa.nulls(n, type=pa.int64()),
+        same("", pa.string()),
+        same("", pa.string()),
+        same("put", pa.string()),
+        pa.array(values, type=pa.binary()),
+        same(b"", pa.binary()),
+        same(-1, pa.int32()),
+    ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdcflow.core.data.events import RawKVEvent, Span, TableSchema
-from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, record_from_event, records_to_batch
+from cdcflow.core.data.events import Span
+from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, raw_puts_batch
 from cdcflow.core.data.source import SnapshotTask
 from cdcflow.plugins.sources.tikv.channels import TLSFiles
 from cdcflow.plugins.sources.tikv.pd import PDClient
@@ -120,28 +120,29 @@ class RangeScanTask:
                 records = loop.run_until_complete(_next(pages))
                 if records is None:
                     break
-                yield records_to_batch(records)
+                yield records
         finally:
             loop.run_until_complete(pages.aclose())
             loop.close()
 
     async def _pages(self, ranges: Sequence[SnapshotRange]) -> Any:
+        """Record batches of at least ``_BATCH_RECORDS`` raw puts (but a range's last)."""
         pd = PDClient(list(self.pd_endpoints), tls=self.tls)
         await pd.connect()
         reader = SnapshotReader(pd, tls=self.tls, page_size=self.page_size)
         try:
             for part in ranges:
-                pending: list[tuple[Any, ...]] = []
+                table_id = self.spans[part.span_id].table_id
+                keys: list[bytes] = []
+                values: list[bytes] = []
                 async for page in reader.scan(part.start, part.end, self.version):
-                    span = self.spans[part.span_id]
-                    for key, value in page:
-                        event = RawKVEvent(span, key, value, b"", self.version, self.version)
-                        pending.append(record_from_event(event, part.span_id, _NO_SCHEMA_IDS))
-                    if len(pending) >= _BATCH_RECORDS:
-                        yield pending
-                        pending = []
-                if pending:
-                    yield pending
+                    keys.extend(key for key, _ in page)
+                    values.extend(value for _, value in page)
+                    if len(keys) >= _BATCH_RECORDS:
+                        yield raw_puts_batch(keys, values, part.span_id, table_id, self.version)
+                        keys, values = [], []
+                if keys:
+                    yield raw_puts_batch(keys, values, part.span_id, table_id, self.version)
         finally:
             await reader.close()
             await pd.close()
@@ -164,22 +165,12 @@ class TiKVSnapshotTask(SnapshotTask):
         return Span(span.table_id, self.range.start, self.range.end)
 
 
-async def _next(pages: Any) -> list[tuple[Any, ...]] | None:
+async def _next(pages: Any) -> pa.RecordBatch | None:
     try:
-        records: list[tuple[Any, ...]] = await pages.__anext__()
+        records: pa.RecordBatch = await pages.__anext__()
     except StopAsyncIteration:
         return None
     return records
-
-
-class _NoSchemaIds:
-    """Raw records name no schema."""
-
-    def id_of(self, schema: TableSchema | None) -> int:
-        return -1
-
-
-_NO_SCHEMA_IDS = _NoSchemaIds()
 
 
 def snapshot_frame(spark: Any, task: RangeScanTask, ranges: Sequence[SnapshotRange]) -> Any:
