@@ -210,22 +210,25 @@ class _StartingSession:
     """A session that is up at once (the capture's start still warms its workers)."""
 
 
+def _executor(tmp_path: Path, settings: SparkSettings) -> PipelineSpanExecutor:
+    context = PipelineContext(
+        "cf",
+        ListSource.of([]),
+        [ListSink()],
+        data_dir=tmp_path,
+        start_ts=TS,
+        spark=_StartingSession(),
+        spark_settings=settings,
+    )
+    return PipelineSpanExecutor(context)
+
+
 def test_the_executor_reads_ahead_until_spark_is_ready_then_stops_after_the_part(tmp_path: Path) -> None:
     gate, between = threading.Event(), threading.Event()
     plan = SnapshotPlan(TS, [_Part(0), _Part(1, pages=2, gate=gate, between=between), _Part(2)])
 
     async def run() -> None:
-        executor = PipelineSpanExecutor(
-            PipelineContext(
-                "cf",
-                ListSource.of([]),
-                [ListSink()],
-                data_dir=tmp_path,
-                start_ts=TS,
-                spark=_StartingSession(),
-                spark_settings=SparkSettings(master="local[1]"),  # one part at a time, as Spark's one task slot
-            )
-        )
+        executor = _executor(tmp_path, SparkSettings(master="local[1]"))  # one part at a time: one task slot
         snapshot = InitialSnapshot(tmp_path / "cf", "cf", TS)
         loop = asyncio.get_running_loop()
         starting = spark_starting()
@@ -234,6 +237,7 @@ def test_the_executor_reads_ahead_until_spark_is_ready_then_stops_after_the_part
             with snapshot.exclusive():
                 build = asyncio.ensure_future(asyncio.to_thread(executor._build_reading_ahead, loop, snapshot, plan))
                 assert await asyncio.to_thread(between.wait, 10)  # part 1 under way: Spark still starting
+                assert snapshot._ahead is not None and snapshot._ahead.readers == 1
                 starting.__exit__(None, None, None)
                 starting = None
                 await asyncio.sleep(0.3)
@@ -255,17 +259,7 @@ def test_the_executor_leaves_every_part_to_spark_when_read_ahead_is_off(tmp_path
     plan = SnapshotPlan(TS, [_Part(0), _Part(1)])
 
     async def run() -> None:
-        executor = PipelineSpanExecutor(
-            PipelineContext(
-                "cf",
-                ListSource.of([]),
-                [ListSink()],
-                data_dir=tmp_path,
-                start_ts=TS,
-                spark=_StartingSession(),
-                spark_settings=SparkSettings(snapshot_read_ahead=False),
-            )
-        )
+        executor = _executor(tmp_path, SparkSettings(snapshot_read_ahead=False))
         snapshot = InitialSnapshot(tmp_path / "cf", "cf", TS)
         try:
             with spark_starting(), snapshot.exclusive():
