@@ -152,10 +152,11 @@ def local_task_slots(master: str) -> int:
     """The tasks a capture's Spark runs at once on this machine: ``N`` of a ``local[N]``
     or ``local[N,F]`` master, 1 of ``local``, and this machine's cores for ``local[*]``
     and cluster masters (whose tasks run elsewhere; what the capture itself can run)."""
-    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
-    if match is None or match.group(1) in (None, "*"):
-        return 1 if master.strip() == "local" else _machine_cores()
-    return max(1, int(match.group(1)))
+    master = master.strip()
+    if master == "local":
+        return 1
+    match = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master)
+    return max(1, int(match.group(1))) if match else _machine_cores()
 
 
 def _machine_cores() -> int:

@@ -315,11 +315,11 @@ class ReadAhead:
                         *(feed, self.unit, part, pickle.loads(summary["error"])),
                     )
                     break
-                with self._lock:
+                with self._lock:  # one report at a time, of every reader's parts
                     self.parts += 1
                     self.rows += summary["rows"]
                     snapshot._refresh()
-                snapshot._report()
+                    snapshot._report()
         except Exception:  # the Spark read reads what is left, and reports its errors
             self._stop.set()
             log.exception("changefeed %s: reading the snapshot here failed; left to Spark's read", feed)
