@@ -106,6 +106,7 @@ import yaml
 
 from benchmarks import cputime
 from cdcflow.core.data.events import Span
+from cdcflow.core.data.pipeline.session import local_task_slots
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot
 from cdcflow.core.data.source import SnapshotTask
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
@@ -322,9 +323,7 @@ def _watch(
                 times["parts_read"] = now - started_wall
                 cpu.mark("parts_read")
         if snapshot.done:
-            cpu.mark("done")
-            if "parts_read" not in cpu.marks:
-                cpu.mark("parts_read")
+            cpu.mark("done")  # parts deleted between two polls: no parts_read mark, no read or delivery cores
             done = json.loads((snapshot.directory / "done").read_text())
             times["done"] = float(done["finished_at"]) - started_wall
             times.setdefault("parts_read", times["done"])  # parts deleted between two polls
@@ -471,11 +470,6 @@ def prime_class_cache(masters: Sequence[str]) -> float:
     return round(time.perf_counter() - began, 1)
 
 
-def _cores(master: str) -> int | None:
-    match = re.fullmatch(r"local\[(\d+)\]", master)
-    return int(match.group(1)) if match else None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000, help="rows bulk-loaded into shop.orders (issue: 1000000)")
@@ -534,7 +528,7 @@ def main() -> None:
                 pg, cluster, sink, master, expected, args.range_keys, args.page_size, ahead == "on", cache == "on"
             )
             if "rows_per_s" in run:
-                cores = _cores(master)
+                cores = local_task_slots(master) if master.startswith("local[") else None
                 baseline = raw.get(cores, raw[min(raw)]) if cores else raw[max(raw)]
                 run["over_raw_read"] = round(run["rows_per_s"] / baseline, 3)
             runs.append(run)
