@@ -250,7 +250,6 @@ class ReadAhead:
         self, snapshot: InitialSnapshot, pending: list[tuple[int, SnapshotTask]], unit: str, readers: int = 1
     ) -> None:
         self.snapshot = snapshot
-        self.pending = pending
         self.unit = unit
         #: Parts and rows read here.
         self.parts = 0
