@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import threading
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,23 +29,51 @@ def _stop_mock_kafka_clusters():
 #: Above this resident size (GiB; ``CDCFLOW_TEST_RSS_LIMIT_GIB``) the test process stops itself
 #: with every thread's stack, instead of growing until the kernel's OOM killer ends it without a word.
 RSS_LIMIT_GIB = float(os.environ.get("CDCFLOW_TEST_RSS_LIMIT_GIB", "8"))
+#: Past this share of the limit (several times what the whole suite holds at its largest,
+#: 0.3-0.6 GiB) the guard starts tracing Python's allocations, so that the stop names the
+#: code that allocated the growth: a runaway has gone idle by the time the stacks are printed.
+TRACE_SHARE = 0.25
 _current_test = ["(between tests)"]
 
 
+def _grown_by(snapshot: tracemalloc.Snapshot, top: int = 8) -> str:
+    """The allocation sites holding most of what was allocated since tracing began."""
+    stats = snapshot.statistics("traceback")
+    traced = sum(s.size for s in stats)
+    lines = [f"Python allocations since tracing began: {traced / 2**20:.0f} MiB in {len(stats)} sites; the largest:"]
+    for stat in stats[:top]:
+        lines.append(f"  {stat.size / 2**20:.1f} MiB in {stat.count} blocks, allocated at (most recent call last):")
+        lines.extend(f"    {line}" for line in stat.traceback.format())
+    return "\n".join(lines) + "\n"
+
+
 def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> None:
+    tracing = False
     while not stop.wait(0.5):
         rss = rss_bytes()
+        if not tracing and rss > limit * TRACE_SHARE:
+            tracing = True
+            tracemalloc.start(12)
+            held = f"the test process holds {rss / 2**30:.1f} GiB in {_current_test[0]}"
+            os.write(2, f"\n*** {held}; tracing allocations ***\n".encode())
         if rss > limit:
             # Output capture holds file descriptor 2 while a test runs: give it back first.
             capture = config.pluginmanager.getplugin("capturemanager")
             if capture is not None:
                 capture.suspend_global_capture(in_=True)
-            message = (
-                f"\n*** the test process holds {rss / 2**30:.1f} GiB, over its limit of {limit / 2**30:.1f} GiB, "
-                f"in {_current_test[0]}; every thread's stack follows, then the process exits ***\n"
+            summary = (
+                f"the test process holds {rss / 2**30:.1f} GiB, over its limit of {limit / 2**30:.1f} GiB, "
+                f"in {_current_test[0]}"
             )
-            os.write(2, message.encode())
+            os.write(
+                2,
+                f"\n*** {summary}; every thread's stack follows, then what grew, then the process exits ***\n".encode(),
+            )
             faulthandler.dump_traceback(file=2, all_threads=True)
+            if tracing:
+                os.write(2, _grown_by(tracemalloc.take_snapshot()).encode())
+            # Last, so that the end of a truncated log still says it.
+            os.write(2, f"*** exiting: {summary} ***\n".encode())
             os._exit(3)
 
 
