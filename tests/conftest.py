@@ -1,4 +1,5 @@
 import faulthandler
+import logging
 import os
 import subprocess
 import sys
@@ -17,6 +18,23 @@ from tests.memory_watch import rss_bytes
 # (200 ms) is a wall-clock threshold that a loaded machine fails on, so there is none.
 settings.register_profile("cdcflow", deadline=None)
 settings.load_profile("cdcflow")
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """A test that configures logging (the CLI's ``configure_logging``, run in-process) leaves
+    the root logger as it found it. A handler left there writes to that test's captured stderr,
+    closed once the test ends, and prints a "Logging error" with two stacks for every later
+    warning of any thread in the session."""
+    root = logging.getLogger()
+    level, before = root.level, list(root.handlers)
+    yield
+    for handler in list(root.handlers):
+        # pytest's own capturing handlers come and go around each phase of a test.
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session", autouse=True)
