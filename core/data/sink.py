@@ -69,8 +69,12 @@ The contract (the runtime relies on each point):
   :class:`LaneWriter`. The costly per-row work scales with the executors; a
   lane's order is the order a single task would have given it. An initial
   snapshot's batch (every row at one ts, each key once: any order in a lane)
-  is written in one step by the tasks that read it. Replays as for any task
-  writer.
+  is written in one step by the tasks that read it. When the writer knows the
+  lanes of each table (:meth:`~LaneTaskWriter.table_lanes`) and the batch's
+  tables fall into groups that share no lane and weigh about evenly, tasks
+  take whole groups instead: each reads its tables' files, sorts them and
+  writes them in one step, which saves the hand-over of every part. Replays as
+  for any task writer.
 * **writes as a Spark frame (opt-in)** — a sink without a task writer whose
   :meth:`Sink.write_frame` takes the batch (returns a row count, not None) is
   handed the batch's rows as a Spark DataFrame (a :class:`BatchFrame`), on the
@@ -105,7 +109,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
@@ -189,6 +193,15 @@ class LaneTaskWriter(TaskWriter):
     @abc.abstractmethod
     def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
         """A writer of the lanes hashed to ``partition`` of ``batch`` (a head: no rows)."""
+
+    def table_lanes(self, table: TableName) -> Collection[tuple[str, int]] | None:
+        """The lanes ``(route, lane)`` that any row of ``table`` (a replicated table, as
+        this writer gets its rows: transforms applied) may be written to, when they are
+        known without the rows: Kafka's table dispatcher gives one, a dispatcher that
+        hashes each row's columns every partition of the table's topic. None (the
+        default): not known. When every table of a batch has its lanes known, tasks may
+        take whole lanes and write them in one step (see the module docs)."""
+        return None
 
     def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
         return _EncodingPartitionWriter(self, self.open_lanes(batch, partition))

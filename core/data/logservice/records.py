@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdcflow.core.data.events import OpType, RawKVEvent, RowChange, Span, TableName, TableSchema, make_raw_event
 
@@ -50,6 +51,7 @@ __all__ = [
     "record_batch_rows",
     "record_from_event",
     "record_size",
+    "record_tables",
     "records_to_batch",
     "sort_key",
     "write_records",
@@ -414,6 +416,25 @@ def record_batch_rows(path: str | Path) -> list[int]:
     with pa.memory_map(str(path), "r") as source:
         reader = pa.ipc.open_file(source)
         return [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+
+
+def record_tables(path: str | Path) -> set[TableName] | None:
+    """The tables of the rows an event store chunk ``path`` holds, read from their records'
+    columns (memory-mapped: only those columns are read); None when it holds raw events,
+    whose table is known only once they are mounted."""
+    names: set[TableName] = set()
+    with pa.memory_map(str(path), "r") as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            if not batch.num_rows:
+                continue
+            if pc.any(pc.equal(batch.column("kind"), KIND_RAW)).as_py():
+                return None
+            columns = ("schema_name", "table_name", "table_id", "partition_id")
+            tables = pa.Table.from_batches([batch.select(columns)]).group_by(list(columns)).aggregate([])
+            names.update(TableName(*row) for row in zip(*(tables.column(c).to_pylist() for c in columns), strict=True))
+    return names
 
 
 def read_record_batches(path: str | Path, first: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:

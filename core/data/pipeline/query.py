@@ -3,17 +3,89 @@ column predicate, the micro-batch's order, and where a batch's lanes are written
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from cdcflow.core.data.filter import SYSTEM_SCHEMAS, TableFilter
 from cdcflow.core.data.logservice.records import KIND_RAW
 
-__all__ = ["ARROW_ORDER", "ORDER_COLUMNS", "lane_placement", "spark_int_hash", "table_filter_predicate"]
+__all__ = [
+    "ARROW_ORDER",
+    "ORDER_COLUMNS",
+    "WHOLE_LANES_SLACK",
+    "deal_largest_first",
+    "lane_placement",
+    "spark_int_hash",
+    "table_filter_predicate",
+    "whole_lane_shares",
+]
 
 #: A micro-batch's rows are delivered in this order (the event store's order).
 ORDER_COLUMNS = ("commit_ts", "start_ts", "key")
 #: The same order as Arrow's ``sort_by`` takes it (keys compared as unsigned bytes, as Spark does).
 ARROW_ORDER = tuple((column, "ascending") for column in ORDER_COLUMNS)
+#: How far over an even share of a batch's rows the busiest task may be when tasks take
+#: whole lanes (:func:`whole_lane_shares`). A row written in one step costs about 11.5 µs
+#: of a task's CPU, in two (encode, then the lane's parts handed to a lane task) about
+#: 14.8 µs (``benchmarks/bench_rowpath.py``: task, encode step and lane step, per CPU-second):
+#: one step is as fast while the busiest task holds up to 1.29 times an even share.
+WHOLE_LANES_SLACK = 1.25
+
+_K = TypeVar("_K", bound=Hashable)
+#: A lane of a batch: (writer, route, lane), the writer its index among the batch's task writers.
+Lane = tuple[int, str, int]
+
+
+def deal_largest_first(sizes: Mapping[_K, int], tasks: int) -> list[tuple[int, list[_K]]]:
+    """``sizes``' keys dealt to at most ``tasks`` tasks, the largest first, each to the task
+    with the least so far (ties: the earlier task, and the smaller key first): each
+    task's total and keys. Fewer tasks than ``tasks`` when there are fewer keys."""
+    shares: list[tuple[int, list[_K]]] = [(0, []) for _ in range(min(tasks, len(sizes)))]
+    for key in sorted(sizes, key=lambda k: (-sizes[k], k)):
+        i = min(range(len(shares)), key=lambda n: shares[n][0])
+        shares[i] = (shares[i][0] + sizes[key], [*shares[i][1], key])
+    return shares
+
+
+def whole_lane_shares(
+    files: Sequence[tuple[str, int, Collection[Lane] | None]], tasks: int, slack: float = WHOLE_LANES_SLACK
+) -> list[list[str]] | None:
+    """A batch's files dealt to at most ``tasks`` tasks so that each lane is written by
+    one task, which sorts its share and writes it in one step; or None when that does
+    not pay or cannot be known. ``files``: each file's path, rows, and the lanes its rows
+    may go to (None: not known before they are mounted and routed).
+
+    Files whose lanes meet are one group (the spans of a table; tables dispatched to one
+    Kafka partition, or sharing a topic whose partitions are chosen per row), and groups
+    are dealt as :func:`deal_largest_first` deals them. None when a file with rows has
+    lanes not known, fewer than two tasks would get rows, or the busiest would hold more
+    than ``slack`` times an even share (:data:`WHOLE_LANES_SLACK`). Each share lists its
+    files in the batch's order."""
+    group = list(range(len(files)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    first_of: dict[Lane, int] = {}
+    for i, (_, rows, lanes) in enumerate(files):
+        if not rows:
+            continue
+        if lanes is None:
+            return None
+        for lane in lanes:
+            group[root(i)] = root(first_of.setdefault(lane, i))
+    members: dict[int, list[int]] = {}
+    for i, (_, rows, _) in enumerate(files):
+        if rows:
+            members.setdefault(root(i), []).append(i)
+    sizes = {g: sum(files[i][1] for i in items) for g, items in members.items()}
+    dealt = deal_largest_first(sizes, tasks)
+    if len(dealt) < 2 or max(total for total, _ in dealt) > slack * sum(sizes.values()) / tasks:
+        return None
+    return [[files[i][0] for i in sorted(i for g in groups for i in members[g])] for _, groups in dealt]
 
 
 def table_filter_predicate(table_filter: TableFilter) -> Any:

@@ -64,14 +64,27 @@ from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS, DEFAULT_TRIGGER
 from cdcflow.core.data.events import DDLEvent, MicroBatch, RawKVEvent, RowChange, Span, TableName, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.manifest import read_manifest
-from cdcflow.core.data.logservice.records import SPARK_SCHEMA_DDL, batch_to_records, event_from_record
+from cdcflow.core.data.logservice.records import (
+    SPARK_SCHEMA_DDL,
+    batch_to_records,
+    event_from_record,
+    record_batch_rows,
+    record_tables,
+)
 from cdcflow.core.data.logservice.store import EventStore
 from cdcflow.core.data.pipeline.backoff import is_retryable, retry_delay
 from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.datasource import MIN_SPLIT_ROWS, offset_chunk, offset_ts, split_record_batches
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
-from cdcflow.core.data.pipeline.query import ARROW_ORDER, ORDER_COLUMNS, lane_placement, table_filter_predicate
+from cdcflow.core.data.pipeline.query import (
+    ARROW_ORDER,
+    ORDER_COLUMNS,
+    Lane,
+    lane_placement,
+    table_filter_predicate,
+    whole_lane_shares,
+)
 from cdcflow.core.data.pipeline.tasks import (
     ENCODED_SCHEMA_DDL,
     LANE_ORDER,
@@ -426,7 +439,10 @@ class ChangefeedPipeline:
         plan = self._plan(start_ts, end_ts) if expected else None
         directory = self.store.directory.resolve()
         files = tuple(str(directory / chunk.file) for chunk in chunks)
-        return self._deliver_frame(frame, batch_id, start_ts, end_ts, ddl, expected, plan, chunk_files=files)
+        spans = tuple(chunk.span_id for chunk in chunks)
+        return self._deliver_frame(
+            frame, batch_id, start_ts, end_ts, ddl, expected, plan, chunk_files=files, chunk_spans=spans
+        )
 
     def deliver_snapshot(
         self,
@@ -488,10 +504,12 @@ class ChangefeedPipeline:
         *,
         one_ts: bool = False,
         chunk_files: tuple[str, ...] = (),
+        chunk_spans: tuple[int, ...] = (),
     ) -> int:
         """Deliver a batch to the sinks (``one_ts``: every row of it has one commit ts and
         each key appears once, as in an initial snapshot's batch; ``chunk_files``: the
-        event store's files ``frame`` reads, which tasks may read themselves)."""
+        event store's files ``frame`` reads, which tasks may read themselves, and
+        ``chunk_spans`` the id of each one's span when known)."""
         # A source that cannot mount in tasks has every sink written from the driver.
         on_driver = plan is not None and self.mounter is not None and plan.mounter is None
         tables = self._tables(plan) if plan is not None and not on_driver else []
@@ -508,7 +526,15 @@ class ChangefeedPipeline:
                 task_writers = tuple(w for w in writers.values() if w is not None)
                 by_table = any(sink.task_partitioning() == "table" for sink in task_sinks)
                 rows, task_bytes = self._write_in_tasks(
-                    frame, plan, head, task_writers, expected, by_table=by_table, one_ts=one_ts, chunk_files=chunk_files
+                    frame,
+                    plan,
+                    head,
+                    task_writers,
+                    expected,
+                    by_table=by_table,
+                    one_ts=one_ts,
+                    chunk_files=chunk_files,
+                    chunk_spans=chunk_spans,
                 )
             tasks_seconds = time.perf_counter() - began
             for sink in task_sinks:
@@ -673,15 +699,19 @@ class ChangefeedPipeline:
         by_table: bool,
         one_ts: bool = False,
         chunk_files: tuple[str, ...] = (),
+        chunk_spans: tuple[int, ...] = (),
     ) -> tuple[int, int]:
         """Write the batch in Spark tasks: (rows, bytes) the tasks' summaries report.
         ``one_ts``: every row has one commit ts, each key once (an initial snapshot's
         batch; a streaming batch's ts range may be a single ts and still hold rows of
         many, the backlog of a span that joined behind). ``chunk_files``: the event
-        store's files of the batch, in order (empty: ``frame`` is not the store's)."""
+        store's files of the batch, in order (empty: ``frame`` is not the store's), and
+        ``chunk_spans`` their spans' ids (empty: not known)."""
         began = time.perf_counter()
         partitions = self._task_partition_count(expected)
-        summaries = self._run_tasks(frame, plan, head, writers, expected, partitions, by_table, one_ts, chunk_files)
+        summaries = self._run_tasks(
+            frame, plan, head, writers, expected, partitions, by_table, one_ts, chunk_files, chunk_spans
+        )
         self.last_tasks = summaries
         raise_task_error(summaries)
         rows = sum(s.rows for s in summaries)
@@ -705,6 +735,7 @@ class ChangefeedPipeline:
         by_table: bool,
         one_ts: bool,
         chunk_files: tuple[str, ...],
+        chunk_spans: tuple[int, ...] = (),
     ) -> list[TaskSummary]:
         """The summaries of the Spark tasks that wrote the batch (see :meth:`_write_in_tasks`)."""
         lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
@@ -734,17 +765,83 @@ class ChangefeedPipeline:
             else:
                 out = frame.repartition(partitions, "key").mapInArrow(write, SUMMARY_SCHEMA_DDL)
         elif by_table and len(lanes) == len(writers):
-            # Mount and encode in parallel, then split by lane (a Kafka partition) to
-            # write each lane's parts in order: a table's rows are not bound to one
-            # task, its lane is (see LaneTaskWriter). Encoding needs no order: a batch
-            # the data source read in a partition per task is encoded where it was
-            # read, without a shuffle.
-            return self._write_lanes(frame, plan, head, lanes, expected, partitions, chunk_files, one_ts)
+            shares = self._whole_lane_shares(plan, lanes, partitions, chunk_files, chunk_spans)
+            if shares is None:
+                # Mount and encode in parallel, then split by lane (a Kafka partition) to
+                # write each lane's parts in order: a table's rows are not bound to one
+                # task, its lane is (see LaneTaskWriter). Encoding needs no order: a batch
+                # the data source read in a partition per task is encoded where it was
+                # read, without a shuffle.
+                return self._write_lanes(frame, plan, head, lanes, expected, partitions, chunk_files, one_ts)
+            # The batch's tables fall into groups that share no lane and weigh about
+            # evenly: each task reads its groups' files, sorts them and writes whole lanes.
+            whole = SortedTask(WriteTask(plan, head, writers, self.column_selection))
+            out = self._map_read_apart(frame, whole, SUMMARY_SCHEMA_DDL, len(shares), chunk_files, one_ts, shares)
         else:
             keys = ("table_id",) if by_table else ("table_id", "key")
             grouped = frame.repartition(partitions, *keys).sortWithinPartitions(*ORDER_COLUMNS)
             out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
         return [TaskSummary.from_row(row.asDict()) for row in out.collect()]
+
+    def _whole_lane_shares(
+        self,
+        plan: RowPlan,
+        lanes: tuple[LaneTaskWriter, ...],
+        partitions: int,
+        chunk_files: tuple[str, ...],
+        chunk_spans: tuple[int, ...],
+    ) -> list[list[tuple[str, int, int]]] | None:
+        """The batch's files dealt to its tasks so that each lane is written whole by one
+        (:func:`~.query.whole_lane_shares`), as ``_map_read_apart`` shares; None when the
+        batch is not written so: its files or their spans not known, a table's lanes not
+        known, groups too uneven, or a task's share more than it sorts in its worker
+        (:data:`ORDERED_RUNS_MAX_ROWS`). A span's table is the one its id names (a
+        partition's is the partitioned table), named by the schemas of the store and of
+        the batch mounter, transforms applied; a table the filter leaves out has no lanes."""
+        if partitions < 2 or not chunk_files or len(chunk_spans) != len(chunk_files):
+            return None
+        names: dict[int, set[TableName]] = {}
+        schemas = [*self.store.schemas.all(), *(plan.mounter.schemas() if plan.mounter is not None else ())]
+        for schema in schemas:
+            table = schema.table
+            physical = table.partition_id if table.partition_id is not None else table.table_id
+            names.setdefault(physical, set()).add(table)
+        lanes_of: dict[TableName, list[Lane] | None] = {}
+
+        def table_lanes(table: TableName) -> list[Lane] | None:
+            if table not in lanes_of:
+                if not self.table_filter.matches(table.schema, table.table):
+                    lanes_of[table] = []
+                else:
+                    routed = self.transforms.table(table) if self.transforms else table
+                    known: list[Lane] | None = []
+                    for i, writer in enumerate(lanes):
+                        found = writer.table_lanes(routed)
+                        if found is None or known is None:
+                            known = None
+                        else:
+                            known += [(i, route, lane) for route, lane in found]
+                    lanes_of[table] = known
+            return lanes_of[table]
+
+        files: list[tuple[str, int, list[Lane] | None]] = []
+        batches: dict[str, int] = {}
+        for path, span_id in zip(chunk_files, chunk_spans, strict=True):
+            counts = record_batch_rows(path)
+            batches[path] = len(counts)
+            span = plan.spans.get(span_id)
+            # A span no schema names: the tables its records name, when they are rows.
+            tables = names.get(span.table_id) if span is not None else None
+            found = [table_lanes(t) for t in tables or record_tables(path) or ()]
+            known = [lane for f in found if f is not None for lane in f]
+            files.append((path, sum(counts), known if found and all(f is not None for f in found) else None))
+        dealt = whole_lane_shares(files, partitions)
+        if dealt is None:
+            return None
+        rows = {path: n for path, n, _ in files}
+        if max(sum(rows[p] for p in share) for share in dealt) > ORDERED_RUNS_MAX_ROWS:
+            return None
+        return [[(path, 0, batches[path]) for path in share] for share in dealt]
 
     def _write_lanes(
         self,

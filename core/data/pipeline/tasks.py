@@ -65,7 +65,7 @@ from cdcflow.core.data.logservice.records import (
     records_to_batch,
 )
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.query import ARROW_ORDER, ORDER_COLUMNS
+from cdcflow.core.data.pipeline.query import ARROW_ORDER, ORDER_COLUMNS, deal_largest_first
 from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, PartitionWriter, RowDecoder, RowsFunction, TaskWriter
 from cdcflow.core.data.source import BatchMounter
 from cdcflow.core.data.transform import TransformChain
@@ -693,11 +693,7 @@ class LaneHandOff:
             for lane in Path(self.directory).iterdir()
             if lane.is_dir()
         }
-        shares: list[tuple[int, list[str]]] = [(0, []) for _ in range(min(tasks, len(sizes)))]
-        for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
-            i = min(range(len(shares)), key=lambda k: shares[k][0])
-            shares[i] = (shares[i][0] + sizes[name], [*shares[i][1], name])
-        return tuple(tuple(names) for _, names in shares)
+        return tuple(tuple(names) for _, names in deal_largest_first(sizes, tasks))
 
     def parts(self, lanes: Sequence[str]) -> Iterator[tuple[int, int, bytes, int, int, str, int, bytes, bytes]]:
         """The parts of ``lanes`` (as :meth:`assign` names them), lane after lane, each

@@ -105,6 +105,10 @@ class Dispatcher(abc.ABC):
         """Columns whose change moves a row to another partition (None: none can)."""
         return None
 
+    def table_partition(self, table: TableName, partitions: int) -> int | None:
+        """The partition of every row of ``table``, when it does not depend on the row (None)."""
+        return None
+
 
 def _table_hash(table: TableName) -> PositionHash:
     return PositionHash().write(table.schema.encode(), table.table.encode())
@@ -115,7 +119,9 @@ class TableDispatcher(Dispatcher):
         self._hashes: dict[tuple[str, str], int] = {}
 
     def partition(self, row: RowChange, partitions: int) -> int:
-        table = row.table
+        return self.table_partition(row.table, partitions)
+
+    def table_partition(self, table: TableName, partitions: int) -> int:
         name = (table.schema, table.table)
         hashed = self._hashes.get(name)
         if hashed is None:

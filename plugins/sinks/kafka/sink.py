@@ -515,6 +515,17 @@ class _KafkaTaskWriter(LaneTaskWriter):
     def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
         return _KafkaLaneWriter(self, batch)
 
+    def table_lanes(self, table: TableName) -> list[tuple[str, int]] | None:
+        """The table's partition under the table dispatcher, else every partition of its
+        topic (a row moved by a key change may go to any of them, and so may its parts);
+        None for a topic the driver did not prepare (its rows' tasks report it)."""
+        topic, dispatcher = self.router.route(table)
+        count = self.partitions.get(topic)
+        if count is None:
+            return None
+        partition = dispatcher.table_partition(table, count)
+        return [(topic, partition)] if partition is not None else [(topic, p) for p in range(count)]
+
 
 class _KafkaLaneWriter(LaneWriter):
     def __init__(self, target: _KafkaTaskWriter, batch: MicroBatch) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -554,6 +555,127 @@ def test_a_batch_of_less_than_two_tasks_rows_is_encoded_by_one_task_and_handed_o
             lanes[lane].append(parts)
     assert max(len(t) for t in lane_tasks.values()) >= 2  # a batch's lanes shared among lane tasks
     assert_lanes_hold_every_row_in_order(lanes, events, sink)
+
+
+def record_whole_lanes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
+    """The ids of the batches written in whole lanes by several tasks, and of those whose
+    parts were handed over, as they are written; every batch of two tasks' rows is split."""
+    from cdcflow.core.data.pipeline import runtime
+
+    whole: list[int] = []
+    handed: list[int] = []
+    map_read_apart = runtime.ChangefeedPipeline._map_read_apart
+    hand_off_lanes = runtime.ChangefeedPipeline._hand_off_lanes
+
+    def read_apart(self: Any, frame: Any, task: Any, *args: Any) -> Any:
+        if isinstance(task, runtime.SortedTask) and isinstance(task.task, runtime.WriteTask) and args[1] > 1:
+            whole.append(task.task.head.batch_id)
+        return map_read_apart(self, frame, task, *args)
+
+    def hand_off(self: Any, frame: Any, plan: Any, head: MicroBatch, *args: Any) -> Any:
+        handed.append(head.batch_id)
+        return hand_off_lanes(self, frame, plan, head, *args)
+
+    monkeypatch.setattr(runtime.ChangefeedPipeline, "_map_read_apart", read_apart)
+    monkeypatch.setattr(runtime.ChangefeedPipeline, "_hand_off_lanes", hand_off)
+    monkeypatch.setattr(runtime, "MIN_SPLIT_ROWS", 1)
+    return whole, handed
+
+
+class _TableLaneRecorder(_LaneRecorder):
+    """Says which lane each table's rows go to (the one its encode gives them)."""
+
+    def table_lanes(self, table: TableName) -> list[tuple[str, int]]:
+        return [(table.table, 0)]
+
+
+class TableLaneSink(LaneSink):
+    def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
+        return _TableLaneRecorder(str(self.directory), self.encoders)
+
+
+def test_tables_with_known_lanes_are_written_whole_each_by_one_task(tmp_path, spark, monkeypatch):
+    """With each table's lane known before its rows are mounted (LaneTaskWriter.table_lanes)
+    and two tables of about as many rows, a batch's two tasks take a table each: each reads
+    that table's chunk files, sorts them and writes the whole lane in one step, with no
+    parts handed over. A batch of one table's rows cannot be shared so: it is encoded by
+    both tasks and handed over as before. Every lane holds every row once, in commit order."""
+    whole, handed = record_whole_lanes(monkeypatch)
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = TableLaneSink(out)
+    sink.encoders = 1
+    events = [
+        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"])) if isinstance(e, RowChange) else e
+        for e in source_events()
+    ]
+    run_pipeline(tmp_path, spark, [sink], "whole-lanes", events, chunk_rows=10)
+
+    assert whole, "no batch was written in whole lanes"
+    assert not set(whole) & set(handed)
+    lanes: dict[str, list[Any]] = defaultdict(list)
+    writers_of: dict[tuple[str, str], set[str]] = defaultdict(set)  # (batch, lane) → its tasks
+    tasks_of: dict[str, set[str]] = defaultdict(set)  # batch → tasks that wrote lanes
+    for path in out.glob("lanes-*.json"):
+        written = json.loads(path.read_text())
+        assert written["pid"] != os.getpid()
+        _, batch_id, partition = path.stem.split("-")
+        for lane, parts in written["lanes"].items():
+            lanes[lane].append(parts)
+            writers_of[(batch_id, lane)].add(partition)
+            tasks_of[batch_id].add(partition)
+    assert all(len(tasks) == 1 for tasks in writers_of.values())  # a lane of a batch: one task
+    for batch_id in map(str, whole):
+        assert {lane for b, lane in writers_of if b == batch_id} == {"orders/0", "items/0"}
+        assert len(tasks_of[batch_id]) == 2  # the two tables by two tasks
+    assert_lanes_hold_every_row_in_order(lanes, events, sink)
+
+
+def test_kafka_tables_on_partitions_of_their_own_are_produced_whole_each_by_one_task(tmp_path, spark, monkeypatch):
+    """The Kafka sink under its default table dispatcher, with the two tables on different
+    partitions: batches are produced by two tasks, a table each, and a consumer finds each
+    table's rows in one partition, in commit order, and rebuilds the source's tables."""
+    from cdcflow.core.data.events import ColumnInfo, TableSchema
+    from cdcflow.core.testing.open_protocol import decode, read_topic
+    from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
+    from cdcflow.plugins.sinks.kafka.dispatch import TableDispatcher
+
+    whole, _ = record_whole_lanes(monkeypatch)
+    tables = [TableName("shop", "orders"), TableName("shop", "items")]
+    count = next(n for n in range(2, 64) if len({TableDispatcher().table_partition(t, n) for t in tables}) == 2)
+    columns = (ColumnInfo("id", 8, ColumnInfo.HANDLE_KEY | ColumnInfo.PRIMARY_KEY), ColumnInfo("v", 8, 0))
+    events = [
+        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"]), schema=TableSchema(e.table, columns))
+        if isinstance(e, RowChange)
+        else e
+        for e in source_events()
+    ]
+    topic = f"whole-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(KafkaSinkConfig(uri=f"kafka://mock/{topic}", topic=topic, partition_num=count))
+    run_pipeline(tmp_path, spark, [sink], "whole-lanes-kafka", events, chunk_rows=10)
+
+    assert whole, "no batch was produced in whole lanes"
+    partitions = read_topic(sink.bootstrap_servers, topic)
+    rows: dict[str, list[tuple[int, int]]] = defaultdict(list)  # table → (commit ts, partition) in offset order
+    # The last image of each row, in offset order (no resolved event is written here: the
+    # changefeed checkpoint is not sent without a coordinator, so the consumer's recipe
+    # would hold every row back).
+    state: dict[tuple[str, int], int] = {}
+    for partition, messages in partitions.items():
+        for key, value in messages:
+            for k, v in decode(key, value):
+                if k["t"] == 1 and v is not None:
+                    rows[k["tbl"]].append((k["ts"], partition))
+                    state[(k["tbl"], v["u"]["id"]["v"])] = v["u"]["v"]["v"]
+    assert set(rows) == {"orders", "items"}
+    for table, seen in rows.items():
+        assert len({p for _, p in seen}) == 1, f"{table}: rows in several partitions"
+        assert [ts for ts, _ in seen] == sorted(ts for ts, _ in seen), f"{table}: not in commit order"
+    want: dict[tuple[str, int], int] = {}
+    for e in events:
+        if isinstance(e, RowChange):
+            want[(e.table.table, e.image()["id"])] = e.image()["v"]
+    assert state == want
 
 
 def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):

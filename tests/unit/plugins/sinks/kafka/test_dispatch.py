@@ -126,3 +126,31 @@ def test_value_strings_follow_column_precision():
     single = 0.10000000149011612  # 0.1 as a FLOAT column holds it
     assert column_value_string(single) == b"0.10000000149011612"
     assert column_value_string(single, ColumnInfo("c", 4)) == b"0.1"
+
+
+def test_a_tables_lanes_are_its_partition_under_the_table_rule_else_every_partition_of_its_topic():
+    """What the runtime asks before a batch's rows are mounted (LaneTaskWriter.table_lanes):
+    the one partition every row of a table goes to under the table rule (the one route_rows
+    gives its rows), else every partition of its topic."""
+    from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter, route_rows
+
+    router = EventRouter(
+        "cdc",
+        [
+            DispatchRule(matcher=["shop.items"], partition="index-value"),
+            DispatchRule(matcher=["shop.events"], topic="{schema}_{table}", partition="ts"),
+            DispatchRule(matcher=["shop.*"], partition="table"),
+        ],
+    )
+    counts = {"cdc": 7, "shop_events": 3}
+    writer = _KafkaTaskWriter({}, router, None, counts, 1.0, "mock")
+    for name in ("orders", "users", "audit"):
+        rows = [row("shop", name, {"id": i}, handle=("id",), ts=10 + i) for i in range(20)]
+        routed = route_rows(rows, router, counts.__getitem__)
+        assert writer.table_lanes(TableName("shop", name)) == list(routed) and len(routed) == 1
+    assert writer.table_lanes(TableName("shop", "items")) == [("cdc", p) for p in range(7)]
+    assert writer.table_lanes(TableName("shop", "events")) == [("shop_events", p) for p in range(3)]
+    assert writer.table_lanes(TableName("crm", "x")) is not None
+    assert _KafkaTaskWriter({}, router, None, {}, 1.0, "mock").table_lanes(TableName("shop", "orders")) is None
+    # Under the table rule a partitioned table's partitions share its lane.
+    assert writer.table_lanes(TableName("shop", "orders", 70, 71)) == writer.table_lanes(TableName("shop", "orders"))
