@@ -63,6 +63,14 @@ def source_events() -> list[Any]:
     return out
 
 
+def keyed_events() -> list[Any]:
+    """:func:`source_events` with each row's upstream key, as a TiKV source's rows carry it."""
+    return [
+        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"])) if isinstance(e, RowChange) else e
+        for e in source_events()
+    ]
+
+
 # -- a sink whose partition writers record where and when they ran ------------------
 
 
@@ -499,10 +507,7 @@ def test_tasks_that_read_the_chunk_files_themselves_keep_each_lane_in_commit_ord
     out = tmp_path / "out"
     out.mkdir()
     sink = LaneSink(out)
-    events = [
-        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"])) if isinstance(e, RowChange) else e
-        for e in source_events()
-    ]
+    events = keyed_events()
     run_pipeline(tmp_path, spark, [sink], "lanes-from-chunks", events, chunk_rows=10)  # batches of several files
 
     assert any(len(share) >= 2 for share in shares), shares  # batches split among tasks by the driver
@@ -535,10 +540,7 @@ def test_a_batch_of_less_than_two_tasks_rows_is_encoded_by_one_task_and_handed_o
     out.mkdir()
     sink = LaneSink(out)
     sink.encoders = 1
-    events = [
-        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"])) if isinstance(e, RowChange) else e
-        for e in source_events()
-    ]
+    events = keyed_events()
     run_pipeline(tmp_path, spark, [sink], "lanes-one-reader", events, chunk_rows=10)
 
     assert readers and set(readers) == {1}
@@ -605,10 +607,7 @@ def test_tables_with_known_lanes_are_written_whole_each_by_one_task(tmp_path, sp
     out.mkdir()
     sink = TableLaneSink(out)
     sink.encoders = 1
-    events = [
-        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"])) if isinstance(e, RowChange) else e
-        for e in source_events()
-    ]
+    events = keyed_events()
     run_pipeline(tmp_path, spark, [sink], "whole-lanes", events, chunk_rows=10)
 
     assert whole, "no batch was written in whole lanes"
@@ -645,10 +644,7 @@ def test_kafka_tables_on_partitions_of_their_own_are_produced_whole_each_by_one_
     count = next(n for n in range(2, 64) if len({TableDispatcher().table_partition(t, n) for t in tables}) == 2)
     columns = (ColumnInfo("id", 8, ColumnInfo.HANDLE_KEY | ColumnInfo.PRIMARY_KEY), ColumnInfo("v", 8, 0))
     events = [
-        replace(e, key=b"t_%s_r%08d" % (e.table.table.encode(), e.image()["id"]), schema=TableSchema(e.table, columns))
-        if isinstance(e, RowChange)
-        else e
-        for e in source_events()
+        replace(e, schema=TableSchema(e.table, columns)) if isinstance(e, RowChange) else e for e in keyed_events()
     ]
     topic = f"whole-{uuid.uuid4().hex[:8]}"
     sink = KafkaSink(KafkaSinkConfig(uri=f"kafka://mock/{topic}", topic=topic, partition_num=count))
