@@ -48,9 +48,9 @@ def test_files_sharing_any_lane_are_one_group():
 def test_none_when_a_lane_is_not_known_one_group_holds_everything_or_the_share_is_uneven():
     assert whole_lane_shares([("a", 10, [lane("a")]), ("b", 10, None)], 2) is None
     assert whole_lane_shares([("a", 10, [lane("a")]), ("b", 10, [lane("a")])], 2) is None
-    # 70 of 100 on one of two tasks: over 1.25 times an even share (62.5).
-    assert whole_lane_shares([("a", 70, [lane("a")]), ("b", 30, [lane("b")])], 2) is None
-    assert whole_lane_shares([("a", 60, [lane("a")]), ("b", 40, [lane("b")])], 2) == [["a"], ["b"]]
+    # 80 of 100 on one of two tasks: over 1.5 times an even share (75).
+    assert whole_lane_shares([("a", 80, [lane("a")]), ("b", 20, [lane("b")])], 2) is None
+    assert whole_lane_shares([("a", 70, [lane("a")]), ("b", 30, [lane("b")])], 2) == [["a"], ["b"]]
     assert whole_lane_shares([("a", 10, [lane("a")]), ("b", 10, [lane("b")])], 1) is None
 
 
