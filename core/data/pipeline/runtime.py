@@ -439,9 +439,9 @@ class ChangefeedPipeline:
         plan = self._plan(start_ts, end_ts) if expected else None
         directory = self.store.directory.resolve()
         files = tuple(str(directory / chunk.file) for chunk in chunks)
-        spans = tuple(chunk.span_id for chunk in chunks)
+        info = tuple((chunk.span_id, chunk.rows) for chunk in chunks)
         return self._deliver_frame(
-            frame, batch_id, start_ts, end_ts, ddl, expected, plan, chunk_files=files, chunk_spans=spans
+            frame, batch_id, start_ts, end_ts, ddl, expected, plan, chunk_files=files, chunk_info=info
         )
 
     def deliver_snapshot(
@@ -504,12 +504,12 @@ class ChangefeedPipeline:
         *,
         one_ts: bool = False,
         chunk_files: tuple[str, ...] = (),
-        chunk_spans: tuple[int, ...] = (),
+        chunk_info: tuple[tuple[int, int], ...] = (),
     ) -> int:
         """Deliver a batch to the sinks (``one_ts``: every row of it has one commit ts and
         each key appears once, as in an initial snapshot's batch; ``chunk_files``: the
         event store's files ``frame`` reads, which tasks may read themselves, and
-        ``chunk_spans`` the id of each one's span when known)."""
+        ``chunk_info`` each one's span id and rows when known)."""
         # A source that cannot mount in tasks has every sink written from the driver.
         on_driver = plan is not None and self.mounter is not None and plan.mounter is None
         tables = self._tables(plan) if plan is not None and not on_driver else []
@@ -534,7 +534,7 @@ class ChangefeedPipeline:
                     by_table=by_table,
                     one_ts=one_ts,
                     chunk_files=chunk_files,
-                    chunk_spans=chunk_spans,
+                    chunk_info=chunk_info,
                 )
             tasks_seconds = time.perf_counter() - began
             for sink in task_sinks:
@@ -699,18 +699,18 @@ class ChangefeedPipeline:
         by_table: bool,
         one_ts: bool = False,
         chunk_files: tuple[str, ...] = (),
-        chunk_spans: tuple[int, ...] = (),
+        chunk_info: tuple[tuple[int, int], ...] = (),
     ) -> tuple[int, int]:
         """Write the batch in Spark tasks: (rows, bytes) the tasks' summaries report.
         ``one_ts``: every row has one commit ts, each key once (an initial snapshot's
         batch; a streaming batch's ts range may be a single ts and still hold rows of
         many, the backlog of a span that joined behind). ``chunk_files``: the event
         store's files of the batch, in order (empty: ``frame`` is not the store's), and
-        ``chunk_spans`` their spans' ids (empty: not known)."""
+        ``chunk_info`` their spans' ids and rows (empty: not known)."""
         began = time.perf_counter()
         partitions = self._task_partition_count(expected)
         summaries = self._run_tasks(
-            frame, plan, head, writers, expected, partitions, by_table, one_ts, chunk_files, chunk_spans
+            frame, plan, head, writers, expected, partitions, by_table, one_ts, chunk_files, chunk_info
         )
         self.last_tasks = summaries
         raise_task_error(summaries)
@@ -735,7 +735,7 @@ class ChangefeedPipeline:
         by_table: bool,
         one_ts: bool,
         chunk_files: tuple[str, ...],
-        chunk_spans: tuple[int, ...] = (),
+        chunk_info: tuple[tuple[int, int], ...] = (),
     ) -> list[TaskSummary]:
         """The summaries of the Spark tasks that wrote the batch (see :meth:`_write_in_tasks`)."""
         lanes = tuple(w for w in writers if isinstance(w, LaneTaskWriter))
@@ -765,7 +765,7 @@ class ChangefeedPipeline:
             else:
                 out = frame.repartition(partitions, "key").mapInArrow(write, SUMMARY_SCHEMA_DDL)
         elif by_table and len(lanes) == len(writers):
-            shares = self._whole_lane_shares(plan, lanes, partitions, chunk_files, chunk_spans)
+            shares = self._whole_lane_shares(plan, lanes, partitions, chunk_files, chunk_info)
             if shares is None:
                 # Mount and encode in parallel, then split by lane (a Kafka partition) to
                 # write each lane's parts in order: a table's rows are not bound to one
@@ -789,7 +789,7 @@ class ChangefeedPipeline:
         lanes: tuple[LaneTaskWriter, ...],
         partitions: int,
         chunk_files: tuple[str, ...],
-        chunk_spans: tuple[int, ...],
+        chunk_info: tuple[tuple[int, int], ...],
     ) -> list[list[tuple[str, int, int]]] | None:
         """The batch's files dealt to its tasks so that each lane is written whole by one
         (:func:`~.query.whole_lane_shares`), as ``_map_read_apart`` shares; None when the
@@ -798,7 +798,7 @@ class ChangefeedPipeline:
         (:data:`ORDERED_RUNS_MAX_ROWS`). A span's table is the one its id names (a
         partition's is the partitioned table), named by the schemas of the store and of
         the batch mounter, transforms applied; a table the filter leaves out has no lanes."""
-        if partitions < 2 or not chunk_files or len(chunk_spans) != len(chunk_files):
+        if partitions < 2 or not chunk_files or len(chunk_info) != len(chunk_files):
             return None
         names: dict[int, set[TableName]] = {}
         schemas = [*self.store.schemas.all(), *(plan.mounter.schemas() if plan.mounter is not None else ())]
@@ -825,23 +825,21 @@ class ChangefeedPipeline:
             return lanes_of[table]
 
         files: list[tuple[str, int, list[Lane] | None]] = []
-        batches: dict[str, int] = {}
-        for path, span_id in zip(chunk_files, chunk_spans, strict=True):
-            counts = record_batch_rows(path)
-            batches[path] = len(counts)
+        for path, (span_id, rows) in zip(chunk_files, chunk_info, strict=True):
             span = plan.spans.get(span_id)
             # A span no schema names: the tables its records name, when they are rows.
             tables = names.get(span.table_id) if span is not None else None
             found = [table_lanes(t) for t in tables or record_tables(path) or ()]
             known = [lane for f in found if f is not None for lane in f]
-            files.append((path, sum(counts), known if found and all(f is not None for f in found) else None))
+            files.append((path, rows, known if found and all(f is not None for f in found) else None))
         dealt = whole_lane_shares(files, partitions)
         if dealt is None:
             return None
-        rows = {path: n for path, n, _ in files}
-        if max(sum(rows[p] for p in share) for share in dealt) > ORDERED_RUNS_MAX_ROWS:
+        rows_of = {path: n for path, n, _ in files}
+        if max(sum(rows_of[p] for p in share) for share in dealt) > ORDERED_RUNS_MAX_ROWS:
             return None
-        return [[(path, 0, batches[path]) for path in share] for share in dealt]
+        # The files' footers, read only for a batch written so.
+        return [[(path, 0, len(record_batch_rows(path))) for path in share] for share in dealt]
 
     def _write_lanes(
         self,
