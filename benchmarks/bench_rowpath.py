@@ -15,9 +15,10 @@ in one process:
 * encode — :class:`OpenProtocolCodec.encode_rows` over the mounted rows, in
   chunks of 4,096 rows (what a task hands its Kafka writer at a time);
 * task — the same events as the event store's Arrow record batches (4,096
-  records each) through a write task's :meth:`RowPlan.rows` (Arrow → raw
-  events → mounted, filtered rows) and the codec: a task's CPU work short of
-  the Kafka client;
+  records each) through a :class:`WriteTask` with the Kafka sink's task writer
+  (Arrow → raw events → mounted, filtered rows → routed by the table dispatcher
+  to a 3-partition topic, encoded, each lane's parts packed into messages): a
+  write task's CPU work short of the Kafka client;
 * encode step / lane step — the two steps of a batch whose rows are kept in
   order per table (Kafka's default table dispatcher, see
   :class:`~cdcflow.core.data.sink.LaneTaskWriter`): the same batches through an
@@ -70,7 +71,7 @@ from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, RowPlan, RowsTask
+from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, RowPlan, RowsTask, WriteTask
 from cdcflow.core.data.sink import LaneWriter
 from cdcflow.plugins.codecs import open_protocol
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
@@ -184,12 +185,11 @@ class _NoIds:
         return -1
 
 
-def run_task(plan: RowPlan, batches: Sequence[pa.RecordBatch], codec: OpenProtocolCodec) -> int:
-    rows = 0
-    for mounted in plan.rows(batches):
-        codec.encode_rows(mounted)
-        rows += len(mounted)
-    return rows
+def run_task(plan: RowPlan, batches: Sequence[pa.RecordBatch]) -> int:
+    """A write task over ``batches`` with the Kafka sink's task writer, its lanes packed, not produced."""
+    head = MicroBatch("bench", 0, 0, 0)
+    summaries = list(WriteTask(plan, head, (lane_writer(),), ColumnSelection())(iter(batches)))
+    return sum(pa.Table.from_batches(summaries).column("rows").to_pylist())
 
 
 class _PackOnly(_KafkaTaskWriter):
@@ -341,7 +341,7 @@ def measure(
         plan = task_plan()
         check(
             "task path",
-            timed("task", len(events), lambda p=plan: run_task(p, batches, new_codec())),
+            timed("task", len(events), lambda p=plan: run_task(p, batches)),
         )
         encoded, _ = both("encode step", len(events), lambda: functools.partial(run_encode_step, task_plan(), batches))
         parts = by_lane(encoded)
@@ -372,7 +372,7 @@ def profile(
     steps: dict[str, Callable[[], Any]] = {
         "mount": lambda: mount_all(pickle.loads(pickle.dumps(mounter)), events),
         "encode": lambda: encode_all(codec, rows),
-        "task": lambda: run_task(task_plan(), batches, codec),
+        "task": lambda: run_task(task_plan(), batches),
         "encode-step": lambda: run_encode_step(task_plan(), batches),
         "lane-step": lambda: run_lane_step(parts),
         "parts-step": lambda: run_parts_step(task_plan(), batches),
