@@ -13,8 +13,10 @@ import decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdcflow.core.data.codec import make_encoded_message
 from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, TableName, TableSchema
 from cdcflow.core.data.types import TypeCode
+from cdcflow.core.errors import CdcflowError
 from cdcflow.plugins.codecs.columns import format_date_value
 from cdcflow.plugins.codecs.gojson import escape_html
 from cdcflow.plugins.codecs.open_protocol import (
@@ -105,6 +107,58 @@ def test_images_with_other_columns_than_the_schema_take_the_general_path():
         b'{"u":{"a":{"t":246,"f":64,"v":"1.5"},"b":{"t":15,"f":64,"v":"x"},"id":{"t":3,"h":true,"f":10,"v":1}}}'
     )
     assert codec.row_pair(other)[1] == b'{"u":{"c":{"t":15,"f":64,"v":"y"},"id":{"t":3,"h":true,"f":10,"v":1}}}'
+
+
+OTHER = TableName("shop", "other", 10)
+#: Rows whose image is not exactly the schema's columns (the C writer leaves them to Python).
+ODD_IMAGES = [{"id": 1}, {"id": 2, "extra": "x"}]
+
+
+@st.composite
+def row_runs(draw):
+    """Rows of two tables and two schema objects, runs of one and interleaved, every op,
+    some with images the C writer does not take and some without a schema."""
+    schemas = [SCHEMA, TableSchema(TABLE, SCHEMA.columns), TableSchema(OTHER, SCHEMA.columns)]
+    rows = []
+    for ts in range(draw(st.integers(1, 12))):
+        schema = draw(st.sampled_from([*schemas, None]))
+        table = schema.table if schema is not None else draw(st.sampled_from([TABLE, OTHER]))
+        op = draw(st.sampled_from([OpType.INSERT, OpType.UPDATE, OpType.DELETE]))
+        after = None if op is OpType.DELETE else draw(images() | st.sampled_from(ODD_IMAGES))
+        before = None if op is OpType.INSERT else draw(st.none() | images() | st.sampled_from(ODD_IMAGES))
+        if op is OpType.DELETE and before is None:
+            before = draw(images())
+        rows.append(RowChange(table, op, 100 + ts, 99 + ts, after, before, schema))
+    return rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    row_runs(),
+    st.fixed_dictionaries(
+        {
+            "output_old_value": st.booleans(),
+            "only_output_updated_columns": st.booleans(),
+            "delete_only_output_handle_key_columns": st.booleans(),
+            "large_message_handle_option": st.sampled_from(["none", "handle-key-only"]),
+            "max_message_bytes": st.sampled_from([1024, 1600, 1 << 20]),
+        }
+    ),
+)
+def test_row_parts_encoded_in_one_loop_are_each_rows_pair(rows, options):
+    """encode_row_parts (one loop over the rows, the C writer's images) gives every row the
+    key and value row_pair gives it alone, a large one its handle-key-only pair, and fails on
+    the row _fitting_pair fails on, with the same error."""
+    codec = OpenProtocolCodec(OpenProtocolConfig(**options))
+
+    def outcome(encode):
+        try:
+            return encode()
+        except CdcflowError as exc:  # the same error either way, or the same parts
+            return type(exc), str(exc)
+
+    expected = outcome(lambda: [make_encoded_message(*codec._fitting_pair(r), r.table, 1, r.commit_ts) for r in rows])
+    assert outcome(lambda: codec.encode_row_parts("t", rows)) == expected
 
 
 def spelled(moment, fsp):
