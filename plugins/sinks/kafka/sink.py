@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -95,6 +94,7 @@ from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.plugins.sinks.kafka.config import DEFAULT_PARTITIONS, MOCK_HOST, KafkaSinkConfig, bootstrap_of
 from cdcflow.plugins.sinks.kafka.dispatch import (
+    Dispatcher,
     EventRouter,
     TopicExpression,
     key_changed,
@@ -446,13 +446,42 @@ def route_rows(
     rows: Iterable[RowChange], router: EventRouter, partition_count: Callable[[str], int]
 ) -> dict[tuple[str, int], list[tuple[int, RowChange]]]:
     """The rows (with their index in ``rows``) bound for each (topic, partition), in order."""
-    routed: dict[tuple[str, int], list[tuple[int, RowChange]]] = defaultdict(list)
+    return _route(rows, router, partition_count, indexed=True)
+
+
+def _route(
+    rows: Iterable[RowChange], router: EventRouter, partition_count: Callable[[str], int], *, indexed: bool
+) -> dict[tuple[str, int], list[Any]]:
+    """:func:`route_rows`, each row as ``(index, row)`` when ``indexed``, else alone.
+
+    A table is routed once per call (rows of one table share their name object, mostly):
+    under a dispatcher that puts all of a table's rows in one partition and moves none
+    (the table rule), its rows are appended to that partition's list without a per-row
+    decision."""
+    routed: dict[tuple[str, int], list[Any]] = {}
+    tables: dict[int, tuple[TableName, str, Dispatcher, int, list[Any] | None]] = {}
     for i, row in enumerate(rows):
-        topic, dispatcher = router.route(row.table)
-        count = partition_count(topic)
+        table = row.table
+        hit = tables.get(id(table))
+        if hit is None or hit[0] is not table:
+            topic, dispatcher = router.route(table)
+            count = partition_count(topic)
+            fixed = dispatcher.table_partition(table, count) if not _may_move(dispatcher) else None
+            whole = None if fixed is None else routed.setdefault((topic, fixed), [])
+            hit = tables[id(table)] = (table, topic, dispatcher, count, whole)
+        whole = hit[4]
+        if whole is not None:
+            whole.append((i, row) if indexed else row)
+            continue
+        _, topic, dispatcher, count, _ = hit
         for part in _split_if_moved(row) if key_changed(dispatcher, row) else (row,):
-            routed[(topic, dispatcher.partition(part, count))].append((i, part))
+            routed.setdefault((topic, dispatcher.partition(part, count)), []).append((i, part) if indexed else part)
     return routed
+
+
+def _may_move(dispatcher: Dispatcher) -> bool:
+    """Whether the dispatcher may name columns whose change moves a row (``key_columns``)."""
+    return type(dispatcher).key_columns is not Dispatcher.key_columns
 
 
 #: One producer per Python worker and configuration, reused by the tasks the worker runs.
@@ -511,6 +540,10 @@ class _KafkaTaskWriter(LaneTaskWriter):
             parts = self.codec.encode_row_parts(topic, [row for _, row in items])
             out += [(i, topic, partition, part) for (i, _), part in zip(items, parts, strict=True)]
         return out
+
+    def encode_lanes(self, rows: Sequence[RowChange]) -> dict[tuple[str, int], list[EncodedMessage]]:
+        routed = _route(rows, self.router, self._partition_count, indexed=False)
+        return {lane: self.codec.encode_row_parts(lane[0], parts) for lane, parts in routed.items()}
 
     def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
         return _KafkaLaneWriter(self, batch)

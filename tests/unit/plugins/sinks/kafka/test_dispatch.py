@@ -154,3 +154,52 @@ def test_a_tables_lanes_are_its_partition_under_the_table_rule_else_every_partit
     assert _KafkaTaskWriter({}, router, None, {}, 1.0, "mock").table_lanes(TableName("shop", "orders")) is None
     # Under the table rule a partitioned table's partitions share its lane.
     assert writer.table_lanes(TableName("shop", "orders", 70, 71)) == writer.table_lanes(TableName("shop", "orders"))
+
+
+def test_rows_are_routed_as_each_by_its_own_tables_rule_and_lanes_encode_as_their_parts():
+    """route_rows decides a table once per call and appends its rows under the table rule
+    without a decision per row: the lanes are those of routing each row by its own table's
+    rule, moved rows split; and a task writer's lanes (encode_lanes) hold encode's parts."""
+    import dataclasses
+
+    from cdcflow.core.data.sink import LaneTaskWriter
+    from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
+    from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter, route_rows
+
+    router = EventRouter(
+        "cdc",
+        [
+            DispatchRule(matcher=["shop.items"], partition="index-value"),
+            DispatchRule(matcher=["shop.events"], topic="{schema}_{table}", partition="ts"),
+            DispatchRule(matcher=["shop.*"], partition="table"),
+        ],
+    )
+    counts = {"cdc": 7, "shop_events": 3}
+    shared = {name: row("shop", name, {"id": "0", "v": "0"}, handle=("id",)) for name in ("orders", "items")}
+    rows = []
+    for i in range(60):
+        name = ("orders", "items", "events", "users")[i % 4]
+        if name in shared:  # rows of one name object, as a mounter gives them
+            template = shared[name]
+            op, before = (OpType.UPDATE, {"id": str(i + 1), "v": "0"}) if i % 3 == 0 else (OpType.INSERT, None)
+            after = {"id": str(i), "v": str(i)}
+            rows.append(dataclasses.replace(template, op=op, after=after, before=before, commit_ts=i + 2))
+        else:
+            rows.append(row("shop", name, {"id": str(i), "v": str(i)}, handle=("id",), ts=i + 2))
+    expected: dict = {}
+    for i, r in enumerate(rows):
+        topic, dispatcher = router.route(r.table)
+        moved = key_changed(dispatcher, r)
+        split = [
+            dataclasses.replace(r, op=OpType.DELETE, after=None),
+            dataclasses.replace(r, op=OpType.INSERT, before=None),
+        ]
+        for part in split if moved else [r]:
+            expected.setdefault((topic, dispatcher.partition(part, counts[topic])), []).append((i, part))
+    routed = route_rows(rows, router, counts.__getitem__)
+    assert routed == expected and list(routed) == list(expected)
+    assert any(len(parts) > 1 for parts in expected.values())  # rows moved by their key change
+
+    writer = _KafkaTaskWriter({}, router, OpenProtocolCodec(OpenProtocolConfig()), counts, 1.0, "mock")
+    lanes = writer.encode_lanes(rows)
+    assert lanes == LaneTaskWriter.encode_lanes(writer, rows) and list(lanes) == list(expected)
