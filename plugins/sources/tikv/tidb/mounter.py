@@ -265,9 +265,9 @@ class TiDBMounter(Mounter):
         """
         out: list[RowChange | None] = []
         append = out.append
-        # The schema store takes no DDL during the call: each table's version is looked up
-        # again only when a row's ts leaves the range the last lookup holds for.
-        found: dict[int, tuple[TableVersion | None, int, int]] = {}
+        # The schema store takes no DDL during the call: each table's plan is looked up again
+        # only when a row's ts leaves the range the last lookup holds for.
+        found: dict[int, tuple[int, int, _Plan | None]] = {}
         for event in events:
             try:
                 row = self._mount_fast(event, found)
@@ -276,9 +276,10 @@ class TiDBMounter(Mounter):
             append(self.mount_row(event) if row is _MISSING else cast(RowChange | None, row))
         return out
 
-    def _mount_fast(self, event: RawKVEvent, found: dict[int, tuple[TableVersion | None, int, int]]) -> object:
+    def _mount_fast(self, event: RawKVEvent, found: dict[int, tuple[int, int, _Plan | None]]) -> object:
         """The row of ``event`` (None when not replicated), or ``_MISSING`` to leave it to :meth:`mount_row`;
-        ``found``: the versions looked up by earlier rows of the run, by table id."""
+        ``found``: by table id, the ts range ``[low, high)`` an earlier row of the run looked its
+        table up for, and the plan of the version valid there (None: no rows to give)."""
         key = event.key
         if len(key) != keys.RECORD_ROW_KEY_LEN or key[0] != 0x74:  # b"t"
             return _MISSING
@@ -286,17 +287,14 @@ class TiDBMounter(Mounter):
         if sep != b"_r":
             return _MISSING
         table_id = (raw_id ^ _SIGN) - (1 << 64) if not raw_id & _SIGN else raw_id ^ _SIGN
-        handle = (raw_handle ^ _SIGN) - (1 << 64) if not raw_handle & _SIGN else raw_handle ^ _SIGN
         ts = event.commit_ts - 1  # the version that decodes a row is the one before its commit
         hit = found.get(table_id)
-        if hit is None or not hit[1] <= ts < hit[2]:
-            hit = found[table_id] = self.schemas.table_between(table_id, ts)
-        version = hit[0]
-        if version is None or version.table is None or not version.table.has_rows:
+        if hit is None or not hit[0] <= ts < hit[1]:
+            hit = found[table_id] = self._plan_between(table_id, ts)
+        plan = hit[2]
+        if plan is None:
             return None
-        plan = self._plan(version, table_id)
-        if not plan.replicated:
-            return None
+        handle = (raw_handle ^ _SIGN) - (1 << 64) if not raw_handle & _SIGN else raw_handle ^ _SIGN
         if plan.pk_unsigned:
             handle &= _U64
         old = event.old_value
@@ -310,6 +308,16 @@ class TiDBMounter(Mounter):
             op = OpType.UPDATE if before is not None else OpType.INSERT
         schema = plan.schema
         return make_row_change(schema.table, op, event.commit_ts, event.start_ts, after, before, schema, key)
+
+    def _plan_between(self, table_id: int, ts: int) -> tuple[int, int, _Plan | None]:
+        """The ts range around ``ts`` with one version of the table (:meth:`SchemaStore.table_between`)
+        and that version's plan, None when its rows are not given (no such table, a table
+        without rows, one not replicated)."""
+        version, low, high = self.schemas.table_between(table_id, ts)
+        if version is None or version.table is None or not version.table.has_rows:
+            return low, high, None
+        plan = self._plan(version, table_id)
+        return low, high, plan if plan.replicated else None
 
     @staticmethod
     def _fast_image(plan: _Plan, value: bytes, handle: int) -> dict[str, Any]:
