@@ -128,12 +128,9 @@ def test_value_strings_follow_column_precision():
     assert column_value_string(single, ColumnInfo("c", 4)) == b"0.1"
 
 
-def test_a_tables_lanes_are_its_partition_under_the_table_rule_else_every_partition_of_its_topic():
-    """What the runtime asks before a batch's rows are mounted (LaneTaskWriter.table_lanes):
-    the one partition every row of a table goes to under the table rule (the one route_rows
-    gives its rows), else every partition of its topic."""
-    from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter, route_rows
-
+def shop_routes():
+    """A router with a rule of each kind (per row, per ts to a topic of its own, per table),
+    and its topics' partition counts."""
     router = EventRouter(
         "cdc",
         [
@@ -142,7 +139,16 @@ def test_a_tables_lanes_are_its_partition_under_the_table_rule_else_every_partit
             DispatchRule(matcher=["shop.*"], partition="table"),
         ],
     )
-    counts = {"cdc": 7, "shop_events": 3}
+    return router, {"cdc": 7, "shop_events": 3}
+
+
+def test_a_tables_lanes_are_its_partition_under_the_table_rule_else_every_partition_of_its_topic():
+    """What the runtime asks before a batch's rows are mounted (LaneTaskWriter.table_lanes):
+    the one partition every row of a table goes to under the table rule (the one route_rows
+    gives its rows), else every partition of its topic."""
+    from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter, route_rows
+
+    router, counts = shop_routes()
     writer = _KafkaTaskWriter({}, router, None, counts, 1.0, "mock")
     for name in ("orders", "users", "audit"):
         rows = [row("shop", name, {"id": i}, handle=("id",), ts=10 + i) for i in range(20)]
@@ -166,15 +172,7 @@ def test_rows_are_routed_as_each_by_its_own_tables_rule_and_lanes_encode_as_thei
     from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
     from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter, route_rows
 
-    router = EventRouter(
-        "cdc",
-        [
-            DispatchRule(matcher=["shop.items"], partition="index-value"),
-            DispatchRule(matcher=["shop.events"], topic="{schema}_{table}", partition="ts"),
-            DispatchRule(matcher=["shop.*"], partition="table"),
-        ],
-    )
-    counts = {"cdc": 7, "shop_events": 3}
+    router, counts = shop_routes()
     shared = {name: row("shop", name, {"id": "0", "v": "0"}, handle=("id",)) for name in ("orders", "items")}
     rows = []
     for i in range(60):
