@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import signal
 import sys
 import time
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from cdcflow.core.control.coordinator.coordinator import Coordinator
     from cdcflow.core.control.metastore.base import MetaStore
     from cdcflow.core.plugin.manager import PluginManager
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -93,11 +96,15 @@ async def run_file(
     security = ApiSecurity.for_api(server.security, server.api_addr)  # refused before anything starts
     store = open_metastore(server.metastore)
     options = CaptureOptions.from_server(server)
-    plugins.executors.start(executor, server, plugins)  # Spark starts beside the capture
     capture = Capture(store, plugins, factory, options)
     host, _, port = server.api_addr.rpartition(":")
     api = ApiServer(capture, host, int(port), security)
-    capture.options = dataclasses.replace(options, api_addr=f"{host}:{await api.start()}")
+    # The API's address is taken before Spark starts (its JVM and workers open ports of
+    # their own): a port given in api-addr is not lost to them, and port 0 takes a free one.
+    real_port = await api.start()
+    capture.options = dataclasses.replace(options, api_addr=f"{host}:{real_port}")
+    log.info("API on %s://%s:%d", security.scheme, host, real_port)
+    plugins.executors.start(executor, server, plugins)  # Spark starts beside the capture
     serving = asyncio.create_task(capture.serve())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
