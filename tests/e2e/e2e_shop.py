@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -22,13 +22,9 @@ from cdcflow.core.testing import WaitTimeout, until_sync
 from tests.integration.control.cluster import CDCFLOW
 
 CHANGEFEED = "shop-e2e"
+#: What ``cdcflow run`` logs once its REST API listens (see :class:`RunProcess`).
+_API_LINE = re.compile(r"API on https?://127\.0\.0\.1:(\d+)")
 TABLES = ("customers", "products", "orders")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def server_settings(tmp: Path, api_port: int) -> dict[str, Any]:
@@ -59,13 +55,33 @@ def write_connectors(tmp: Path, pd: str, status: str, start_ts: int, mysql_uri: 
 
 
 class RunProcess:
-    """``cdcflow run FILE`` in a process group of its own (so SIGKILL takes every child)."""
+    """``cdcflow run FILE`` in a process group of its own (so SIGKILL takes every child).
+
+    ``api_port`` 0: the file's ``api-addr`` has port 0, and the port the process took is read
+    from its log ("API on …") after each start, so no port is chosen ahead and lost to
+    another process meanwhile."""
 
     def __init__(self, path: Path, api_port: int, log_path: Path) -> None:
-        self.path, self.api, self.log_path = path, f"http://127.0.0.1:{api_port}", log_path
+        self.path, self.log_path, self.api_port = path, log_path, api_port
+        self._api: str | None = f"http://127.0.0.1:{api_port}" if api_port else None
+        self._log_from = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def api(self) -> str | None:
+        """The REST API's base URL; None until a process started with port 0 logged it."""
+        if self._api is None and self.log_path.exists():
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_from)
+                found = _API_LINE.search(log.read().decode(errors="replace"))
+            if found is not None:
+                self._api = f"http://127.0.0.1:{found.group(1)}"
+        return self._api
+
     def start(self) -> None:
+        if not self.api_port:  # a new process takes a new port
+            self._api = None
+            self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [CDCFLOW, "--log-level", "info", "run", str(self.path)],
@@ -93,8 +109,11 @@ class RunProcess:
         self.proc = None
 
     def changefeed(self) -> dict[str, Any] | None:
+        api = self.api
+        if api is None:
+            return None
         try:
-            with urllib.request.urlopen(f"{self.api}/api/v2/changefeeds/{CHANGEFEED}", timeout=5) as resp:
+            with urllib.request.urlopen(f"{api}/api/v2/changefeeds/{CHANGEFEED}", timeout=5) as resp:
                 result: dict[str, Any] = json.loads(resp.read())
                 return result
         except OSError:

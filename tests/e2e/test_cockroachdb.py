@@ -38,7 +38,7 @@ from cdcflow.plugins.sources.cockroach_playground import CockroachPlayground
 from cdcflow.plugins.sources.cockroachdb.hlc import HLC, cursor_for
 from cdcflow.plugins.sources.cockroachdb.types import map_type
 from tests.e2e.e2e_kafka import replicate, table_rows
-from tests.e2e.e2e_shop import CHANGEFEED, TABLES, RunProcess, free_port, mysql_rows, server_settings, spark_rows
+from tests.e2e.e2e_shop import CHANGEFEED, TABLES, RunProcess, mysql_rows, server_settings, spark_rows
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 
 pytestmark = pytest.mark.integration
@@ -113,7 +113,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
         finally:
             conn.close()
         start_ts = pg.now().commit_ts
-        port = free_port()
+        port = 0  # the capture takes a free port and logs it (RunProcess reads it)
         kafka = f"kafka://{cluster.bootstrap_servers}/{topic}"
         run = RunProcess(write_connectors(tmp, pg.dsn, start_ts, db.uri, kafka, port), port, tmp / "run.log")
         run.start()

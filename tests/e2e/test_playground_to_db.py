@@ -31,7 +31,7 @@ from cdcflow.core.testing.compare import diff, typed_rows
 from cdcflow.plugins.sources.playground import Playground
 from cdcflow.plugins.sources.playground.rows import encode_row_value, row_key
 from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
-from tests.e2e.e2e_shop import TABLES, RunProcess, free_port, mysql_rows, spark_rows, write_connectors
+from tests.e2e.e2e_shop import TABLES, RunProcess, mysql_rows, spark_rows, write_connectors
 from tests.fixtures.mariadb import MariaDB, start_mariadb
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
     with Playground(stores=1, seed=5, ddl_every=20, create_tables=False) as pg, start_mariadb(local=True) as db:
         start_ts = pg.now()
         pg.workload.create_tables()  # after start_ts: the CREATE TABLEs are replicated too
-        port = free_port()
+        port = 0  # the capture takes a free port and logs it (RunProcess reads it)
         run = RunProcess(write_connectors(tmp, pg.pd_address, pg.status_address, start_ts, db.uri, port), port,
                          tmp / "run.log")  # fmt: skip
         run.start()

@@ -30,7 +30,6 @@ from cdcflow.plugins.sources.playground.shop import SHOP_TABLES
 from tests.e2e.e2e_shop import (
     CHANGEFEED,
     RunProcess,
-    free_port,
     mysql_rows,
     server_settings,
     spark_rows,
@@ -107,7 +106,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
             name_ft = SHOP_TABLES["customers"][1][1]
             for shard in ("users_0", "users_1"):
                 pg.ddl.create_table("shop", shard, [("id", SHOP_TABLES["orders"][0][1]), ("name", name_ft)])
-            port = free_port()
+            port = 0  # the capture takes a free port and logs it (RunProcess reads it)
             run = RunProcess(write_connectors(tmp, pg.pd_address, pg.status_address, start_ts, db.uri, port), port,
                              tmp / "run.log")  # fmt: skip
             run.start()
