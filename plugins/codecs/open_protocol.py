@@ -351,6 +351,22 @@ def row_key_text(row: RowChange) -> str:
     return f"key 0x{row.key.hex()}" if row.key else "(no handle key known)"
 
 
+def _native_row_value(row: RowChange, columns: NativeColumns, with_old: bool) -> bytes | None:
+    """The row's value JSON (``u``, ``p`` with ``with_old``, ``d``) written by the C image
+    writer from the schema's ``columns``; None when the writer does not take an image."""
+    image: Callable[[Any, NativeColumns], bytes | None] = NATIVE.image
+    if row.op is OpType.DELETE:
+        before = image(row.before, columns)
+        return None if before is None else b'{"d":' + before + b"}"
+    after = image(row.after, columns)
+    if after is None:
+        return None
+    if row.op is not OpType.UPDATE or row.before is None or not with_old:
+        return b'{"u":' + after + b"}"
+    before = image(row.before, columns)
+    return None if before is None else b'{"u":' + after + b',"p":' + before + b"}"
+
+
 class OpenProtocolCodec(Codec[OpenProtocolConfig]):
     """TiCDC Open Protocol: batched binary framing of JSON row, DDL and resolved events."""
 
@@ -395,23 +411,13 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         columns out), for :meth:`row_pair`'s Python path. The bytes are the same."""
         schema = row.schema
         assert schema is not None
-        columns = self._schemas[id(schema.columns)][3]
         config = self.config
-        image: Callable[[Any, NativeColumns], bytes | None] = NATIVE.image
-        if row.op is OpType.DELETE:
-            if config.delete_only_output_handle_key_columns:
-                return None
-            before = image(row.before, columns)
-            return None if before is None else b'{"d":' + before + b"}"
-        after = image(row.after, columns)
-        if after is None:
+        if row.op is OpType.DELETE and config.delete_only_output_handle_key_columns:
             return None
-        if row.op is not OpType.UPDATE or row.before is None or not config.output_old_value:
-            return b'{"u":' + after + b"}"
-        if config.only_output_updated_columns:
+        only_updated = config.only_output_updated_columns and config.output_old_value
+        if only_updated and row.op is OpType.UPDATE and row.before is not None:
             return None
-        before = image(row.before, columns)
-        return None if before is None else b'{"u":' + after + b',"p":' + before + b"}"
+        return _native_row_value(row, self._schemas[id(schema.columns)][3], config.output_old_value)
 
     def _key_tail(self, table: TableName, handle_key_only: bool) -> str:
         """What follows ``"ts":…`` in a row's key, HTML-escaped; cached per table name
@@ -479,23 +485,20 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def encode_row_parts(self, topic: str, rows: Sequence[RowChange]) -> list[EncodedMessage]:
         """Each row's key and value (without the batch's version header and lengths)."""
-        if NATIVE is None:
+        config = self.config
+        if NATIVE is None or config.delete_only_output_handle_key_columns or config.only_output_updated_columns:
             return [make_encoded_message(*self._fitting_pair(row), row.table, 1, row.commit_ts) for row in rows]
         return self._native_parts(rows)
 
     def _native_parts(self, rows: Sequence[RowChange]) -> list[EncodedMessage]:
-        """:meth:`encode_row_parts` with the C image writer, in one loop: a row's table and
-        schema are looked up again only when they differ from the last row's, and a row the
-        loop does not take (an image the writer leaves to Python, an option that leaves
-        columns out, a message over the size limit) goes through :meth:`_fitting_pair`,
-        which writes the same bytes for the rest."""
+        """:meth:`encode_row_parts` with the C image writer (no option leaves columns out),
+        in one loop: a row's table and schema are looked up again only when they differ from
+        the last row's, and a row the loop does not take (an image the writer leaves to
+        Python, a message over the size limit) goes through :meth:`_fitting_pair`, which
+        writes the same bytes for the rest."""
         config = self.config
-        if config.delete_only_output_handle_key_columns or config.only_output_updated_columns:
-            return [make_encoded_message(*self._fitting_pair(row), row.table, 1, row.commit_ts) for row in rows]
-        image: Callable[[Any, NativeColumns], bytes | None] = NATIVE.image
         with_old = config.output_old_value
         fits = config.max_message_bytes - MAX_RECORD_OVERHEAD - 16 - 8  # as _fits_alone
-        delete, update = OpType.DELETE, OpType.UPDATE
         out: list[EncodedMessage] = []
         append = out.append
         table: TableName | None = None
@@ -510,21 +513,7 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
             if row.table is not table:
                 table = row.table
                 tail = self._key_tail(table, False).encode("utf-8")
-            value: bytes | None = None
-            if columns is not None:
-                op = row.op
-                if op is delete:
-                    before = image(row.before, columns)
-                    value = None if before is None else b'{"d":' + before + b"}"
-                else:
-                    after = image(row.after, columns)
-                    if after is None:
-                        value = None
-                    elif op is not update or row.before is None or not with_old:
-                        value = b'{"u":' + after + b"}"
-                    else:
-                        before = image(row.before, columns)
-                        value = None if before is None else b'{"u":' + after + b',"p":' + before + b"}"
+            value = _native_row_value(row, columns, with_old) if columns is not None else None
             if value is not None:
                 key = b'{"ts":%d%b' % (row.commit_ts, tail)
                 if len(key) + len(value) <= fits:
