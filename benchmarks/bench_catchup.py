@@ -1,7 +1,7 @@
 """Catch-up: rows/s of a changefeed started below a backlog already committed upstream.
 
     .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2] standalone]
-        [--sinks kafka spark] [--spark-conf KEY=VALUE ...]
+        [--sinks kafka spark] [--kafka-partition table index-value] [--spark-conf KEY=VALUE ...]
     .venv/bin/python -m benchmarks.bench_catchup --metrics-overhead [--rows 200000] [--masters local[2]] [--rounds 3]
 
 The backlog is committed to the playground (the shop workload, no DDL) before any
@@ -45,6 +45,13 @@ and, in the same run on the same rows, the two raw stages next to it:
   Spark sink's own helpers, not timed), one ``createDataFrame`` per table written as
   Parquet partitioned as the change log is, in a ``local[2]`` session of this process:
   the least any Spark writer of these rows must do.
+
+``--kafka-partition`` runs the Kafka catch-up once per partition rule given for the shop
+tables. Under ``table`` (the default, TiCDC's) every row of a table is kept in order, so a
+batch's tables are the units its tasks share: the three shop tables, about a third of the
+rows each, split no better than two thirds and one third over two tasks. Under
+``index-value`` only the rows of one key are kept in order and a batch splits by key over
+every task: the same work, with nothing but the cores to bound how it spreads.
 
 A master is a Spark master URL (``local[N]``, ``spark://host:port`` of a running cluster)
 or ``standalone``: a Spark standalone master and worker (2 cores) started on this machine
@@ -129,6 +136,7 @@ def catch_up(
     spark_conf: dict[str, str] | None = None,
     sink: str = "kafka",
     spark_uri: str = "",
+    kafka_rule: str = "",
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
@@ -147,6 +155,7 @@ def catch_up(
                 scrape=scrape,
                 sink=sink,
                 spark_uri=spark_uri,
+                kafka_rule=kafka_rule,
             )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
@@ -162,6 +171,7 @@ def catch_up(
         scrape=scrape,
         sink=sink,
         spark_uri=spark_uri,
+        kafka_rule=kafka_rule,
     )
 
 
@@ -178,6 +188,7 @@ def _catch_up(
     scrape: bool = False,
     sink: str = "kafka",
     spark_uri: str = "",
+    kafka_rule: str = "",
 ) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
@@ -195,8 +206,7 @@ def _catch_up(
             spark_conf=spark_conf,
             metrics=metrics,
         )
-        if sink == "spark":
-            _to_spark_tables(capture, spark_uri or SPARK_URI)
+        _point_sink(capture, sink, spark_uri, kafka_rule)
         started, started_wall = time.perf_counter(), time.time()
         capture.start()
         assert capture.proc is not None
@@ -251,6 +261,7 @@ def _catch_up(
     return {
         "sink": sink,
         **({"spark_uri": spark_uri or SPARK_URI} if sink == "spark" else {}),
+        **({"partition_rule": kafka_rule or "table"} if sink == "kafka" else {}),
         "master": master,
         "first_batch_s": round(first_batch - started_wall, 1) if first_batch is not None else None,
         "from_first_batch_s": round(batches_s, 1) if batches_s else None,
@@ -281,6 +292,25 @@ def _to_spark_tables(capture: CaptureProcess, uri: str) -> None:
     instead of Kafka."""
     doc = yaml.safe_load(capture.file.read_text())
     doc["connectors"][0]["sinks"] = [{"uri": uri}]
+    capture.file.write_text(yaml.safe_dump(doc))
+
+
+def _point_sink(capture: CaptureProcess, sink: str, spark_uri: str, kafka_rule: str) -> None:
+    """The capture's sink as the run asks: Spark tables at ``spark_uri``, or Kafka (as
+    the capture writes it) under the partition rule ``kafka_rule`` when one is given."""
+    if sink == "spark":
+        _to_spark_tables(capture, spark_uri or SPARK_URI)
+    elif kafka_rule:
+        _dispatch_by(capture, kafka_rule)
+
+
+def _dispatch_by(capture: CaptureProcess, rule: str) -> None:
+    """Have the capture's Kafka sink choose every row's partition by ``rule`` (a
+    ``dispatchers`` rule's ``partition``) instead of the default table rule. The rule
+    matches ``*.*``: a rule for only some tables leaves the rest to the table rule, which
+    keeps each table's rows in order."""
+    doc = yaml.safe_load(capture.file.read_text())
+    doc["connectors"][0]["sinks"][0]["dispatchers"] = [{"matcher": ["*.*"], "partition": rule}]
     capture.file.write_text(yaml.safe_dump(doc))
 
 
@@ -461,6 +491,16 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the spark sink's URI, one run each (default {SPARK_URI}; e.g. add &frame-writes=true); repeatable",
     )
     parser.add_argument(
+        "--kafka-partition",
+        nargs="+",
+        default=["table"],
+        choices=("table", "index-value", "ts"),
+        metavar="RULE",
+        help="the kafka sink's partition rule for the shop tables, one run each (default table, TiCDC's "
+        "default: a table's rows in order, each table one task's work in a batch; index-value: rows "
+        "of one key in order, a batch split by key; ts)",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -516,14 +556,28 @@ def main() -> None:
     mounted: list[RowChange] = []
     # A playground per run: a finished changefeed's GC safepoint stays in PD (its TTL),
     # and the next one, starting below the same backlog, would be refused with 5001.
+    # (sink, spark sink URI or kafka partition rule)
     targets = [
-        (sink, uri) for sink in args.sinks for uri in (args.spark_uri or [SPARK_URI] if sink == "spark" else [""])
+        (sink, option)
+        for sink in args.sinks
+        for option in (args.spark_uri or [SPARK_URI] if sink == "spark" else args.kafka_partition)
     ]
-    for (sink, uri), master in itertools.product(targets, args.masters):
+    for (sink, option), master in itertools.product(targets, args.masters):
         pg, recorder, start_ts, last_ts, load_s = backlog(args.rows)
         try:
             commit_ts = [e.commit_ts for e in recorder.events]
-            run = catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf=conf, sink=sink, spark_uri=uri)
+            run = catch_up(
+                pg,
+                cluster,
+                master,
+                start_ts,
+                last_ts,
+                commit_ts,
+                spark_conf=conf,
+                sink=sink,
+                spark_uri=option if sink == "spark" else "",
+                kafka_rule=option if sink == "kafka" and option != "table" else "",
+            )
             runs.append(run)
             if not mounted:
                 rows = len(recorder.events)
@@ -551,11 +605,11 @@ def main() -> None:
         if run["sink"] == "spark":
             run["over_plain_write"] = round(rate / report["plain_write_rows_per_s"], 3)
     report["runs"] = runs
-    for sink, uri in targets:
-        own = [run for run in runs if run["sink"] == sink and run.get("spark_uri", "") == uri]
+    for sink, option in targets:
+        own = [run for run in runs if run["sink"] == sink and run.get("spark_uri", run.get("partition_rule")) == option]
         if len(own) >= 2:
             first, last = own[0], own[-1]
-            name = sink if not uri or uri == SPARK_URI else f"{sink} {uri}"
+            name = sink if option in (SPARK_URI, "table") else f"{sink} {option}"
             report[f"{name}_scaling_last_over_first"] = round(_rate(last) / _rate(first), 2)
             alone = [first["pipeline_alone_rows_per_s"], last["pipeline_alone_rows_per_s"]]
             if all(alone):
