@@ -779,8 +779,15 @@ class ChangefeedPipeline:
             out = self._map_read_apart(frame, whole, SUMMARY_SCHEMA_DDL, len(shares), chunk_files, one_ts, shares)
         else:
             keys = ("table_id",) if by_table else ("table_id", "key")
-            grouped = frame.repartition(partitions, *keys).sortWithinPartitions(*ORDER_COLUMNS)
-            out = grouped.mapInArrow(WriteTask(plan, head, writers, self.column_selection), SUMMARY_SCHEMA_DDL)
+            write = WriteTask(plan, head, writers, self.column_selection)
+            if chunk_files and not one_ts and expected <= ORDERED_RUNS_MAX_ROWS:
+                # Each task reads the batch's files and keeps the records whose keys hash to
+                # it (every change of a key, or every row of a table, in one task), sorted in
+                # its worker: the records skip Spark's shuffle and its sort, in the JVM.
+                out = self._map_read_hashed(frame, SortedTask(write), partitions, chunk_files, keys)
+            else:
+                grouped = frame.repartition(partitions, *keys).sortWithinPartitions(*ORDER_COLUMNS)
+                out = grouped.mapInArrow(write, SUMMARY_SCHEMA_DDL)
         return [TaskSummary.from_row(row.asDict()) for row in out.collect()]
 
     def _whole_lane_shares(
@@ -932,6 +939,17 @@ class ChangefeedPipeline:
         read = ChunkRangesTask(tuple(tuple(share) for share in split), task, None if one_ts else self.table_filter)
         # The frame's session: a micro-batch's has the streaming query's settings.
         return frame.sparkSession.range(0, len(split), 1, len(split)).mapInArrow(read, schema_ddl)
+
+    def _map_read_hashed(
+        self, frame: Any, task: Any, partitions: int, chunk_files: tuple[str, ...], columns: tuple[str, ...]
+    ) -> Any:
+        """``task`` over the batch split into ``partitions`` by the hash of ``columns``, each
+        task reading every file of the batch and keeping its own records
+        (:attr:`ChunkRangesTask.hashed`): one Spark stage, no shuffle."""
+        whole = split_record_batches(chunk_files, 1)
+        files = tuple(whole[0]) if whole else ()
+        read = ChunkRangesTask(tuple(files for _ in range(partitions)), task, self.table_filter, hashed=columns)
+        return frame.sparkSession.range(0, partitions, 1, partitions).mapInArrow(read, SUMMARY_SCHEMA_DDL)
 
     def _map_ordered_runs(
         self, frame: Any, task: Any, schema_ddl: str, partitions: int, chunk_files: tuple[str, ...]

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -93,6 +94,7 @@ __all__ = [
     "freeze_worker_heap",
     "pass_records",
     "raise_task_error",
+    "record_shares",
 ]
 
 log = logging.getLogger(__name__)
@@ -354,6 +356,12 @@ class ChunkRangesTask:
     #: records of other tables are left out (raw records pass; they are filtered once
     #: mounted). None: every record, as a snapshot's frame reads its parts.
     table_filter: TableFilter | None = None
+    #: Record columns (``table_id``, ``key``) by whose hash the shares split the records
+    #: they read (:func:`record_shares`): share ``i`` keeps those hashed to ``i``, so shares
+    #: that read the same files hold every record of a key (or of a table) in one task, as
+    #: Spark's ``repartition`` by those columns would, without the shuffle. Empty: each
+    #: share keeps every record it reads.
+    hashed: tuple[str, ...] = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return self.task(self._records(batches))
@@ -366,8 +374,11 @@ class ChunkRangesTask:
     def read(self, share: int) -> Iterator[pa.RecordBatch]:
         """The records of ``shares[share]``, the table filter applied."""
         for path, first, stop in self.shares[share]:
-            for records in read_record_batches(path, first, stop):
-                yield records if self.table_filter is None else self._replicated(records)
+            for read in read_record_batches(path, first, stop):
+                records = read if self.table_filter is None else self._replicated(read)
+                if self.hashed:
+                    records = records.filter(pa.array(record_shares(records, self.hashed, len(self.shares)) == share))
+                yield records
 
     def _replicated(self, records: pa.RecordBatch) -> pa.RecordBatch:
         kinds = records.column("kind")
@@ -388,6 +399,57 @@ class ChunkRangesTask:
                 kept = decided[name] = schema is not None and table is not None and matches(schema, table)
             keep.append(kept)
         return records.filter(pa.array(keep, pa.bool_()))
+
+
+#: Multiplier of :func:`record_shares`' polynomial hash of bytes (the 64-bit FNV prime).
+_HASH_PRIME = np.uint64(0x100000001B3)
+#: Its powers ``_HASH_PRIME ** (i + 1)`` modulo 2 ** 64, as far as a key has needed them.
+_hash_powers = np.cumprod(np.full(64, _HASH_PRIME, dtype=np.uint64), dtype=np.uint64)
+
+
+def record_shares(records: pa.RecordBatch, columns: Sequence[str], shares: int) -> np.ndarray:
+    """For each record, which of ``shares`` shares takes it: a 64-bit hash of its ``columns``
+    (integers, or bytes: a polynomial over each value's bytes), mixed and taken modulo
+    ``shares``. The same records give the same shares in every process (no seed), so tasks
+    that read a batch apart split it alike; records equal in ``columns`` share a share."""
+    hashed = np.zeros(records.num_rows, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for name in columns:
+            column = records.column(name)
+            if pa.types.is_integer(column.type):
+                values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
+            else:
+                values = _bytes_hashes(column)
+            hashed = hashed * _HASH_PRIME + values
+        # SplitMix64's finalizer: every bit of the sum reaches the low bits the modulo keeps.
+        hashed ^= hashed >> np.uint64(30)
+        hashed *= np.uint64(0xBF58476D1CE4E5B9)
+        hashed ^= hashed >> np.uint64(27)
+        hashed *= np.uint64(0x94D049BB133111EB)
+        hashed ^= hashed >> np.uint64(31)
+    return hashed % np.uint64(shares)
+
+
+def _bytes_hashes(column: pa.Array) -> np.ndarray:
+    """Each value's bytes ``b`` as ``sum(b[i] * P ** (i + 1)) + len(b)`` modulo 2 ** 64 (P:
+    :data:`_HASH_PRIME`), nulls as empty, for the whole column at once."""
+    global _hash_powers
+    column = column.cast(pa.large_binary()).fill_null(b"")
+    count = len(column)
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[column.offset : column.offset + count + 1]
+    lengths = np.diff(offsets)
+    hashes = lengths.astype(np.uint64)
+    if not count or not lengths.any():
+        return hashes
+    data = np.frombuffer(column.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].astype(np.uint64)
+    starts = offsets[:-1] - offsets[0]
+    if lengths.max() > len(_hash_powers):
+        _hash_powers = np.cumprod(np.full(int(lengths.max()), _HASH_PRIME, dtype=np.uint64), dtype=np.uint64)
+    positions = np.arange(len(data)) - np.repeat(starts, lengths)
+    filled = lengths > 0
+    with np.errstate(over="ignore"):
+        hashes[filled] += np.add.reduceat(data * _hash_powers[positions], starts[filled])
+    return hashes
 
 
 #: Records a :class:`SortedTask` or an :class:`OrderedRunsTask` hands on at a time.

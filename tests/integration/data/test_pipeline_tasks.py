@@ -177,11 +177,25 @@ def expected_rows(events: list[Any] | None = None) -> set[tuple[str, int, int, i
     return want
 
 
-def test_rows_are_written_by_spark_tasks_in_parallel_partitioned_by_key(tmp_path, spark):
+def test_rows_are_written_by_spark_tasks_in_parallel_partitioned_by_key(tmp_path, spark, monkeypatch):
+    """A batch of a sink partitioned by key is written by several tasks at once, each
+    reading the batch's files itself and keeping the keys hashed to it: every change of
+    a key in one task, in commit order."""
+    from cdcflow.core.data.pipeline import runtime
+
+    hashed: list[tuple[str, ...]] = []
+    map_read_hashed = runtime.ChangefeedPipeline._map_read_hashed
+
+    def read_hashed(self: Any, frame: Any, task: Any, partitions: int, files: Any, columns: Any) -> Any:
+        hashed.append(columns)
+        return map_read_hashed(self, frame, task, partitions, files, columns)
+
+    monkeypatch.setattr(runtime.ChangefeedPipeline, "_map_read_hashed", read_hashed)
     out = tmp_path / "out"
     out.mkdir()
     sink = RecordingSink(out)
     run_pipeline(tmp_path, spark, [sink], "tasks")
+    assert hashed == [("table_id", "key")]  # the batch's records did not go through a shuffle
 
     docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     # One batch (its rows were resolved at once), written by several tasks.
