@@ -1,7 +1,8 @@
 """Catch-up: rows/s of a changefeed started below a backlog already committed upstream.
 
     .venv/bin/python -m benchmarks.bench_catchup [--rows 1000000] [--masters local[1] local[2] standalone]
-        [--sinks kafka spark] [--kafka-partition table index-value] [--spark-conf KEY=VALUE ...]
+        [--sinks kafka spark] [--kafka-partition table index-value] [--max-batch-rows N]
+        [--spark-conf KEY=VALUE ...]
     .venv/bin/python -m benchmarks.bench_catchup --metrics-overhead [--rows 200000] [--masters local[2]] [--rounds 3]
 
 The backlog is committed to the playground (the shop workload, no DDL) before any
@@ -52,6 +53,9 @@ batch's tables are the units its tasks share: the three shop tables, about a thi
 rows each, split no better than two thirds and one third over two tasks. Under
 ``index-value`` only the rows of one key are kept in order and a batch splits by key over
 every task: the same work, with nothing but the cores to bound how it spreads.
+``--max-batch-rows`` sets the captures' ``server.spark.max-batch-rows``: each micro-batch
+also costs a fixed part (Spark's offset and commit logs, planning, the job's start), which
+a larger bound spreads over more rows.
 
 A master is a Spark master URL (``local[N]``, ``spark://host:port`` of a running cluster)
 or ``standalone``: a Spark standalone master and worker (2 cores) started on this machine
@@ -137,6 +141,7 @@ def catch_up(
     sink: str = "kafka",
     spark_uri: str = "",
     kafka_rule: str = "",
+    max_batch_rows: int | None = None,
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
@@ -156,6 +161,7 @@ def catch_up(
                 sink=sink,
                 spark_uri=spark_uri,
                 kafka_rule=kafka_rule,
+                max_batch_rows=max_batch_rows,
             )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
@@ -172,6 +178,7 @@ def catch_up(
         sink=sink,
         spark_uri=spark_uri,
         kafka_rule=kafka_rule,
+        max_batch_rows=max_batch_rows,
     )
 
 
@@ -189,6 +196,7 @@ def _catch_up(
     sink: str = "kafka",
     spark_uri: str = "",
     kafka_rule: str = "",
+    max_batch_rows: int | None = None,
 ) -> dict[str, Any]:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
@@ -206,7 +214,7 @@ def _catch_up(
             spark_conf=spark_conf,
             metrics=metrics,
         )
-        _point_sink(capture, sink, spark_uri, kafka_rule)
+        _configure(capture, sink, spark_uri, kafka_rule, max_batch_rows)
         started, started_wall = time.perf_counter(), time.time()
         capture.start()
         assert capture.proc is not None
@@ -262,6 +270,7 @@ def _catch_up(
         "sink": sink,
         **({"spark_uri": spark_uri or SPARK_URI} if sink == "spark" else {}),
         **({"partition_rule": kafka_rule or "table"} if sink == "kafka" else {}),
+        **({"max_batch_rows": max_batch_rows} if max_batch_rows is not None else {}),
         "master": master,
         "first_batch_s": round(first_batch - started_wall, 1) if first_batch is not None else None,
         "from_first_batch_s": round(batches_s, 1) if batches_s else None,
@@ -295,13 +304,18 @@ def _to_spark_tables(capture: CaptureProcess, uri: str) -> None:
     capture.file.write_text(yaml.safe_dump(doc))
 
 
-def _point_sink(capture: CaptureProcess, sink: str, spark_uri: str, kafka_rule: str) -> None:
+def _configure(capture: CaptureProcess, sink: str, spark_uri: str, kafka_rule: str, max_batch_rows: int | None) -> None:
     """The capture's sink as the run asks: Spark tables at ``spark_uri``, or Kafka (as
-    the capture writes it) under the partition rule ``kafka_rule`` when one is given."""
+    the capture writes it) under the partition rule ``kafka_rule`` when one is given; and
+    ``server.spark.max-batch-rows`` when given."""
     if sink == "spark":
         _to_spark_tables(capture, spark_uri or SPARK_URI)
     elif kafka_rule:
         _dispatch_by(capture, kafka_rule)
+    if max_batch_rows is not None:
+        doc = yaml.safe_load(capture.file.read_text())
+        doc["server"]["spark"]["max-batch-rows"] = max_batch_rows
+        capture.file.write_text(yaml.safe_dump(doc))
 
 
 def _dispatch_by(capture: CaptureProcess, rule: str) -> None:
@@ -501,6 +515,12 @@ def _parser() -> argparse.ArgumentParser:
         "of one key in order, a batch split by key; ts)",
     )
     parser.add_argument(
+        "--max-batch-rows",
+        type=int,
+        metavar="N",
+        help="server.spark.max-batch-rows of every capture (default: the setting's default, 100,000)",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -577,6 +597,7 @@ def main() -> None:
                 sink=sink,
                 spark_uri=option if sink == "spark" else "",
                 kafka_rule=option if sink == "kafka" and option != "table" else "",
+                max_batch_rows=args.max_batch_rows,
             )
             runs.append(run)
             if not mounted:
