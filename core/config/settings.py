@@ -81,8 +81,13 @@ DEFAULT_TRIGGER_INTERVAL = 0.5
 DEFAULT_KEEP_WORKERS = 40.0
 #: Machines with at most this many cores get Spark's JVM with the quick JIT only (server.spark.jit: auto).
 QUICK_JIT_MAX_CORES = 4
-#: Rows a micro-batch holds at most, by default (server.spark.max-batch-rows).
-DEFAULT_MAX_BATCH_ROWS = 100_000
+#: Rows a micro-batch holds at most, by default (server.spark.max-batch-rows). Each batch
+#: also costs a fixed part, about 0.16 s on two cores (Spark's offset and commit logs, its
+#: planning, the job's start, the commit): at 250,000 rows that is a tenth of a catch-up
+#: batch's time on two task slots, at 100,000 a quarter (docs/explanation/
+#: log-service-and-pipeline.md, "What a batch costs besides its rows"). A crash replays at
+#: most one batch; a task sorts at most its share of one in its worker.
+DEFAULT_MAX_BATCH_ROWS = 250_000
 
 
 class SparkSettings(_Settings):
