@@ -93,7 +93,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,35 @@ SPARK_URI = "spark://?mode=changelog"
 _TIMEOUT_S = 1800.0
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a run's capture writes to and how: ``kafka`` (the mock cluster) under the
+    partition rule ``kafka_rule`` (empty: the default table rule), or ``spark`` tables at
+    ``spark_uri``; ``max_batch_rows``: its ``server.spark.max-batch-rows`` (None: the default)."""
+
+    sink: str = "kafka"
+    spark_uri: str = ""
+    kafka_rule: str = ""
+    max_batch_rows: int | None = None
+
+    @property
+    def name(self) -> str:
+        """``kafka``, ``spark``, or either with the rule or URI that is not the default."""
+        option = self.kafka_rule if self.sink == "kafka" else self.spark_uri.replace(SPARK_URI, "")
+        return f"{self.sink} {option}" if option else self.sink
+
+    def configure(self, capture: CaptureProcess) -> None:
+        """Rewrite the capture's connectors file for this target."""
+        if self.sink == "spark":
+            _to_spark_tables(capture, self.spark_uri or SPARK_URI)
+        elif self.kafka_rule:
+            _dispatch_by(capture, self.kafka_rule)
+        if self.max_batch_rows is not None:
+            doc = yaml.safe_load(capture.file.read_text())
+            doc["server"]["spark"]["max-batch-rows"] = self.max_batch_rows
+            capture.file.write_text(yaml.safe_dump(doc))
+
+
 def catch_up(
     pg: Playground,
     cluster: MockCluster,
@@ -138,10 +167,7 @@ def catch_up(
     metrics: bool = True,
     scrape: bool = False,
     spark_conf: dict[str, str] | None = None,
-    sink: str = "kafka",
-    spark_uri: str = "",
-    kafka_rule: str = "",
-    max_batch_rows: int | None = None,
+    target: Target = Target(),
 ) -> dict[str, Any]:
     if master == "standalone":
         from cdcflow.core.testing.servers import start_spark_cluster
@@ -158,10 +184,7 @@ def catch_up(
                 conf,
                 metrics=metrics,
                 scrape=scrape,
-                sink=sink,
-                spark_uri=spark_uri,
-                kafka_rule=kafka_rule,
-                max_batch_rows=max_batch_rows,
+                target=target,
             )
         run["master"] = f"standalone ({spark.master_url}, 1 worker, 2 cores)"
         return run
@@ -175,10 +198,7 @@ def catch_up(
         spark_conf,
         metrics=metrics,
         scrape=scrape,
-        sink=sink,
-        spark_uri=spark_uri,
-        kafka_rule=kafka_rule,
-        max_batch_rows=max_batch_rows,
+        target=target,
     )
 
 
@@ -193,11 +213,9 @@ def _catch_up(
     *,
     metrics: bool = True,
     scrape: bool = False,
-    sink: str = "kafka",
-    spark_uri: str = "",
-    kafka_rule: str = "",
-    max_batch_rows: int | None = None,
+    target: Target = Target(),
 ) -> dict[str, Any]:
+    sink, spark_uri = target.sink, target.spark_uri
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, 3)  # the mock cluster creates topics only from this process
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,7 +232,7 @@ def _catch_up(
             spark_conf=spark_conf,
             metrics=metrics,
         )
-        _configure(capture, sink, spark_uri, kafka_rule, max_batch_rows)
+        target.configure(capture)
         started, started_wall = time.perf_counter(), time.time()
         capture.start()
         assert capture.proc is not None
@@ -269,8 +287,8 @@ def _catch_up(
     return {
         "sink": sink,
         **({"spark_uri": spark_uri or SPARK_URI} if sink == "spark" else {}),
-        **({"partition_rule": kafka_rule or "table"} if sink == "kafka" else {}),
-        **({"max_batch_rows": max_batch_rows} if max_batch_rows is not None else {}),
+        **({"partition_rule": target.kafka_rule or "table"} if sink == "kafka" else {}),
+        **({"max_batch_rows": target.max_batch_rows} if target.max_batch_rows is not None else {}),
         "master": master,
         "first_batch_s": round(first_batch - started_wall, 1) if first_batch is not None else None,
         "from_first_batch_s": round(batches_s, 1) if batches_s else None,
@@ -302,20 +320,6 @@ def _to_spark_tables(capture: CaptureProcess, uri: str) -> None:
     doc = yaml.safe_load(capture.file.read_text())
     doc["connectors"][0]["sinks"] = [{"uri": uri}]
     capture.file.write_text(yaml.safe_dump(doc))
-
-
-def _configure(capture: CaptureProcess, sink: str, spark_uri: str, kafka_rule: str, max_batch_rows: int | None) -> None:
-    """The capture's sink as the run asks: Spark tables at ``spark_uri``, or Kafka (as
-    the capture writes it) under the partition rule ``kafka_rule`` when one is given; and
-    ``server.spark.max-batch-rows`` when given."""
-    if sink == "spark":
-        _to_spark_tables(capture, spark_uri or SPARK_URI)
-    elif kafka_rule:
-        _dispatch_by(capture, kafka_rule)
-    if max_batch_rows is not None:
-        doc = yaml.safe_load(capture.file.read_text())
-        doc["server"]["spark"]["max-batch-rows"] = max_batch_rows
-        capture.file.write_text(yaml.safe_dump(doc))
 
 
 def _dispatch_by(capture: CaptureProcess, rule: str) -> None:
@@ -530,6 +534,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _targets(args: argparse.Namespace) -> list[Target]:
+    """A target per sink and per ``--spark-uri`` (spark) or ``--kafka-partition`` rule (kafka)."""
+    targets: list[Target] = []
+    for sink in args.sinks:
+        if sink == "spark":
+            options = [Target(sink, spark_uri=uri) for uri in args.spark_uri or [SPARK_URI]]
+        else:
+            options = [Target(sink, kafka_rule="" if rule == "table" else rule) for rule in args.kafka_partition]
+        targets += [replace(target, max_batch_rows=args.max_batch_rows) for target in options]
+    return targets
+
+
 #: Events a write task hands its mounter at a time (the event store's record batches).
 MOUNT_CHUNK = 4_096
 
@@ -572,34 +588,17 @@ def main() -> None:
         return
     cluster = mock_cluster(3)
     report: dict[str, Any] = {}
-    runs = []
     mounted: list[RowChange] = []
     # A playground per run: a finished changefeed's GC safepoint stays in PD (its TTL),
     # and the next one, starting below the same backlog, would be refused with 5001.
-    # (sink, spark sink URI or kafka partition rule)
-    targets = [
-        (sink, option)
-        for sink in args.sinks
-        for option in (args.spark_uri or [SPARK_URI] if sink == "spark" else args.kafka_partition)
-    ]
-    for (sink, option), master in itertools.product(targets, args.masters):
+    targets = _targets(args)
+    done: list[tuple[Target, dict[str, Any]]] = []
+    for target, master in itertools.product(targets, args.masters):
         pg, recorder, start_ts, last_ts, load_s = backlog(args.rows)
         try:
             commit_ts = [e.commit_ts for e in recorder.events]
-            run = catch_up(
-                pg,
-                cluster,
-                master,
-                start_ts,
-                last_ts,
-                commit_ts,
-                spark_conf=conf,
-                sink=sink,
-                spark_uri=option if sink == "spark" else "",
-                kafka_rule=option if sink == "kafka" and option != "table" else "",
-                max_batch_rows=args.max_batch_rows,
-            )
-            runs.append(run)
+            run = catch_up(pg, cluster, master, start_ts, last_ts, commit_ts, spark_conf=conf, target=target)
+            done.append((target, run))
             if not mounted:
                 rows = len(recorder.events)
                 report["rows"] = rows
@@ -607,6 +606,7 @@ def main() -> None:
                 mount_s, mounted = raw_mount(report, pg.status_address, start_ts, recorder.events)
         finally:
             pg.stop()
+    runs = [run for _, run in done]
     mount = rows / mount_s
     report["mount_rows_per_s"] = round(mount)
     slowest: dict[str, float] = {}
@@ -626,16 +626,21 @@ def main() -> None:
         if run["sink"] == "spark":
             run["over_plain_write"] = round(rate / report["plain_write_rows_per_s"], 3)
     report["runs"] = runs
-    for sink, option in targets:
-        own = [run for run in runs if run["sink"] == sink and run.get("spark_uri", run.get("partition_rule")) == option]
+    _report_scaling(report, targets, done)
+    print(json.dumps(report, indent=2))
+
+
+def _report_scaling(report: dict[str, Any], targets: list[Target], done: list[tuple[Target, dict[str, Any]]]) -> None:
+    """Each target's last master's rate over its first's, from the first batch and alone."""
+    for target in targets:
+        own = [run for of, run in done if of == target]
         if len(own) >= 2:
             first, last = own[0], own[-1]
-            name = sink if option in (SPARK_URI, "table") else f"{sink} {option}"
+            name = target.name
             report[f"{name}_scaling_last_over_first"] = round(_rate(last) / _rate(first), 2)
             alone = [first["pipeline_alone_rows_per_s"], last["pipeline_alone_rows_per_s"]]
             if all(alone):
                 report[f"{name}_pipeline_alone_scaling"] = round(alone[1] / alone[0], 2)
-    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
