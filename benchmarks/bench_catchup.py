@@ -110,6 +110,7 @@ from benchmarks.bench_e2e import (
     percentile,
     produce_raw,
 )
+from cdcflow.core.config.settings import DEFAULT_MAX_BATCH_ROWS
 from cdcflow.core.data.events import RawKVEvent, RowChange
 from cdcflow.core.data.logservice.manifest import MANIFEST_NAME, read_manifest
 from cdcflow.plugins.sinks.kafka.mock import MockCluster, mock_cluster
@@ -522,7 +523,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-batch-rows",
         type=int,
         metavar="N",
-        help="server.spark.max-batch-rows of every capture (default: the setting's default, 100,000)",
+        help=f"server.spark.max-batch-rows of every capture (default: the setting's, {DEFAULT_MAX_BATCH_ROWS:,})",
     )
     parser.add_argument(
         "--spark-conf",
