@@ -289,6 +289,62 @@ def test_file_sink_partition_failed_then_retried_equals_a_single_write(tmp_path,
     assert json.loads((tmp_path / "flaky" / "metadata").read_text())["checkpoint-ts"] == END_TS
 
 
+def kafka_images(bootstrap: str, topic: str) -> tuple[dict[tuple[str, int], int], set[tuple[Any, ...]]]:
+    """The last image of each row in offset order (no resolved event is written without a
+    coordinator, so the consumer's recipe would hold every row back), and every row
+    message as (partition, table, commit ts, id, value), duplicates folded."""
+    from cdcflow.core.testing.open_protocol import decode, read_topic
+
+    state: dict[tuple[str, int], int] = {}
+    messages: set[tuple[Any, ...]] = set()
+    for partition, found in read_topic(bootstrap, topic).items():
+        for key, value in found:
+            for k, v in decode(key, value):
+                if k["t"] == 1 and v is not None:
+                    table, key_id, image = k["tbl"], v["u"]["id"]["v"], v["u"]["v"]["v"]
+                    state[(table, key_id)] = image
+                    messages.add((partition, table, k["ts"], key_id, image))
+    return state, messages
+
+
+def test_kafka_partition_failed_then_retried_leaves_what_a_single_write_leaves(tmp_path, spark):
+    """A Kafka task (rows split by key: the index-value rule) fails its flush after its
+    rows were produced; the batch is written again. The topic then holds, duplicates
+    aside, the messages a clean run produces, each key in one partition, and a consumer
+    taking each row's last image in offset order finds the source's rows."""
+    from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
+    from cdcflow.plugins.sinks.kafka.dispatch import DispatchRule
+
+    class FlakyKafkaSink(KafkaSink):
+        marker = ""
+
+        def task_writer(self, tables: Sequence[TableName]) -> TaskWriter:
+            return _FailOnce(super().task_writer(tables), self.marker)
+
+    def config(topic: str) -> KafkaSinkConfig:
+        rule = DispatchRule(matcher=["*.*"], partition="index-value")
+        return KafkaSinkConfig(uri=f"kafka://mock/{topic}", topic=topic, partition_num=3, dispatchers=[rule])
+
+    events = keyed_events()
+    flaky_topic, clean_topic = f"flaky-{uuid.uuid4().hex[:8]}", f"clean-{uuid.uuid4().hex[:8]}"
+    flaky = FlakyKafkaSink(config(flaky_topic))
+    flaky.marker = str(tmp_path / "failed-once")
+    run_pipeline(tmp_path / "a", spark, [flaky], "flaky-kafka", events)
+    assert Path(flaky.marker).exists(), "partition 1 never failed: the test did not exercise a retry"
+    clean = KafkaSink(config(clean_topic))
+    run_pipeline(tmp_path / "b", spark, [clean], "clean-kafka", events)
+
+    flaky_state, flaky_messages = kafka_images(flaky.bootstrap_servers, flaky_topic)
+    clean_state, clean_messages = kafka_images(clean.bootstrap_servers, clean_topic)
+    assert flaky_messages == clean_messages
+    partitions_of: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for partition, table, _, key, _ in flaky_messages:
+        partitions_of[(table, key)].add(partition)
+    assert all(len(found) == 1 for found in partitions_of.values())
+    want = {(e.table.table, e.image()["id"]): e.image()["v"] for e in events if isinstance(e, RowChange)}
+    assert flaky_state == clean_state == want
+
+
 def test_a_catch_up_is_delivered_in_bounded_batches_and_the_checkpoint_moves_after_each(tmp_path, spark):
     """600 rows resolved at once (a backlog): batches of at most 100 rows, checkpoint batch by batch."""
     rows = [insert("shop", "orders", {"id": i, "v": 0}, commit_ts=1_000 + i) for i in range(600)]
