@@ -20,7 +20,9 @@ A task may read its partition's records itself instead of getting them from
 Spark: :class:`ChunkRangesTask` hands a task the record batches of some of
 the event store's chunk files (or of an initial snapshot's part files), read
 in the Python worker, so that the records never pass through the JVM (for a
-batch whose first step needs no shuffle of its input).
+batch whose first step needs no shuffle of its input; or for one split by key,
+every task reading the whole batch and keeping the keys that hash to it:
+:attr:`ChunkRangesTask.hashed`).
 
 A :class:`~cdcflow.core.errors.CdcflowError` raised in a task (a row that
 does not decode, a downstream that cannot be reached) is returned to the
