@@ -89,6 +89,7 @@ from cdcflow.core.data.pipeline.tasks import (
     ENCODED_SCHEMA_DDL,
     LANE_ORDER,
     SUMMARY_SCHEMA_DDL,
+    ChunkRange,
     ChunkRangesTask,
     EncodeTask,
     LaneHandOff,
@@ -946,8 +947,7 @@ class ChangefeedPipeline:
         """``task`` over the batch split into ``partitions`` by the hash of ``columns``, each
         task reading every file of the batch and keeping its own records
         (:attr:`ChunkRangesTask.hashed`): one Spark stage, no shuffle."""
-        whole = split_record_batches(chunk_files, 1)
-        files = tuple(whole[0]) if whole else ()
+        files = _every_record_batch(chunk_files)
         read = ChunkRangesTask(tuple(files for _ in range(partitions)), task, self.table_filter, hashed=columns)
         return frame.sparkSession.range(0, partitions, 1, partitions).mapInArrow(read, SUMMARY_SCHEMA_DDL)
 
@@ -957,8 +957,7 @@ class ChangefeedPipeline:
         """``task`` over the batch in order, ``partitions`` runs of it in partition order
         (as Spark's range sort of ``frame`` would give them), each task sorting the batch's
         records itself (:class:`OrderedRunsTask`): no sampling job, no shuffle."""
-        share = split_record_batches(chunk_files, 1)
-        reader = ChunkRangesTask((tuple(share[0]) if share else (),), pass_records, self.table_filter)
+        reader = ChunkRangesTask((_every_record_batch(chunk_files),), pass_records, self.table_filter)
         runs = OrderedRunsTask(reader, partitions, task)
         return frame.sparkSession.range(0, partitions, 1, partitions).mapInArrow(runs, schema_ddl)
 
@@ -1111,6 +1110,13 @@ def _first_line(error: BaseException, limit: int = 160) -> str:
 def _sink_name(sink: Sink[Any]) -> str:
     """The ``sink`` label of a sink's metrics: its type (bounded, unlike URIs)."""
     return str(getattr(sink, "type_name", type(sink).__name__))
+
+
+def _every_record_batch(chunk_files: Sequence[str]) -> tuple[ChunkRange, ...]:
+    """Every record batch of ``chunk_files``, in order: the one share of a task that reads
+    the whole batch."""
+    whole = split_record_batches(chunk_files, 1)
+    return tuple(whole[0]) if whole else ()
 
 
 def _reads_apart(expected: int, partitions: int) -> bool:
