@@ -289,22 +289,30 @@ def test_file_sink_partition_failed_then_retried_equals_a_single_write(tmp_path,
     assert json.loads((tmp_path / "flaky" / "metadata").read_text())["checkpoint-ts"] == END_TS
 
 
-def kafka_images(bootstrap: str, topic: str) -> tuple[dict[tuple[str, int], int], set[tuple[Any, ...]]]:
-    """The last image of each row in offset order (no resolved event is written without a
-    coordinator, so the consumer's recipe would hold every row back), and every row
-    message as (partition, table, commit ts, id, value), duplicates folded."""
+def kafka_rows(bootstrap: str, topic: str) -> list[tuple[int, str, int, int, int]]:
+    """Every row message of ``topic`` as (partition, table, commit ts, id, value), each
+    partition's in offset order."""
     from cdcflow.core.testing.open_protocol import decode, read_topic
 
-    state: dict[tuple[str, int], int] = {}
-    messages: set[tuple[Any, ...]] = set()
+    rows: list[tuple[int, str, int, int, int]] = []
     for partition, found in read_topic(bootstrap, topic).items():
         for key, value in found:
             for k, v in decode(key, value):
                 if k["t"] == 1 and v is not None:
-                    table, key_id, image = k["tbl"], v["u"]["id"]["v"], v["u"]["v"]["v"]
-                    state[(table, key_id)] = image
-                    messages.add((partition, table, k["ts"], key_id, image))
-    return state, messages
+                    rows.append((partition, k["tbl"], k["ts"], v["u"]["id"]["v"], v["u"]["v"]["v"]))
+    return rows
+
+
+def last_images(rows: list[tuple[int, str, int, int, int]]) -> dict[tuple[str, int], int]:
+    """Each row's last value in offset order: what a consumer keeps when each key is in
+    one partition (no resolved event is written without a coordinator, so the consumer's
+    recipe would hold every row back)."""
+    return {(table, key): value for _, table, _, key, value in rows}
+
+
+def source_images(events: list[Any]) -> dict[tuple[str, int], int]:
+    """The last value of each row of ``events``."""
+    return {(e.table.table, e.image()["id"]): e.image()["v"] for e in events if isinstance(e, RowChange)}
 
 
 def test_kafka_partition_failed_then_retried_leaves_what_a_single_write_leaves(tmp_path, spark):
@@ -334,15 +342,16 @@ def test_kafka_partition_failed_then_retried_leaves_what_a_single_write_leaves(t
     clean = KafkaSink(config(clean_topic))
     run_pipeline(tmp_path / "b", spark, [clean], "clean-kafka", events)
 
-    flaky_state, flaky_messages = kafka_images(flaky.bootstrap_servers, flaky_topic)
-    clean_state, clean_messages = kafka_images(clean.bootstrap_servers, clean_topic)
-    assert flaky_messages == clean_messages
+    flaky_rows, clean_rows = (
+        kafka_rows(flaky.bootstrap_servers, flaky_topic),
+        kafka_rows(clean.bootstrap_servers, clean_topic),
+    )
+    assert set(flaky_rows) == set(clean_rows)  # duplicates folded
     partitions_of: dict[tuple[str, int], set[int]] = defaultdict(set)
-    for partition, table, _, key, _ in flaky_messages:
+    for partition, table, _, key, _ in flaky_rows:
         partitions_of[(table, key)].add(partition)
     assert all(len(found) == 1 for found in partitions_of.values())
-    want = {(e.table.table, e.image()["id"]): e.image()["v"] for e in events if isinstance(e, RowChange)}
-    assert flaky_state == clean_state == want
+    assert last_images(flaky_rows) == last_images(clean_rows) == source_images(events)
 
 
 def test_a_catch_up_is_delivered_in_bounded_batches_and_the_checkpoint_moves_after_each(tmp_path, spark):
@@ -705,7 +714,6 @@ def test_kafka_tables_on_partitions_of_their_own_are_produced_whole_each_by_one_
     partitions: batches are produced by two tasks, a table each, and a consumer finds each
     table's rows in one partition, in commit order, and rebuilds the source's tables."""
     from cdcflow.core.data.events import ColumnInfo, TableSchema
-    from cdcflow.core.testing.open_protocol import decode, read_topic
     from cdcflow.plugins.sinks.kafka import KafkaSink, KafkaSinkConfig
     from cdcflow.plugins.sinks.kafka.dispatch import TableDispatcher
 
@@ -721,27 +729,15 @@ def test_kafka_tables_on_partitions_of_their_own_are_produced_whole_each_by_one_
     run_pipeline(tmp_path, spark, [sink], "whole-lanes-kafka", events, chunk_rows=10)
 
     assert whole, "no batch was produced in whole lanes"
-    partitions = read_topic(sink.bootstrap_servers, topic)
+    found = kafka_rows(sink.bootstrap_servers, topic)
     rows: dict[str, list[tuple[int, int]]] = defaultdict(list)  # table → (commit ts, partition) in offset order
-    # The last image of each row, in offset order (no resolved event is written here: the
-    # changefeed checkpoint is not sent without a coordinator, so the consumer's recipe
-    # would hold every row back).
-    state: dict[tuple[str, int], int] = {}
-    for partition, messages in partitions.items():
-        for key, value in messages:
-            for k, v in decode(key, value):
-                if k["t"] == 1 and v is not None:
-                    rows[k["tbl"]].append((k["ts"], partition))
-                    state[(k["tbl"], v["u"]["id"]["v"])] = v["u"]["v"]["v"]
+    for partition, table, ts, _, _ in found:
+        rows[table].append((ts, partition))
     assert set(rows) == {"orders", "items"}
     for table, seen in rows.items():
         assert len({p for _, p in seen}) == 1, f"{table}: rows in several partitions"
         assert [ts for ts, _ in seen] == sorted(ts for ts, _ in seen), f"{table}: not in commit order"
-    want: dict[tuple[str, int], int] = {}
-    for e in events:
-        if isinstance(e, RowChange):
-            want[(e.table.table, e.image()["id"])] = e.image()["v"]
-    assert state == want
+    assert last_images(found) == source_images(events)
 
 
 def test_a_joined_spans_backlog_keeps_its_lane_in_commit_order(tmp_path, spark):
