@@ -241,7 +241,12 @@ class SimulatedCrash(RuntimeError):
 class ListSinkConfig(PluginConfig):
     """Options of the list sink."""
 
-    crash_on_batch: int = Field(-1, description="Raise SimulatedCrash half-way through this batch id; -1 never.")
+    crash_on_batch: int | None = Field(
+        None,
+        description=(
+            "Raise SimulatedCrash half-way through this batch id (an initial snapshot's is negative); None: never."
+        ),
+    )
 
 
 class ListSink(Sink[ListSinkConfig]):
@@ -270,7 +275,8 @@ class ListSink(Sink[ListSinkConfig]):
 
     def write_batch(self, batch: MicroBatch) -> None:
         self.deliveries[batch.batch_id] = self.deliveries.get(batch.batch_id, 0) + 1
-        if batch.batch_id == self.config.crash_on_batch and self.deliveries[batch.batch_id] == 1:
+        crash = self.config.crash_on_batch
+        if crash is not None and batch.batch_id == crash and self.deliveries[batch.batch_id] == 1:
             self.partial = list(batch.rows[: len(batch.rows) // 2])
             raise SimulatedCrash(f"simulated crash in batch {batch.batch_id}")
         self.batches[batch.batch_id] = batch

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from cdcflow.core.data.events import DDLEvent, OpType, TableName
+from cdcflow.core.data.events import DDLEvent, MicroBatch, OpType, TableName
 from cdcflow.core.testing import ListSink, ListSinkConfig, ListSource, SimulatedCrash, delete, drive, insert, update
 
 
@@ -51,6 +51,17 @@ def test_crash_then_replay_from_checkpoint():
     asyncio.run(drive(ListSource.of(events()), [sink], start_ts=checkpoint, first_batch_id=1))
     assert sink.deliveries[1] == 2
     assert [r.commit_ts for r in sink.rows] == [10, 11, 13, 14, 16]
+
+
+def test_a_list_sink_keeps_an_initial_snapshots_batch_unless_told_to_crash_in_it():
+    snapshot = MicroBatch("cf", -1, 5, 5, rows=tuple(events()[:1]))
+    sink = ListSink()
+    sink.write_batch(snapshot)  # negative ids are snapshots' batches, not "never"
+    assert sink.batches == {-1: snapshot}
+    crashing = ListSink(ListSinkConfig(crash_on_batch=-1))
+    with pytest.raises(SimulatedCrash):
+        crashing.write_batch(snapshot)
+    assert crashing.batches == {}
 
 
 def test_until_ts_stops_an_endless_source():
