@@ -34,11 +34,17 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     """Start the capture's SparkSession (its JVM and Python workers take seconds) when the
     capture starts, and warm its Python workers (started, the task modules imported),
     so the first micro-batch or initial snapshot read need not wait for either; then
-    keep them (``server.spark.keep-workers``, :class:`~cdcflow.core.data.pipeline.session.WorkerKeeper`)."""
+    keep them (``server.spark.keep-workers``, :class:`~cdcflow.core.data.pipeline.session.WorkerKeeper`).
+    Last, start the process Spark plans the streams' reads in
+    (:func:`~cdcflow.core.data.pipeline.session.warm_planner`) — once no initial
+    snapshot is being read or delivered here (:class:`~cdcflow.core.data.pipeline.session.SnapshotHold`):
+    a snapshot's tasks have the cores to themselves, and the streams start after it."""
     from cdcflow.core.data.pipeline.session import (
         WorkerKeeper,
         spark_session,
         spark_starting,
+        wait_for_snapshots,
+        warm_planner,
         warm_python_workers,
         worker_modules,
     )
@@ -48,7 +54,7 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
         session = spark_session(server.spark, plugins)
         modules = worker_modules(plugins)
         try:
-            warm_python_workers(session, modules)
+            warm_python_workers(session, modules, planner=False)
         except Exception as exc:  # noqa: BLE001 - the session is up; the first tasks start workers instead
             log.warning("Spark's Python workers were not started ahead of the first tasks (%s)", exc)
     with _keeper_lock:
@@ -58,6 +64,20 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
             _keeper.start()
     if stale is not None:
         stale.stop()
+    if not wait_for_snapshots(until=lambda: not _session_running(session)):
+        return  # Spark stopped meanwhile
+    try:
+        warm_planner(session)
+    except Exception as exc:  # noqa: BLE001 - the first micro-batch starts the planner instead
+        if _session_running(session):
+            log.warning("Spark's read planner was not started ahead of the first micro-batch (%s)", exc)
+
+
+def _session_running(session: object) -> bool:
+    """Whether ``session`` is still the process's SparkSession (not stopped since)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession._instantiatedSession is session
 
 
 def stop_spark() -> None:

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
@@ -87,6 +87,9 @@ from cdcflow.core.data.transform import TransformChain
 from cdcflow.core.errors import BackPressureError
 from cdcflow.core.metrics import CaptureMetrics, ChangefeedMetrics, ExecutorStats
 from cdcflow.core.plugin.manager import PluginManager
+
+if TYPE_CHECKING:
+    from cdcflow.core.data.pipeline.session import SnapshotHold
 
 __all__ = [
     "OWNER_FILE",
@@ -315,6 +318,8 @@ class PipelineSpanExecutor(SpanExecutor):
         self.snapshot_ts = context.snapshot_ts
         #: The initial snapshot of this run (None: none taken here).
         self.snapshot: InitialSnapshot | None = None
+        #: Held while this run's initial snapshot may be taken (see _ensure_pipeline).
+        self._snapshot_hold: SnapshotHold | None = None
         #: Snapshot ranges placed here (a changefeed's snapshot shared by a cluster).
         self._ranges: dict[Span, _LoadedRange] = {}
         self._range_error: BaseException | None = None
@@ -566,6 +571,10 @@ class PipelineSpanExecutor(SpanExecutor):
                 before_sleep=self._start_failed,
                 reraise=True,
             )
+            # From before the snapshot is planned until it is delivered (_start_pipeline
+            # releases it then) or the start ends: the capture's start warms Spark's read
+            # planner only after it.
+            self._snapshot_hold = self._hold_for_snapshot()
             try:
                 async for attempt in retrying:
                     with attempt:
@@ -579,9 +588,25 @@ class PipelineSpanExecutor(SpanExecutor):
                     log.exception("changefeed %s: the Spark pipeline did not start", self.changefeed_id)
                 self._start_error = exc
                 return
+            finally:
+                self._release_snapshot_hold()
             pipeline = self.pipeline
             if pipeline is not None and self.changefeed_checkpoint:
                 pipeline.emit_checkpoint(self.changefeed_checkpoint)  # arrived while Spark started
+
+    def _hold_for_snapshot(self) -> SnapshotHold | None:
+        """A :class:`~cdcflow.core.data.pipeline.session.SnapshotHold` while this run may
+        still take its initial snapshot (the changefeed asks for one and the store's
+        checkpoint has not passed its ts), else None."""
+        from cdcflow.core.data.pipeline.session import SnapshotHold
+
+        ts = self.snapshot_ts
+        return SnapshotHold() if ts and self.store.checkpoint_ts <= ts else None
+
+    def _release_snapshot_hold(self) -> None:
+        hold, self._snapshot_hold = self._snapshot_hold, None
+        if hold is not None:
+            hold.release()
 
     def _start_failed(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -667,6 +692,7 @@ class PipelineSpanExecutor(SpanExecutor):
                 pipeline = self._build_reading_ahead(loop, files, plan)
                 self._built = None
                 self._take_snapshot(pipeline, files, plan, spans)
+            self._release_snapshot_hold()  # delivered: the stream's planner may start
         pipeline.start()
         return pipeline
 
@@ -867,7 +893,9 @@ class PipelineSpanExecutor(SpanExecutor):
         # The range's files held: an earlier read of it in this process that is still ending
         # goes first. Every Spark job of the range in its job group (cancelled when the range
         # is removed).
-        with snapshot.exclusive():
+        from cdcflow.core.data.pipeline.session import SnapshotHold
+
+        with snapshot.exclusive(), SnapshotHold():
             if read.stopping():
                 return
             pipeline = self.pipeline or self._build_reading_ahead(loop, snapshot, plan)

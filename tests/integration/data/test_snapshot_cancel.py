@@ -1,8 +1,9 @@
 """A snapshot range removed (or its executor closed) while Spark reads it: its Spark job is
 cancelled in Spark, not only the asyncio task that awaited it, and a later read of the
-range in this process never finds its part files deleted under it. And a snapshot's batch
+range in this process never finds its part files deleted under it. A snapshot's batch
 reaches a sink written from the driver whole, without a sort (every row at one ts, each
-key once: any order is its order)."""
+key once: any order is its order). And while a snapshot is read or delivered, the
+capture's start leaves Spark's read planner alone (a SnapshotHold)."""
 
 from __future__ import annotations
 
@@ -226,3 +227,45 @@ def test_a_snapshot_written_by_one_task_is_not_sorted(
     assert len(written) == 1, "one task wrote the batch"
     parts = [p for doc in written for ps in doc["lanes"].values() for p in ps]
     assert sorted(p[1] for p in parts) == list(range(ROWS)) and {p[3] for p in parts} == {TS}
+
+
+def test_a_snapshot_holds_the_planners_warm_up_back_until_it_is_delivered(spark: Any, tmp_path: Path) -> None:
+    """While a changefeed's initial snapshot — its own, or a snapshot range placed here —
+    is read or delivered, this process holds a SnapshotHold (the capture's start warms
+    Spark's read planner only once none is held); once delivered, the hold is gone."""
+    from cdcflow.core.data.pipeline.session import snapshots_held
+
+    async def own_snapshot() -> tuple[int, int, list[int]]:
+        (tmp_path / "gate").mkdir(exist_ok=True)
+        executor = _executor(spark, tmp_path, sink := ListSink(), snapshot_ts=TS)
+        try:
+            (table,) = await executor.source.list_tables()
+            (span,) = await executor.source.spans_for(table)
+            assert await executor.add_span(span, TS, prepare=False)
+            await until(lambda: any((tmp_path / "gate").glob("started-*")), timeout=SPARK_WAIT)
+            reading = snapshots_held()
+            (tmp_path / "gate" / "open").touch()
+            await until(lambda: executor.pipeline is not None or executor.error(), timeout=SPARK_WAIT)
+            assert executor.error() is None
+            return reading, snapshots_held(), sorted(row.after["id"] for row in sink.rows)
+        finally:
+            await executor.close()
+
+    before = snapshots_held()
+    reading, delivered, rows = asyncio.run(own_snapshot())
+    assert (reading, delivered) == (before + 1, before)
+    assert rows == list(range(ROWS))
+
+    async def snapshot_range(under: Path) -> tuple[int, int]:
+        under.mkdir()
+        executor = _executor(spark, under, ListSink())
+        try:
+            placed, _ = await _read_started(executor, spark, under)
+            reading = snapshots_held()
+            (under / "gate" / "open").touch()
+            await until(lambda: executor.status(placed).resolved_ts == range_done_ts(TS), timeout=SPARK_WAIT)
+            return reading, snapshots_held()
+        finally:
+            await executor.close()
+
+    assert asyncio.run(snapshot_range(tmp_path / "ranges")) == (before + 1, before)

@@ -178,7 +178,8 @@ def test_start_spark_keeps_one_keeper_per_session(monkeypatch: Any) -> None:
     first, second = SimpleNamespace(name="first"), SimpleNamespace(name="second")
     made = iter([first, first, second])
     monkeypatch.setattr(session_module, "spark_session", lambda *_: next(made))
-    monkeypatch.setattr(session_module, "warm_python_workers", lambda *_: None)
+    monkeypatch.setattr(session_module, "warm_python_workers", lambda *_, **__: None)
+    monkeypatch.setattr(session_module, "warm_planner", lambda *_: None)
     monkeypatch.setattr(pipeline, "_keeper", None)
     server = ServerSettings(spark=SparkSettings(keep_workers=0))  # no thread: only which keeper is kept
     plugins = PluginManager.default()
@@ -190,3 +191,61 @@ def test_start_spark_keeps_one_keeper_per_session(monkeypatch: Any) -> None:
     pipeline.start_spark(server, plugins)  # Spark was stopped and started again meanwhile
     assert pipeline._keeper is not kept and pipeline._keeper.session.name == "second"
     assert kept._stopping.is_set()
+
+
+def test_start_spark_warms_the_read_planner_once_no_snapshot_is_read_or_delivered(monkeypatch: Any) -> None:
+    """Spark is ready for a snapshot's tasks once its workers are warm; the planner's
+    process, which only the streams need, starts after every snapshot held here."""
+    from pyspark.sql import SparkSession
+
+    from cdcflow.core.config.settings import ServerSettings, SparkSettings
+    from cdcflow.core.data import pipeline
+    from cdcflow.core.data.pipeline import session as session_module
+
+    session = SimpleNamespace(name="up")
+    steps: list[str] = []
+    monkeypatch.setattr(session_module, "spark_session", lambda *_: session)
+    monkeypatch.setattr(SparkSession, "_instantiatedSession", session)
+    monkeypatch.setattr(
+        session_module, "warm_python_workers", lambda _s, _m, *, planner: steps.append(f"workers planner={planner}")
+    )
+    monkeypatch.setattr(session_module, "warm_planner", lambda s: steps.append(f"planner {s.name}"))
+    monkeypatch.setattr(pipeline, "_keeper", None)
+    server = ServerSettings(spark=SparkSettings(keep_workers=0))
+    hold = session_module.SnapshotHold()
+    try:
+        start = threading.Thread(target=pipeline.start_spark, args=(server, PluginManager.default()))
+        start.start()
+        until_sync(lambda: steps == ["workers planner=False"] and session_module.spark_ready(session), timeout=30)
+        start.join(0.5)
+        assert start.is_alive() and steps == ["workers planner=False"]  # held back by the snapshot
+    finally:
+        hold.release()
+    start.join(30)
+    assert not start.is_alive() and steps == ["workers planner=False", "planner up"]
+
+
+def test_start_spark_does_not_warm_the_planner_of_a_spark_stopped_while_it_waited(monkeypatch: Any) -> None:
+    from pyspark.sql import SparkSession
+
+    from cdcflow.core.config.settings import ServerSettings, SparkSettings
+    from cdcflow.core.data import pipeline
+    from cdcflow.core.data.pipeline import session as session_module
+
+    session = SimpleNamespace(name="up")
+    planned: list[object] = []
+    monkeypatch.setattr(session_module, "spark_session", lambda *_: session)
+    monkeypatch.setattr(SparkSession, "_instantiatedSession", session)
+    monkeypatch.setattr(session_module, "warm_python_workers", lambda *_, **__: None)
+    monkeypatch.setattr(session_module, "warm_planner", planned.append)
+    monkeypatch.setattr(pipeline, "_keeper", None)
+    server = ServerSettings(spark=SparkSettings(keep_workers=0))
+    with session_module.SnapshotHold():
+        start = threading.Thread(target=pipeline.start_spark, args=(server, PluginManager.default()))
+        start.start()
+        start.join(0.3)
+        assert start.is_alive()
+        monkeypatch.setattr(SparkSession, "_instantiatedSession", None)  # stopped
+        start.join(30)
+        assert not start.is_alive()
+    assert planned == []

@@ -21,7 +21,13 @@ import pytest
 from cdcflow.core.config.settings import SparkSettings
 from cdcflow.core.data.events import RawKVEvent, Span
 from cdcflow.core.data.logservice.records import ARROW_SCHEMA, record_from_event, records_to_batch
-from cdcflow.core.data.pipeline.session import spark_ready, spark_starting
+from cdcflow.core.data.pipeline.session import (
+    SnapshotHold,
+    snapshots_held,
+    spark_ready,
+    spark_starting,
+    wait_for_snapshots,
+)
 from cdcflow.core.data.pipeline.snapshot import InitialSnapshot, ReadAhead, part_file_name, read_part
 from cdcflow.core.data.pipeline.spark_executor import PipelineContext, PipelineSpanExecutor
 from cdcflow.core.data.source import SnapshotPlan, SnapshotTask
@@ -204,6 +210,32 @@ def test_spark_is_not_ready_while_the_capture_starts_it() -> None:
     with spark_starting():
         assert not spark_ready(session)
     assert spark_ready(session)
+
+
+def test_a_snapshot_hold_counts_once_until_released() -> None:
+    before = snapshots_held()
+    first, second = SnapshotHold(), SnapshotHold()
+    assert snapshots_held() == before + 2
+    first.release()
+    first.release()  # released once
+    assert snapshots_held() == before + 1
+    with second:
+        pass
+    assert snapshots_held() == before
+
+
+def test_waiting_for_snapshots_ends_when_the_last_is_released_or_when_told() -> None:
+    hold = SnapshotHold()
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(wait_for_snapshots(poll=0.05)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # held: still waiting
+    hold.release()
+    waiter.join(10)
+    assert waited == [True]
+    with SnapshotHold():
+        assert wait_for_snapshots(until=lambda: True, poll=0.05) is False  # told to stop waiting
 
 
 class _StartingSession:
