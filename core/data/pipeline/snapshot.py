@@ -333,6 +333,19 @@ class ReadAhead:
             )
 
 
+#: ``spark.sql.files.openCostInBytes``'s default.
+_DEFAULT_OPEN_COST = 4 << 20
+
+
+def _open_cost_bytes(spark: Any) -> int:
+    """Spark's ``spark.sql.files.openCostInBytes`` as the session reads it (the smallest
+    read it splits files into); its default where the session does not say."""
+    try:
+        return int(spark._jsparkSession.sessionState().conf().filesOpenCostInBytes())
+    except Exception:  # noqa: BLE001 - not a classic session: Spark's default
+        return _DEFAULT_OPEN_COST
+
+
 class InitialSnapshot:
     """The files and steps of one changefeed's snapshot on this capture (see the module docs)."""
 
@@ -545,12 +558,25 @@ class InitialSnapshot:
         return tuple(str(directory / part_file_name(part, done[part])) for part in sorted(done))
 
     def frame(self, spark: Any) -> Any:
-        """The records of every part read, as a DataFrame of the event store's record schema."""
+        """The records of every part read, as a DataFrame of the event store's record schema,
+        read by at least as many Spark tasks as Spark has task slots.
+
+        Spark splits Parquet files by size into reads of at most a task slot's share of
+        the bytes, but never smaller than ``spark.sql.files.openCostInBytes`` (4 MiB by
+        default): part files that add up to less than that per slot are read by fewer
+        tasks, so the frame is repartitioned then. Told by the files' sizes, not by asking
+        Spark how it splits them: that plans the scan and compiles its code on the
+        driver, a second and more on two cores, for a frame a large snapshot's delivery
+        never reads through Spark (its tasks read the part files themselves)."""
         frame = spark.read.schema(SPARK_SCHEMA_DDL).parquet(str(self.parts_dir.resolve()))
         parallelism = int(spark.sparkContext.defaultParallelism)
-        if frame.rdd.getNumPartitions() < parallelism:
+        if parallelism > 1 and self.parts_bytes() < parallelism * _open_cost_bytes(spark):
             frame = frame.repartition(parallelism)
         return frame
+
+    def parts_bytes(self) -> int:
+        """The bytes of the part files read whole."""
+        return sum(os.path.getsize(path) for path in self.part_files())
 
     def _refresh(self) -> None:
         progress = self.progress

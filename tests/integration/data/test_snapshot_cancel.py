@@ -269,3 +269,45 @@ def test_a_snapshot_holds_the_planners_warm_up_back_until_it_is_delivered(spark:
             await executor.close()
 
     assert asyncio.run(snapshot_range(tmp_path / "ranges")) == (before + 1, before)
+
+
+def test_a_snapshots_frame_is_read_by_a_task_per_slot_repartitioned_only_when_its_files_are_small(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark splits the part files into reads of at least openCostInBytes: files smaller
+    than that per task slot are repartitioned, larger ones are split by Spark itself —
+    both give every slot a partition, and the larger ones need no shuffle."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cdcflow.core.data.logservice.records import ARROW_SCHEMA
+    from cdcflow.core.data.pipeline.snapshot import part_file_name
+
+    snapshot = InitialSnapshot(tmp_path, "cf", TS)
+    snapshot.parts_dir.mkdir(parents=True)
+    rows = 20_000
+    columns = {field.name: pa.nulls(rows, field.type) for field in ARROW_SCHEMA}
+    columns["key"] = pa.array([i.to_bytes(8, "big") * 8 for i in range(rows)], pa.binary())
+    pq.write_table(
+        pa.table(columns, schema=ARROW_SCHEMA),
+        snapshot.parts_dir / part_file_name(0, rows),
+        row_group_size=1_000,
+        use_dictionary=False,
+        compression="none",
+    )
+    slots = int(spark.sparkContext.defaultParallelism)
+    assert slots == 2
+
+    def repartitioned(frame: Any) -> bool:
+        return "Repartition" in frame._jdf.queryExecution().logical().toString()
+
+    small = snapshot.frame(spark)  # ~1.3 MB, below 2 × 4 MiB
+    assert repartitioned(small) and small.rdd.getNumPartitions() == slots
+    cost = spark.conf.get("spark.sql.files.openCostInBytes")
+    spark.conf.set("spark.sql.files.openCostInBytes", str(snapshot.parts_bytes() // (2 * slots)))
+    try:
+        large = snapshot.frame(spark)
+        assert not repartitioned(large) and large.rdd.getNumPartitions() >= slots
+        assert large.count() == rows
+    finally:
+        spark.conf.set("spark.sql.files.openCostInBytes", cost)
