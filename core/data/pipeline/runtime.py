@@ -75,7 +75,13 @@ from cdcflow.core.data.logservice.store import EventStore
 from cdcflow.core.data.pipeline.backoff import is_retryable, retry_delay
 from cdcflow.core.data.pipeline.checkpoints import CheckpointWriter
 from cdcflow.core.data.pipeline.columns import ColumnSelection
-from cdcflow.core.data.pipeline.datasource import MIN_SPLIT_ROWS, offset_chunk, offset_ts, split_record_batches
+from cdcflow.core.data.pipeline.datasource import (
+    MIN_SPLIT_ROWS,
+    CdcflowDataSource,
+    offset_chunk,
+    offset_ts,
+    split_record_batches,
+)
 from cdcflow.core.data.pipeline.delivery import DEFAULT_PART_ROWS, BatchDelivery
 from cdcflow.core.data.pipeline.query import (
     ARROW_ORDER,
@@ -310,8 +316,14 @@ class ChangefeedPipeline:
             return
         self._initial = self._initial_offset()
         logging.getLogger("py4j.clientserver").addFilter(_PY4J_FILTER)  # idempotent
+        stream = self.spark.readStream
+        # Registered here, as the query starts, not with the session: a session's first
+        # registration of a Python data source makes Spark load its static ones in a Python
+        # process of its own (lookup_data_sources: PySpark imported there, about a second
+        # of CPU), which would otherwise run beside an initial snapshot's read.
+        self.spark.dataSource.register(CdcflowDataSource)
         frame = (
-            self.spark.readStream.format("cdcflow")
+            stream.format(CdcflowDataSource.name())
             .option("path", str(self.store.directory.resolve()))
             .option("maxBatchRows", str(self.max_batch_rows))
             .option("minPartitions", str(self.task_partitions or self.spark.sparkContext.defaultParallelism))

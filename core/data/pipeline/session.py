@@ -271,8 +271,6 @@ def spark_session(settings: SparkSettings, plugins: PluginManager | None = None)
     """The process's SparkSession, built on first use (takes seconds: call off the event loop)."""
     from pyspark.sql import SparkSession
 
-    from cdcflow.core.data.pipeline.datasource import CdcflowDataSource
-
     spawn_jvm_without_fork()
     with _lock:
         os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -290,7 +288,6 @@ def spark_session(settings: SparkSettings, plugins: PluginManager | None = None)
             cache.started(session)
         # Also when the JVM was started earlier (another session, a test's fixture).
         session.sparkContext.setLogLevel(spark_log_level())
-        session.dataSource.register(CdcflowDataSource)
         return session
 
 

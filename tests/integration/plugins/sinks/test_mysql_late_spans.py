@@ -22,17 +22,8 @@ TABLES = ("customers", "products", "orders")
 SPARK_WAIT = 120.0
 
 
-@pytest.fixture(scope="module")
-def pipeline_spark(spark: Any) -> Any:
-    """The session of the sink tests, with the pipeline's ``cdcflow`` data source registered."""
-    from cdcflow.core.data.pipeline.datasource import CdcflowDataSource
-
-    spark.dataSource.register(CdcflowDataSource)
-    return spark
-
-
 def test_rows_of_a_span_joining_behind_the_flushed_ts_are_written(
-    mariadb: MariaDB, mysql_database: str, pipeline_spark: Any, tmp_path: Any
+    mariadb: MariaDB, mysql_database: str, spark: Any, tmp_path: Any
 ) -> None:
     db = mysql_database
     conn = mariadb.connect()
@@ -49,9 +40,7 @@ def test_rows_of_a_span_joining_behind_the_flushed_ts_are_written(
 
     async def run() -> None:
         executor = PipelineSpanExecutor(
-            PipelineContext(
-                db, source, [sink], data_dir=tmp_path, start_ts=50, spark=pipeline_spark, trigger_interval=0.2
-            )
+            PipelineContext(db, source, [sink], data_dir=tmp_path, start_ts=50, spark=spark, trigger_interval=0.2)
         )
         spans = {t.table: (await source.spans_for(t))[0] for t in await source.list_tables()}
         for table in TABLES:

@@ -26,9 +26,6 @@ pytestmark = pytest.mark.integration
 
 
 def test_pipeline_into_mysql_and_spark_sinks(spark: Any, mariadb: MariaDB, mysql_database: str, tmp_path: Path) -> None:
-    from cdcflow.core.data.pipeline.datasource import CdcflowDataSource
-
-    spark.dataSource.register(CdcflowDataSource)  # what the capture's own session does at start-up
     w = make_workload(mysql_database, txns=80, resolve_every=20)
     mysql = MySQLSink(MySQLSinkConfig(uri=mariadb.uri, worker_count=4))
     lake = tmp_path / "lake"

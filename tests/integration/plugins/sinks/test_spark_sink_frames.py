@@ -296,11 +296,9 @@ def test_the_pipeline_writes_the_spark_sink_from_frames(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In the pipeline, no row of the Spark sink's batches is collected to the driver."""
-    from cdcflow.core.data.pipeline.datasource import CdcflowDataSource
     from cdcflow.core.data.pipeline.runtime import ChangefeedPipeline
     from tests.integration.data.test_pipeline_tasks import END_TS, run_pipeline, source_events
 
-    spark.dataSource.register(CdcflowDataSource)  # what the capture's own session does at start-up
     on_driver: list[Any] = []
     deliver_on_driver = ChangefeedPipeline._deliver_on_driver
 
