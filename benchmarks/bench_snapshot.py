@@ -56,6 +56,20 @@ cores (``local[N]`` ↔ N readers; target ≥ 0.5) and ``local[2]``/``local[1]``
 reading parts while Spark starts and without (``server.spark.snapshot-read-ahead``); the
 scaling is taken over the runs of the first value given.
 
+And what bounds those figures, from the same cores (the Kafka runs' topic counter, this
+benchmark's consumer, is shown as ``topic_counter`` and left out of the sums):
+
+* ``raw_read_N_cpu_us_per_row`` — the raw read's CPU per row, its readers' and the
+  playground's (``raw_read_N_cores``);
+* per run, ``cpu_us_per_row`` — the snapshot's, from its read's start to done, every
+  process of the capture and the playground (``cores_snapshot``: the cores that took on
+  average), and ``deliver_task_cpu_us_per_row``, the delivery's Spark tasks alone;
+* ``over_raw_read_all_cores_busy`` — the ratio to the raw read the run would have at its
+  CPU per row with every core of the machine busy: when it is below the target, so is
+  any run on this machine short of less work per row;
+* ``<sink>_scaling_bound`` — the machine's cores over those the first master's run
+  used: the most any master gains over it here at the same CPU per row.
+
 Which side is which: the playground (PD, the TiKV stores' KvScan, the TiDB status API) runs
 **in this process**, on its own event-loop thread, behind real gRPC/HTTP on 127.0.0.1 — it
 is the upstream, not measured, but it has one GIL: every KvScan page of every reader is
@@ -117,6 +131,8 @@ from cdcflow.plugins.sources.tikv.snapshot_task import RangeScanTask, TiKVSnapsh
 from cdcflow.plugins.sources.tikv.tidb.keys import table_record_span
 from tests.e2e.e2e_kafka import CDCFLOW, CHANGEFEED, TABLES, CaptureProcess
 
+#: The cores this benchmark's processes share (the playground's, the capture's, Spark's).
+MACHINE_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 #: The table the rows are loaded into.
 LOADED = "orders"
 PARTITIONS = 8
@@ -191,16 +207,27 @@ def plan(pg: Playground, ts: int, range_keys: int, page_size: int) -> tuple[list
     return asyncio.run(run())
 
 
-def raw_read(tasks: Sequence[TiKVSnapshotTask], readers: int) -> tuple[int, float]:
-    """(rows, seconds) of ``tasks`` read by ``readers`` worker processes taking them in order."""
+def raw_read(tasks: Sequence[TiKVSnapshotTask], readers: int) -> tuple[int, float, dict[str, float]]:
+    """(rows, seconds, cores) of ``tasks`` read by ``readers`` worker processes taking them
+    in order; ``cores``: what the readers and this process (the playground serving the
+    KvScans) spent during the read, in cores, with ``total``."""
     first = tasks[0]
     empty = TiKVSnapshotTask(first.scan, dataclasses.replace(first.range, end=first.range.start))
     context = multiprocessing.get_context("spawn")  # no fork of the playground's threads
     with context.Pool(readers, initializer=_warm, initargs=(empty,)) as pool:
         pool.map(_read_one, [empty] * readers, chunksize=1)  # every reader started and warm
+        pids = [proc.pid for proc in pool._pool]  # type: ignore[attr-defined]
+        before = {"readers": cputime.process_cpu(pids), "playground": _own_cpu()}
         began = time.perf_counter()
         rows = sum(pool.imap_unordered(_read_one, tasks, chunksize=1))
-        return rows, time.perf_counter() - began
+        seconds = time.perf_counter() - began
+        after = {"readers": cputime.process_cpu(pids), "playground": _own_cpu()}
+        return rows, seconds, cputime.spent(before, after, seconds)
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 # -- a snapshot run ----------------------------------------------------------------------------
@@ -246,7 +273,8 @@ def snapshot_run(
         started_wall = time.time()
         capture.start()
         assert capture.proc is not None
-        cpu = cputime.CpuMeter(capture.proc.pid)
+        others = {"topic_counter": counter.pid} if counter is not None else {}
+        cpu = cputime.CpuMeter(capture.proc.pid, others=others)
         cpu.mark("start")
         try:
             times = _watch(capture, snapshot, started_wall, cpu)
@@ -278,6 +306,15 @@ def snapshot_run(
             "cores_deliver": cpu.cores("parts_read", "done"),
         }
     )
+    # What the snapshot cost, without the topic counter (this benchmark's consumer, not
+    # the product): CPU per row of the whole snapshot (the playground's serving
+    # included, as in the raw read's), and of the delivery's tasks alone.
+    whole = cpu.cores("read", "done")
+    own = whole.get("total", 0.0) - whole.get("topic_counter", 0.0)
+    run["cores_snapshot"] = round(own, 2)
+    run["cpu_us_per_row"] = round(own * snapshot_s / expected * 1e6, 2)
+    tasks = run["cores_deliver"].get("python_tasks", 0.0) * (times["done"] - times["parts_read"])
+    run["deliver_task_cpu_us_per_row"] = round(tasks / expected * 1e6, 2)
     return run
 
 
@@ -384,6 +421,12 @@ class TopicCounter:
         self._proc = context.Process(target=_count_topic, args=(bootstrap, topic, self._stop, self._out), daemon=True)
         self._proc.start()
 
+    @property
+    def pid(self) -> int:
+        """The counting process's pid."""
+        assert self._proc.pid is not None
+        return self._proc.pid
+
     def result(self, timeout: float = 120.0) -> int:
         self._stop.set()
         rows, missed = self._out.get(timeout=timeout)
@@ -470,6 +513,41 @@ def prime_class_cache(masters: Sequence[str]) -> float:
     return round(time.perf_counter() - began, 1)
 
 
+def raw_reads(
+    tasks: Sequence[TiKVSnapshotTask], counts: Sequence[int], expected: int, report: dict[str, Any]
+) -> dict[int, float]:
+    """Rows/s of the raw read with each count of readers, its figures added to ``report``."""
+    raw: dict[int, float] = {}
+    for readers in counts:
+        rows, seconds, cores = raw_read(tasks, readers)
+        if rows != expected:
+            raise RuntimeError(f"the raw read of {len(tasks)} parts gave {rows} rows, not {expected}")
+        raw[readers] = rows / seconds
+        report[f"raw_read_{readers}_rows_per_s"] = round(raw[readers])
+        report[f"raw_read_{readers}_cores"] = cores
+        report[f"raw_read_{readers}_cpu_us_per_row"] = round(cores.get("total", 0.0) * seconds / rows * 1e6, 2)
+    if len(raw) >= 2:
+        report["raw_read_scaling"] = round(raw[max(raw)] / raw[min(raw)], 2)
+    return raw
+
+
+def scaling(sink: str, runs: Sequence[dict[str, Any]], read_ahead: bool, class_cache: bool) -> dict[str, float]:
+    """``sink``'s last master's rate over its first's (runs with the first values given of
+    the read-ahead and class-cache options), and the most it could be on this machine:
+    the cores the first run left idle, at its CPU per row (``scaling_bound``)."""
+    ran = [
+        r
+        for r in runs
+        if r["sink"] == sink and r["read_ahead"] == read_ahead and r["class_cache"] == class_cache and "rows_per_s" in r
+    ]
+    out: dict[str, float] = {}
+    if len(ran) >= 2:
+        out[f"{sink}_scaling_last_over_first"] = round(ran[-1]["rows_per_s"] / ran[0]["rows_per_s"], 2)
+    if ran and ran[0]["cores_snapshot"] > 0:
+        out[f"{sink}_scaling_bound"] = round(MACHINE_CORES / ran[0]["cores_snapshot"], 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000, help="rows bulk-loaded into shop.orders (issue: 1000000)")
@@ -509,15 +587,7 @@ def main() -> None:
     try:
         tasks, plan_s = plan(pg, pg.now(), args.range_keys, args.page_size)
         report["parts"], report["plan_s"] = len(tasks), round(plan_s, 3)
-        raw: dict[int, float] = {}
-        for readers in args.readers:
-            rows, seconds = raw_read(tasks, readers)
-            if rows != expected:
-                raise RuntimeError(f"the raw read of {len(tasks)} parts gave {rows} rows, not {expected}")
-            raw[readers] = rows / seconds
-            report[f"raw_read_{readers}_rows_per_s"] = round(raw[readers])
-        if len(raw) >= 2:
-            report["raw_read_scaling"] = round(raw[max(raw)] / raw[min(raw)], 2)
+        raw = raw_reads(tasks, args.readers, expected, report)
         if "on" in args.class_cache:
             report["class_cache_prime_s"] = prime_class_cache(args.masters)
         runs = []
@@ -531,20 +601,15 @@ def main() -> None:
                 cores = local_task_slots(master) if master.startswith("local[") else None
                 baseline = raw.get(cores, raw[min(raw)]) if cores else raw[max(raw)]
                 run["over_raw_read"] = round(run["rows_per_s"] / baseline, 3)
+                # The most it could reach at its CPU per row, every core of the machine busy.
+                if run["cpu_us_per_row"] > 0:
+                    best = MACHINE_CORES / run["cpu_us_per_row"] * 1e6
+                    run["over_raw_read_all_cores_busy"] = round(best / baseline, 3)
             runs.append(run)
             print(json.dumps(run), flush=True)
         report["runs"] = runs
         for sink in args.sinks:
-            rates = [
-                r["rows_per_s"]
-                for r in runs
-                if r["sink"] == sink
-                and r["read_ahead"] == (args.read_ahead[0] == "on")
-                and r["class_cache"] == (args.class_cache[0] == "on")
-                and "rows_per_s" in r
-            ]
-            if len(rates) >= 2:
-                report[f"{sink}_scaling_last_over_first"] = round(rates[-1] / rates[0], 2)
+            report.update(scaling(sink, runs, args.read_ahead[0] == "on", args.class_cache[0] == "on"))
     finally:
         pg.stop()
     print(json.dumps(report, indent=2))

@@ -29,7 +29,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["CpuMeter", "sample", "spent"]
+__all__ = ["CpuMeter", "process_cpu", "sample", "spent"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -65,6 +65,16 @@ def _runs_tasks(process: Path) -> bool:
     except OSError:
         return False
     return b"pyspark.worker" in args
+
+
+def process_cpu(pids: list[int]) -> float:
+    """CPU-seconds so far of the processes ``pids`` (every thread of each; 0 for one gone)."""
+    total = 0.0
+    for pid in pids:
+        fields = _stat_fields(Path("/proc") / str(pid) / "stat")
+        if fields is not None:
+            total += _cpu(fields)
+    return total
 
 
 def sample(session: int) -> dict[str, float]:
@@ -107,17 +117,22 @@ def spent(before: dict[str, float], after: dict[str, float], seconds: float) -> 
 
 class CpuMeter:
     """Named samples of a session's CPU (:func:`sample`) and of this process's own,
-    reported as ``own`` (in the benchmarks, the playground serving the source)."""
+    reported as ``own`` (in the benchmarks, the playground serving the source), and of
+    ``others``: processes outside the session by name (a benchmark's own helpers that
+    share the cores, a consumer counting what a sink wrote, say)."""
 
-    def __init__(self, session: int, own: str = "playground") -> None:
+    def __init__(self, session: int, own: str = "playground", others: dict[str, int] | None = None) -> None:
         self.session = session
         self.own = own
+        self.others = dict(others or {})
         self.marks: dict[str, tuple[float, dict[str, float]]] = {}
 
     def mark(self, name: str) -> None:
         times = os.times()
         cpu = sample(self.session)
         cpu[self.own] = times.user + times.system
+        for kind, pid in self.others.items():
+            cpu[kind] = process_cpu([pid])
         self.marks[name] = (time.perf_counter(), cpu)
 
     def cores(self, first: str, last: str) -> dict[str, float]:
