@@ -35,12 +35,15 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     capture starts, and warm its Python workers (started, the task modules imported),
     so the first micro-batch or initial snapshot read need not wait for either; then
     keep them (``server.spark.keep-workers``, :class:`~cdcflow.core.data.pipeline.session.WorkerKeeper`).
-    Last, start the process Spark plans the streams' reads in
+    The ``cdcflow`` data source is registered with the session as it starts (unless a
+    snapshot is held then: after it). Last, start the process Spark plans the streams' reads in
     (:func:`~cdcflow.core.data.pipeline.session.warm_planner`) — once no initial
     snapshot is being read or delivered here (:class:`~cdcflow.core.data.pipeline.session.SnapshotHold`):
     a snapshot's tasks have the cores to themselves, and the streams start after it."""
     from cdcflow.core.data.pipeline.session import (
         WorkerKeeper,
+        register_source,
+        snapshots_held,
         spark_session,
         spark_starting,
         wait_for_snapshots,
@@ -52,6 +55,11 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     global _keeper
     with spark_starting():  # an initial snapshot reads parts on the capture meanwhile
         session = spark_session(server.spark, plugins)
+        # The streams' data source, whose first registration runs a Python process of
+        # Spark's: now, unless an initial snapshot is to be read first (after it, then).
+        registered = not snapshots_held()
+        if registered:
+            register_source(session)
         modules = worker_modules(plugins)
         try:
             warm_python_workers(session, modules, planner=False)
@@ -67,6 +75,8 @@ def start_spark(server: ServerSettings, plugins: PluginManager) -> None:
     if not wait_for_snapshots(until=lambda: not _session_running(session)):
         return  # Spark stopped meanwhile
     try:
+        if not registered:
+            register_source(session)
         warm_planner(session)
     except Exception as exc:  # noqa: BLE001 - the first micro-batch starts the planner instead
         if _session_running(session):

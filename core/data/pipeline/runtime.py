@@ -91,6 +91,7 @@ from cdcflow.core.data.pipeline.query import (
     table_filter_predicate,
     whole_lane_shares,
 )
+from cdcflow.core.data.pipeline.session import register_source
 from cdcflow.core.data.pipeline.tasks import (
     ENCODED_SCHEMA_DDL,
     LANE_ORDER,
@@ -317,11 +318,9 @@ class ChangefeedPipeline:
         self._initial = self._initial_offset()
         logging.getLogger("py4j.clientserver").addFilter(_PY4J_FILTER)  # idempotent
         stream = self.spark.readStream
-        # Registered here, as the query starts, not with the session: a session's first
-        # registration of a Python data source makes Spark load its static ones in a Python
-        # process of its own (lookup_data_sources: PySpark imported there, about a second
-        # of CPU), which would otherwise run beside an initial snapshot's read.
-        self.spark.dataSource.register(CdcflowDataSource)
+        # The capture's start registers it too, unless an initial snapshot is to be taken
+        # first (see start_spark); a session made elsewhere has it registered here.
+        register_source(self.spark)
         frame = (
             stream.format(CdcflowDataSource.name())
             .option("path", str(self.store.directory.resolve()))

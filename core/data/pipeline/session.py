@@ -65,6 +65,7 @@ __all__ = [
     "WorkerKeeper",
     "jit_options",
     "local_task_slots",
+    "register_source",
     "run_in_threads",
     "snapshots_held",
     "spark_conf",
@@ -427,6 +428,16 @@ def warm_python_workers(session: Any, modules: list[str], *, planner: bool = Tru
     _warming_job(session, modules, overlap=0.5).collect()
     if planner:
         warm_planner(session)
+
+
+def register_source(session: Any) -> None:
+    """Register the ``cdcflow`` data source, which the changefeeds' queries read, with
+    ``session`` (again: nothing more). A session's first registration of a Python data
+    source has Spark load its static ones in a Python process of its own
+    (``lookup_data_sources``: PySpark imported there, a second or more of CPU)."""
+    from cdcflow.core.data.pipeline.datasource import CdcflowDataSource
+
+    session.dataSource.register(CdcflowDataSource)
 
 
 def warm_planner(session: Any) -> None:

@@ -180,6 +180,7 @@ def test_start_spark_keeps_one_keeper_per_session(monkeypatch: Any) -> None:
     monkeypatch.setattr(session_module, "spark_session", lambda *_: next(made))
     monkeypatch.setattr(session_module, "warm_python_workers", lambda *_, **__: None)
     monkeypatch.setattr(session_module, "warm_planner", lambda *_: None)
+    monkeypatch.setattr(session_module, "register_source", lambda *_: None)
     monkeypatch.setattr(pipeline, "_keeper", None)
     server = ServerSettings(spark=SparkSettings(keep_workers=0))  # no thread: only which keeper is kept
     plugins = PluginManager.default()
@@ -195,7 +196,8 @@ def test_start_spark_keeps_one_keeper_per_session(monkeypatch: Any) -> None:
 
 def test_start_spark_warms_the_read_planner_once_no_snapshot_is_read_or_delivered(monkeypatch: Any) -> None:
     """Spark is ready for a snapshot's tasks once its workers are warm; the planner's
-    process, which only the streams need, starts after every snapshot held here."""
+    process and the streams' data source, which only the streams need, come after every
+    snapshot held here."""
     from pyspark.sql import SparkSession
 
     from cdcflow.core.config.settings import ServerSettings, SparkSettings
@@ -210,6 +212,7 @@ def test_start_spark_warms_the_read_planner_once_no_snapshot_is_read_or_delivere
         session_module, "warm_python_workers", lambda _s, _m, *, planner: steps.append(f"workers planner={planner}")
     )
     monkeypatch.setattr(session_module, "warm_planner", lambda s: steps.append(f"planner {s.name}"))
+    monkeypatch.setattr(session_module, "register_source", lambda s: steps.append(f"source {s.name}"))
     monkeypatch.setattr(pipeline, "_keeper", None)
     server = ServerSettings(spark=SparkSettings(keep_workers=0))
     hold = session_module.SnapshotHold()
@@ -222,7 +225,11 @@ def test_start_spark_warms_the_read_planner_once_no_snapshot_is_read_or_delivere
     finally:
         hold.release()
     start.join(30)
-    assert not start.is_alive() and steps == ["workers planner=False", "planner up"]
+    assert not start.is_alive() and steps == ["workers planner=False", "source up", "planner up"]
+    # With no snapshot held, the data source is registered as the session starts.
+    steps.clear()
+    pipeline.start_spark(server, PluginManager.default())
+    assert steps == ["source up", "workers planner=False", "planner up"]
 
 
 def test_start_spark_does_not_warm_the_planner_of_a_spark_stopped_while_it_waited(monkeypatch: Any) -> None:
@@ -238,6 +245,7 @@ def test_start_spark_does_not_warm_the_planner_of_a_spark_stopped_while_it_waite
     monkeypatch.setattr(SparkSession, "_instantiatedSession", session)
     monkeypatch.setattr(session_module, "warm_python_workers", lambda *_, **__: None)
     monkeypatch.setattr(session_module, "warm_planner", planned.append)
+    monkeypatch.setattr(session_module, "register_source", planned.append)
     monkeypatch.setattr(pipeline, "_keeper", None)
     server = ServerSettings(spark=SparkSettings(keep_workers=0))
     with session_module.SnapshotHold():
