@@ -318,8 +318,9 @@ class ChangefeedPipeline:
         self._initial = self._initial_offset()
         logging.getLogger("py4j.clientserver").addFilter(_PY4J_FILTER)  # idempotent
         stream = self.spark.readStream
-        # The capture's start registers it too, unless an initial snapshot is to be taken
-        # first (see start_spark); a session made elsewhere has it registered here.
+        # The capture's start has registered it with its session (or does once the initial
+        # snapshots held then are delivered: start_spark); a session made elsewhere has it
+        # registered here. Registering it again costs nothing.
         register_source(self.spark)
         frame = (
             stream.format(CdcflowDataSource.name())
