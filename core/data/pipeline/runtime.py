@@ -762,7 +762,8 @@ class ChangefeedPipeline:
             # snapshot's batch (one ts, each key once) is in its order as read: never sorted.
             write = WriteTask(plan, head, writers, self.column_selection)
             if one_ts:
-                out = self._map_read_apart(frame.coalesce(1), write, SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
+                one = frame if chunk_files else frame.coalesce(1)  # a task reading the files itself: no frame
+                out = self._map_read_apart(one, write, SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
             elif chunk_files and expected <= ORDERED_RUNS_MAX_ROWS:
                 out = self._map_read_apart(frame, SortedTask(write), SUMMARY_SCHEMA_DDL, 1, chunk_files, one_ts)
             else:

@@ -62,6 +62,7 @@ changefeed's progress (the REST status's ``snapshot_progress``, the status page)
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -71,7 +72,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,15 @@ from cdcflow.core.data.span_executor import SnapshotReport
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.manager import PluginManager
 
-__all__ = ["PART_SUMMARY_DDL", "InitialSnapshot", "ReadAhead", "ReadPartsTask", "SnapshotProgress", "read_part"]
+__all__ = [
+    "PART_SUMMARY_DDL",
+    "InitialSnapshot",
+    "PartsFrame",
+    "ReadAhead",
+    "ReadPartsTask",
+    "SnapshotProgress",
+    "read_part",
+]
 
 log = logging.getLogger(__name__)
 
@@ -346,6 +355,32 @@ def _open_cost_bytes(spark: Any) -> int:
         return _DEFAULT_OPEN_COST
 
 
+class PartsFrame:
+    """A snapshot's DataFrame (:meth:`InitialSnapshot.make_frame`), made when an attribute
+    other than ``sparkSession`` is first asked of it, then standing for it.
+
+    A large snapshot's delivery needs only the frame's session: its tasks read the part
+    files themselves. Making the frame resolves the Parquet source, lists the files and
+    parses the schema in the JVM — 0.8 s seen on two cores between the read's end and the
+    delivery's first job."""
+
+    def __init__(self, spark: Any, make: Callable[[], Any]) -> None:
+        self.sparkSession = spark
+        self._make = make
+        self._frame: Any = None
+
+    def made(self) -> Any:
+        """The DataFrame (made now if not yet)."""
+        if self._frame is None:
+            self._frame = self._make()
+        return self._frame
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_make", "_frame"):
+            raise AttributeError(name)
+        return getattr(self.made(), name)
+
+
 class InitialSnapshot:
     """The files and steps of one changefeed's snapshot on this capture (see the module docs)."""
 
@@ -557,7 +592,12 @@ class InitialSnapshot:
         directory = self.parts_dir.resolve()
         return tuple(str(directory / part_file_name(part, done[part])) for part in sorted(done))
 
-    def frame(self, spark: Any) -> Any:
+    def frame(self, spark: Any) -> PartsFrame:
+        """The records of every part read, as a DataFrame of the event store's record schema
+        (:meth:`make_frame`), made when first used (:class:`PartsFrame`)."""
+        return PartsFrame(spark, functools.partial(self.make_frame, spark))
+
+    def make_frame(self, spark: Any) -> Any:
         """The records of every part read, as a DataFrame of the event store's record schema,
         read by at least as many Spark tasks as Spark has task slots.
 

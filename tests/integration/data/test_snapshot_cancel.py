@@ -311,3 +311,31 @@ def test_a_snapshots_frame_is_read_by_a_task_per_slot_repartitioned_only_when_it
         assert large.count() == rows
     finally:
         spark.conf.set("spark.sql.files.openCostInBytes", cost)
+
+
+@pytest.mark.parametrize("task_rows", [10, 10 * ROWS], ids=["tasks", "one-task"])
+def test_a_snapshot_whose_tasks_read_its_part_files_never_makes_its_frame(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_rows: int
+) -> None:
+    """Tasks that read the part files themselves need only the frame's session: the
+    DataFrame over the parts (a Parquet source resolved, files listed, schema parsed) is
+    not made. A sink written from the driver reads the frame: made once."""
+    from cdcflow.core.data.pipeline import runtime
+    from tests.integration.data.test_pipeline_tasks import LaneSink
+
+    made: list[int] = []
+    make = InitialSnapshot.make_frame
+
+    def counted(self: InitialSnapshot, session: Any) -> Any:
+        made.append(1)
+        return make(self, session)
+
+    monkeypatch.setattr(InitialSnapshot, "make_frame", counted)
+    monkeypatch.setattr(runtime, "MIN_SPLIT_ROWS", 1)
+    out = tmp_path / "out"
+    out.mkdir()
+    asyncio.run(_deliver_again(spark, tmp_path, LaneSink(out), task_rows=task_rows))
+    assert made == [] and list(out.glob("lanes-*.json"))
+    (tmp_path / "driver").mkdir()
+    sink = asyncio.run(_deliver_again(spark, tmp_path / "driver"))
+    assert made == [1] and sorted(row.after["id"] for row in sink.rows) == list(range(ROWS))
