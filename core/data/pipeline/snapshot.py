@@ -606,8 +606,7 @@ class InitialSnapshot:
         default): part files that add up to less than that per slot are read by fewer
         tasks, so the frame is repartitioned then. Told by the files' sizes, not by asking
         Spark how it splits them: that plans the scan and compiles its code on the
-        driver (0.7 s seen on two cores, on the delivery's path), for a frame a large snapshot's delivery
-        never reads through Spark (its tasks read the part files themselves)."""
+        driver before the delivery starts (0.7 s seen on two cores)."""
         frame = spark.read.schema(SPARK_SCHEMA_DDL).parquet(str(self.parts_dir.resolve()))
         parallelism = int(spark.sparkContext.defaultParallelism)
         if parallelism > 1 and self.parts_bytes() < parallelism * _open_cost_bytes(spark):
