@@ -275,8 +275,7 @@ class ListSink(Sink[ListSinkConfig]):
 
     def write_batch(self, batch: MicroBatch) -> None:
         self.deliveries[batch.batch_id] = self.deliveries.get(batch.batch_id, 0) + 1
-        crash = self.config.crash_on_batch
-        if crash is not None and batch.batch_id == crash and self.deliveries[batch.batch_id] == 1:
+        if batch.batch_id == self.config.crash_on_batch and self.deliveries[batch.batch_id] == 1:
             self.partial = list(batch.rows[: len(batch.rows) // 2])
             raise SimulatedCrash(f"simulated crash in batch {batch.batch_id}")
         self.batches[batch.batch_id] = batch

@@ -594,14 +594,17 @@ class PipelineSpanExecutor(SpanExecutor):
             if pipeline is not None and self.changefeed_checkpoint:
                 pipeline.emit_checkpoint(self.changefeed_checkpoint)  # arrived while Spark started
 
+    def _snapshot_pending(self) -> bool:
+        """Whether this run may still take its initial snapshot: the changefeed asks for
+        one and the store's checkpoint has not passed its ts."""
+        return bool(self.snapshot_ts) and self.store.checkpoint_ts <= self.snapshot_ts
+
     def _hold_for_snapshot(self) -> SnapshotHold | None:
         """A :class:`~cdcflow.core.data.pipeline.session.SnapshotHold` while this run may
-        still take its initial snapshot (the changefeed asks for one and the store's
-        checkpoint has not passed its ts), else None."""
+        still take its initial snapshot, else None."""
         from cdcflow.core.data.pipeline.session import SnapshotHold
 
-        ts = self.snapshot_ts
-        return SnapshotHold() if ts and self.store.checkpoint_ts <= ts else None
+        return SnapshotHold() if self._snapshot_pending() else None
 
     def _release_snapshot_hold(self) -> None:
         hold, self._snapshot_hold = self._snapshot_hold, None
@@ -631,9 +634,9 @@ class PipelineSpanExecutor(SpanExecutor):
         passed its ts T and it is not marked done: of the plan kept from an earlier
         run, or else of the replicating spans whose checkpoint is T (the source
         plans it here, on the event loop)."""
-        ts = self.snapshot_ts
-        if not ts or self.store.checkpoint_ts > ts:
+        if not self._snapshot_pending():
             return None
+        ts = self.snapshot_ts
         snapshot = InitialSnapshot(self.directory, self.changefeed_id, ts, self.plugins)
         self.snapshot = snapshot
         if snapshot.done:
