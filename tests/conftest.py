@@ -12,6 +12,7 @@ import pytest
 from hypothesis import settings
 
 from cdcflow.plugins.sinks.kafka.mock import shutdown_mock_clusters
+from tests import memory_report
 from tests.memory_watch import rss_bytes
 
 # Property tests check behaviour, not speed: Hypothesis's default per-example deadline
@@ -88,9 +89,13 @@ def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> N
                 f"\n*** {summary}; every thread's stack follows, then what grew, then the process exits ***\n".encode(),
             )
             faulthandler.dump_traceback(file=2, all_threads=True)
-            if tracing:
-                os.write(2, _grown_by(tracemalloc.take_snapshot()).encode())
-            # Last, so that the end of a truncated log still says it.
+            snapshot = tracemalloc.take_snapshot() if tracing else None
+            if snapshot is not None:
+                os.write(2, _grown_by(snapshot).encode())
+            # Last, so that the end of a truncated log still says it: what holds the
+            # memory, a line per kind, then which test.
+            report = memory_report.summary(rss, snapshot)
+            os.write(2, "".join(f"*** {line}\n" for line in report).encode())
             os.write(2, f"*** exiting: {summary} ***\n".encode())
             os._exit(3)
 
