@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,8 +69,12 @@ def _grown_by(snapshot: tracemalloc.Snapshot, top: int = 8) -> str:
 
 def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> None:
     tracing = False
+    watch = memory_report.Watch()
     while not stop.wait(0.5):
         rss = rss_bytes()
+        watch.size(time.monotonic(), rss)
+        if tracing:
+            watch.sample(skip=threading.get_ident())
         if not tracing and rss > limit * TRACE_SHARE:
             tracing = True
             tracemalloc.start(12)
@@ -94,7 +99,7 @@ def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> N
                 os.write(2, _grown_by(snapshot).encode())
             # Last, so that the end of a truncated log still says it: what holds the
             # memory, a line per kind, then which test.
-            report = memory_report.summary(rss, snapshot)
+            report = watch.lines(time.monotonic()) + memory_report.summary(rss, snapshot)
             os.write(2, "".join(f"*** {line}\n" for line in report).encode())
             os.write(2, f"*** exiting: {summary} ***\n".encode())
             os._exit(3)

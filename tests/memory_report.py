@@ -16,8 +16,10 @@ import sys
 import sysconfig
 import threading
 import tracemalloc
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 #: The checkout's root, which the report leaves out of file names.
 _ROOT = str(Path(__file__).resolve().parents[1]) + "/"
@@ -139,6 +141,57 @@ def summary(rss: int, snapshot: tracemalloc.Snapshot | None, top: int = 4) -> li
         stats = snapshot.statistics("traceback")
         traced = sum(s.size for s in stats)
         lines.append(f"Python allocations since tracing began: {traced / MIB:.0f} MiB in {len(stats)} sites")
-        for stat in stats[:top]:
+        # Sites under a MiB say nothing of a runaway; the first is shown whatever its size.
+        for stat in [s for s in stats[:top] if s.size >= MIB] or stats[:1]:
             lines.append(f"  {stat.size / MIB:.0f} MiB in {stat.count} blocks at {_frames(stat.traceback)}")
     return lines
+
+
+class Watch:
+    """What the guard sees between its checks: the resident size over the last minute,
+    and, once tracing, which of this checkout's frames each thread is running (a
+    sampling profile of a runaway that a stack dump at the limit comes too late for)."""
+
+    def __init__(self, window: float = 60.0) -> None:
+        self.window = window
+        self.sizes: list[tuple[float, int]] = []
+        self.frames: Counter[str] = Counter()
+        self.samples = 0
+
+    def size(self, now: float, rss: int) -> None:
+        self.sizes.append((now, rss))
+        while self.sizes and self.sizes[0][0] < now - self.window:
+            del self.sizes[0]
+
+    def sample(self, skip: int) -> None:
+        """Count, for every thread but ``skip``, the innermost frame in this checkout."""
+        self.samples += 1
+        names = {t.ident: t.name for t in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            if ident == skip:
+                continue
+            current: FrameType | None = frame
+            while current is not None and not current.f_code.co_filename.startswith(_ROOT):
+                current = current.f_back
+            if current is not None:
+                code = current.f_code
+                where = f"{_short(code.co_filename)}:{current.f_lineno} {code.co_name}"
+                self.frames[f"{names.get(ident, ident)} {where}"] += 1
+
+    def lines(self, now: float) -> list[str]:
+        out = []
+        if self.sizes:
+            marks = [(ago, self._at(now - ago)) for ago in (60, 30, 10, 3, 1)]
+            out.append(
+                "resident before the stop: "
+                + ", ".join(f"{size / GIB:.2f} GiB {ago} s ago" for ago, size in marks if size is not None)
+            )
+        if self.samples:
+            top = ", ".join(f"{where} ({count})" for where, count in self.frames.most_common(3))
+            out.append(f"frames in {self.samples} samples since tracing began: {top or 'none in this checkout'}")
+        return out
+
+    def _at(self, when: float) -> int | None:
+        """The resident size last seen at or before ``when``."""
+        seen = [rss for t, rss in self.sizes if t <= when]
+        return seen[-1] if seen else None

@@ -1,5 +1,6 @@
 """The memory guard's closing report: what holds the memory, in lines a log's tail keeps."""
 
+import threading
 import tracemalloc
 
 from tests import memory_report
@@ -54,3 +55,34 @@ def test_the_summary_names_the_site_that_holds_what_grew():
 def test_without_tracing_the_summary_still_says_what_is_resident():
     lines = memory_report.summary(rss_bytes(), None)
     assert lines[0].startswith("memory: resident ") and not any("Python allocations" in line for line in lines)
+
+
+def test_the_watch_tells_a_burst_from_a_steady_growth():
+    watch = memory_report.Watch(window=60)
+    for second in range(50, 100):  # 50 s of samples
+        watch.size(float(second), 1 * memory_report.GIB if second < 97 else 5 * memory_report.GIB)
+    [line] = watch.lines(99.0)
+    assert "1.00 GiB 3 s ago" in line and "5.00 GiB 1 s ago" in line
+    assert "30 s ago" in line and "60 s ago" not in line  # no sample that old
+
+
+def test_the_watch_counts_the_frames_of_this_checkout_that_threads_run():
+    started, release = threading.Event(), threading.Event()
+
+    def runaway_loop():
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=runaway_loop, name="runaway")
+    thread.start()
+    try:
+        started.wait(10)
+        watch = memory_report.Watch()
+        for _ in range(3):
+            watch.sample(skip=threading.get_ident())
+    finally:
+        release.set()
+        thread.join()
+    [line] = watch.lines(0.0)
+    assert line.startswith("frames in 3 samples since tracing began: ")
+    assert "runaway tests/unit/test_memory_report.py:" in line and "runaway_loop (3)" in line
