@@ -56,9 +56,8 @@ TRACE_SHARE = 0.25
 _current_test = ["(between tests)"]
 
 
-def _grown_by(snapshot: tracemalloc.Snapshot, top: int = 8) -> str:
+def _grown_by(stats: list[tracemalloc.Statistic], top: int = 8) -> str:
     """The allocation sites holding most of what was allocated since tracing began."""
-    stats = snapshot.statistics("traceback")
     traced = sum(s.size for s in stats)
     lines = [f"Python allocations since tracing began: {traced / 2**20:.0f} MiB in {len(stats)} sites; the largest:"]
     for stat in stats[:top]:
@@ -94,12 +93,12 @@ def _guard_memory(config: pytest.Config, limit: int, stop: threading.Event) -> N
                 f"\n*** {summary}; every thread's stack follows, then what grew, then the process exits ***\n".encode(),
             )
             faulthandler.dump_traceback(file=2, all_threads=True)
-            snapshot = tracemalloc.take_snapshot() if tracing else None
-            if snapshot is not None:
-                os.write(2, _grown_by(snapshot).encode())
+            stats = tracemalloc.take_snapshot().statistics("traceback") if tracing else None
+            if stats is not None:
+                os.write(2, _grown_by(stats).encode())
             # Last, so that the end of a truncated log still says it: what holds the
             # memory, a line per kind, then which test.
-            report = watch.lines(time.monotonic()) + memory_report.summary(rss, snapshot)
+            report = watch.lines(time.monotonic()) + memory_report.summary(rss, stats)
             os.write(2, "".join(f"*** {line}\n" for line in report).encode())
             os.write(2, f"*** exiting: {summary} ***\n".encode())
             os._exit(3)

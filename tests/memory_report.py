@@ -116,6 +116,11 @@ def _frames(traceback: tracemalloc.Traceback, depth: int = 4) -> str:
     return " <- ".join(f"{_short(f.filename)}:{f.lineno}" for f in frames)
 
 
+def _own(path: str) -> bool:
+    """Whether ``path`` is this checkout's code (its virtualenv is inside it too)."""
+    return path.startswith(_ROOT) and "/site-packages/" not in path
+
+
 def _short(path: str) -> str:
     for marker in ("/site-packages/", _ROOT, _STDLIB):
         if marker in path:
@@ -123,8 +128,9 @@ def _short(path: str) -> str:
     return path
 
 
-def summary(rss: int, snapshot: tracemalloc.Snapshot | None, top: int = 4) -> list[str]:
-    """The report's lines, each short enough to read in a log's last screen."""
+def summary(rss: int, stats: list[tracemalloc.Statistic] | None, top: int = 4) -> list[str]:
+    """The report's lines, each short enough to read in a log's last screen; ``stats``:
+    the traced allocations by traceback, largest first (None when not tracing)."""
     parts = [f"resident {rss / GIB:.2f} GiB"]
     malloc = malloc_in_use()
     if malloc is not None:
@@ -137,8 +143,7 @@ def summary(rss: int, snapshot: tracemalloc.Snapshot | None, top: int = 4) -> li
     maps = largest_mappings()
     if maps:
         lines.append("largest mappings: " + "; ".join(f"{size / MIB:.0f} MiB {name}" for size, name in maps))
-    if snapshot is not None:
-        stats = snapshot.statistics("traceback")
+    if stats is not None:
         traced = sum(s.size for s in stats)
         lines.append(f"Python allocations since tracing began: {traced / MIB:.0f} MiB in {len(stats)} sites")
         # Sites under a MiB say nothing of a runaway; the first is shown whatever its size.
@@ -156,6 +161,8 @@ class Watch:
         self.window = window
         self.sizes: list[tuple[float, int]] = []
         self.frames: Counter[str] = Counter()
+        #: Each thread's frame in the latest sample.
+        self.last: dict[int, str] = {}
         self.samples = 0
 
     def size(self, now: float, rss: int) -> None:
@@ -164,19 +171,21 @@ class Watch:
             del self.sizes[0]
 
     def sample(self, skip: int) -> None:
-        """Count, for every thread but ``skip``, the innermost frame in this checkout."""
+        """Count, for every thread but ``skip``, the innermost frame of this checkout's own
+        code (not the libraries of its virtualenv) that the thread is in."""
         self.samples += 1
         names = {t.ident: t.name for t in threading.enumerate()}
         for ident, frame in sys._current_frames().items():
             if ident == skip:
                 continue
             current: FrameType | None = frame
-            while current is not None and not current.f_code.co_filename.startswith(_ROOT):
+            while current is not None and not _own(current.f_code.co_filename):
                 current = current.f_back
             if current is not None:
                 code = current.f_code
-                where = f"{_short(code.co_filename)}:{current.f_lineno} {code.co_name}"
-                self.frames[f"{names.get(ident, ident)} {where}"] += 1
+                where = f"{names.get(ident, ident)} {_short(code.co_filename)}:{current.f_lineno} {code.co_name}"
+                self.frames[where] += 1
+                self.last[ident] = where
 
     def lines(self, now: float) -> list[str]:
         out = []
@@ -187,8 +196,15 @@ class Watch:
                 + ", ".join(f"{size / GIB:.2f} GiB {ago} s ago" for ago, size in marks if size is not None)
             )
         if self.samples:
-            top = ", ".join(f"{where} ({count})" for where, count in self.frames.most_common(3))
-            out.append(f"frames in {self.samples} samples since tracing began: {top or 'none in this checkout'}")
+            # Where a thread still is at the stop, the stack dump shows; and a thread that
+            # waited all along would be at the top of any count. What is left are the
+            # frames threads ran and then left: a runaway that has gone idle.
+            stopped_at = set(self.last.values())
+            moved = [(where, n) for where, n in self.frames.most_common() if where not in stopped_at][:3]
+            top = ", ".join(f"{where} ({count})" for where, count in moved)
+            out.append(
+                f"frames left in {self.samples} samples since tracing began: {top or 'none, every thread stayed put'}"
+            )
         return out
 
     def _at(self, when: float) -> int | None:

@@ -39,7 +39,7 @@ def test_the_summary_names_the_site_that_holds_what_grew():
         tracemalloc.start(8)
     try:
         held = [bytearray(1 << 20) for _ in range(40)]  # the site the report must name
-        lines = memory_report.summary(rss_bytes(), tracemalloc.take_snapshot(), top=1)
+        lines = memory_report.summary(rss_bytes(), tracemalloc.take_snapshot().statistics("traceback"), top=1)
     finally:
         if not tracing:
             tracemalloc.stop()
@@ -66,23 +66,63 @@ def test_the_watch_tells_a_burst_from_a_steady_growth():
     assert "30 s ago" in line and "60 s ago" not in line  # no sample that old
 
 
-def test_the_watch_counts_the_frames_of_this_checkout_that_threads_run():
-    started, release = threading.Event(), threading.Event()
+def test_the_watch_names_the_frames_threads_ran_and_left_not_where_they_stopped():
+    in_first, leave_first, in_last, release = (threading.Event() for _ in range(4))
 
-    def runaway_loop():
-        started.set()
+    def allocating_step():
+        in_first.set()
+        leave_first.wait(10)
+
+    def idle_at_the_stop():
+        in_last.set()
         release.wait(10)
 
+    def runaway_loop():
+        allocating_step()
+        idle_at_the_stop()
+
+    idle = threading.Thread(target=release.wait, args=(10,), name="idle")  # waits all along
     thread = threading.Thread(target=runaway_loop, name="runaway")
+    idle.start()
+    thread.start()
+    watch = memory_report.Watch()
+    try:
+        in_first.wait(10)
+        for _ in range(3):
+            watch.sample(skip=threading.get_ident())
+        leave_first.set()
+        in_last.wait(10)
+        watch.sample(skip=threading.get_ident())
+    finally:
+        leave_first.set()
+        release.set()
+        thread.join()
+        idle.join()
+    [line] = watch.lines(0.0)
+    assert line.startswith("frames left in 4 samples since tracing began: ")
+    assert "runaway tests/unit/test_memory_report.py:" in line and "allocating_step (3)" in line
+    assert "idle_at_the_stop" not in line  # where the thread is at the stop: the stack dump shows it
+    assert "idle " not in line  # a thread in the standard library alone has no frame of this checkout
+
+
+def test_a_watch_whose_threads_never_moved_says_so():
+    release = threading.Event()
+    thread = threading.Thread(target=lambda: release.wait(10), name="waiter")
     thread.start()
     try:
-        started.wait(10)
         watch = memory_report.Watch()
-        for _ in range(3):
+        for _ in range(2):
             watch.sample(skip=threading.get_ident())
     finally:
         release.set()
         thread.join()
     [line] = watch.lines(0.0)
-    assert line.startswith("frames in 3 samples since tracing began: ")
-    assert "runaway tests/unit/test_memory_report.py:" in line and "runaway_loop (3)" in line
+    # Other threads of the session may be anywhere; this one waited where it stopped.
+    assert line.startswith("frames left in 2 samples since tracing began: ") and "waiter" not in line
+
+
+def test_the_libraries_of_the_virtualenv_inside_the_checkout_are_not_its_own_code():
+    root = memory_report._ROOT
+    assert memory_report._own(f"{root}core/data/pipeline/tasks.py")
+    assert not memory_report._own(f"{root}.venv/lib/python3.11/site-packages/grpc/aio/_call.py")
+    assert not memory_report._own("/usr/lib/python3.11/selectors.py")
