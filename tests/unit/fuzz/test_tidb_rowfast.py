@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 # Not importorskip: an install that failed to build the extension must fail here, not skip.
 from cdcflow.plugins.sources.tikv.tidb import _rowfast as rowfast  # type: ignore[attr-defined]
-from cdcflow.plugins.sources.tikv.tidb import jsonbin, mounter, mydecimal, rowcodec, timecodec
+from cdcflow.plugins.sources.tikv.tidb import jsonbin, mounter, mydecimal, rowcodec, timecodec, values
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
 from tests.unit.fuzz._mutate import mutated
 from tests.unit.fuzz.profiles import FUZZ
 from tests.unit.fuzz.test_tidb_json import JSON_VALUES
@@ -164,6 +165,34 @@ def test_decimal_mutated_values(data: st.DataObject) -> None:
 def test_decimal_edges(text: str, precision: int, frac: int) -> None:
     data = mydecimal.encode_row_decimal(decimal.Decimal(text), precision, frac)
     assert str(_decimal(data)) == str(mydecimal.decode_row_value(data))
+
+
+# ------------------------------------------------------------------ DURATION
+
+
+def _duration(data: bytes) -> Any:
+    item = (("d", rowfast.DURATION, 0, None),)
+    value = bytes([rowcodec.CODEC_VERSION, 0]) + struct.pack("<HHBH", 1, 0, 1, len(data)) + data
+    python = values.value_decoder(FieldType(TypeCode.DURATION))
+    return _same_or_refused(lambda b: _layout(item, 1, 5)(value, 0)["d"], python, data)
+
+
+@FUZZ
+@given(st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(10**15), 10**15)))
+def test_durations_decode_to_pythons_timedelta(ns: int) -> None:
+    assert _duration(struct.pack("<q", ns)) is not ValueError
+
+
+@pytest.mark.parametrize(
+    "ns", [0, -1, 999, -999, 1000, -1001, 86_400 * 10**9 - 1, -(86_400 * 10**9) - 1, 2**63 - 1, -(2**63)]
+)
+def test_duration_edges(ns: int) -> None:
+    got = _duration(struct.pack("<q", ns))
+    assert got == dt.timedelta(microseconds=ns // 1000)
+    for size, fmt in ((1, "<b"), (2, "<h"), (4, "<i")):
+        small = max(min(ns, 2 ** (8 * size - 1) - 1), -(2 ** (8 * size - 1)))
+        assert _duration(struct.pack(fmt, small)) == dt.timedelta(microseconds=small // 1000)
+    assert _duration(b"\x00\x00\x00") is ValueError  # not 1, 2, 4 or 8 bytes: Python's error
 
 
 # ------------------------------------------------------------------ whole rows

@@ -37,6 +37,7 @@ enum {
     K_DATETIME = 10,
     K_TIMESTAMP = 11, /* packed time, to a datetime in UTC */
     K_CALL = 12,    /* obj(value bytes): every other type */
+    K_DURATION = 13, /* signed nanoseconds, to a timedelta of whole microseconds (floored) */
 };
 
 static PyObject *
@@ -551,6 +552,33 @@ time_value(const unsigned char *p, Py_ssize_t n, int kind)
                                                    (int)(hms & 0x3F), micro, tz, PyDateTimeAPI->DateTimeType);
 }
 
+static int64_t
+floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+static PyObject *
+duration_value(const unsigned char *p, Py_ssize_t n)
+{
+    uint64_t u;
+    if (uint_le(p, n, &u) < 0)
+        return fail("an integer value must be 1, 2, 4 or 8 bytes");
+    int64_t ns;
+    switch (n) {
+    case 1: ns = (int8_t)u; break;
+    case 2: ns = (int16_t)u; break;
+    case 4: ns = (int32_t)u; break;
+    default: ns = (int64_t)u;
+    }
+    const int64_t day_us = 86400LL * 1000000LL;
+    int64_t us = floor_div(ns, 1000);
+    int64_t days = floor_div(us, day_us);
+    int64_t rest = us - days * day_us;
+    return PyDelta_FromDSU((int)days, (int)(rest / 1000000), (int)(rest % 1000000));
+}
+
 /* ------------------------------------------------------------------ Layout */
 
 typedef struct {
@@ -616,7 +644,7 @@ layout_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             Py_DECREF(self);
             return NULL;
         }
-        if (kind < K_HANDLE || kind > K_CALL || (kind > K_CONST && (index < 0 || index >= stored))) {
+        if (kind < K_HANDLE || kind > K_DURATION || (kind > K_CONST && (index < 0 || index >= stored))) {
             Py_DECREF(self);
             PyErr_Format(PyExc_ValueError, "bad layout item %zd", i);
             return NULL;
@@ -644,6 +672,7 @@ stored_value(const Item *item, const unsigned char *p, Py_ssize_t n)
     case K_DATE:
     case K_DATETIME:
     case K_TIMESTAMP: return time_value(p, n, item->kind);
+    case K_DURATION: return duration_value(p, n);
     }
     PyObject *raw = PyBytes_FromStringAndSize((const char *)p, n);
     if (raw == NULL)
@@ -793,6 +822,7 @@ PyInit__rowfast(void)
         {"HANDLE", K_HANDLE}, {"CONST", K_CONST}, {"INT", K_INT}, {"UINT", K_UINT}, {"UTF8", K_UTF8},
         {"BYTES", K_BYTES}, {"DOUBLE", K_DOUBLE}, {"DECIMAL", K_DECIMAL}, {"JSON", K_JSON}, {"DATE", K_DATE},
         {"DATETIME", K_DATETIME}, {"TIMESTAMP", K_TIMESTAMP}, {"CALL", K_CALL},
+        {"DURATION", K_DURATION},
     };
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         if (PyModule_AddIntConstant(m, kinds[i].name, kinds[i].value) < 0) {

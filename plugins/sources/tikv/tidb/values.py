@@ -200,6 +200,8 @@ def native_kind(ft: FieldType) -> tuple[str, Any]:
         return "DECIMAL", decimal.Decimal
     if tp == TypeCode.JSON:
         return "JSON", None
+    if tp == TypeCode.DURATION:
+        return "DURATION", None
     return "CALL", value_decoder(ft)
 
 
