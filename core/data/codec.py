@@ -11,7 +11,7 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cdcflow.core.data.events import DDLEvent, RowChange, TableName
+from cdcflow.core.data.events import DDLEvent, InsertRun, RowChange, TableName
 from cdcflow.core.data.frozen import frozen_maker
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.base import ConfigT, Plugin
@@ -75,6 +75,12 @@ class Codec(Plugin[ConfigT], abc.ABC):
                 "that packs rows into messages must override encode_row_parts and assemble"
             )
         return parts
+
+    def encode_insert_parts(self, topic: str, run: InsertRun) -> list[EncodedMessage]:
+        """:meth:`encode_row_parts` of ``run.rows()`` (which the default gives): the parts
+        of a run of one table's inserts at one ts (an initial snapshot's), for a codec that
+        writes them faster without a row object each."""
+        return self.encode_row_parts(topic, run.rows())
 
     def assemble(self, topic: str, parts: Sequence[EncodedMessage]) -> list[EncodedMessage]:
         """The messages for ``parts`` (from :meth:`encode_row_parts`, in commit order)."""

@@ -20,6 +20,7 @@ from cdcflow.core.data.types import TypeCode
 __all__ = [
     "ColumnInfo",
     "DDLEvent",
+    "InsertRun",
     "MicroBatch",
     "OpType",
     "RawKVEvent",
@@ -220,6 +221,46 @@ class RawKVEvent:
 #: :mod:`cdcflow.core.data.frozen`): for paths that make one or more per row.
 make_row_change = frozen_maker(RowChange)
 make_raw_event = frozen_maker(RawKVEvent)
+
+
+@dataclass(frozen=True, slots=True)
+class InsertRun:
+    """Inserts of one table, with one schema, all committed at one ts: rows as an initial
+    snapshot's batch holds them (``keys[i]`` the upstream key of the row whose new image
+    is ``afters[i]``, in the order read), mounted together without a :class:`RowChange`
+    per row. A sink that writes such rows faster together takes the run whole
+    (:meth:`~cdcflow.core.data.sink.PartitionWriter.write_inserts`); any other reads
+    :meth:`rows`, the same rows a mounter gives one by one."""
+
+    table: TableName
+    schema: TableSchema
+    commit_ts: int
+    start_ts: int
+    keys: Sequence[bytes]
+    afters: Sequence[Mapping[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.afters)
+
+    def rows(self) -> list[RowChange]:
+        """The run's rows, each an insert."""
+        table, schema, commit_ts, start_ts, insert = (
+            self.table,
+            self.schema,
+            self.commit_ts,
+            self.start_ts,
+            OpType.INSERT,
+        )
+        return [
+            make_row_change(table, insert, commit_ts, start_ts, after, None, schema, key)
+            for key, after in zip(self.keys, self.afters, strict=True)
+        ]
+
+    def slice(self, start: int, stop: int) -> InsertRun:
+        """Rows ``start`` up to ``stop`` (excluded) of the run."""
+        return InsertRun(
+            self.table, self.schema, self.commit_ts, self.start_ts, self.keys[start:stop], self.afters[start:stop]
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,7 +115,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from cdcflow.core.data.codec import EncodedMessage
-from cdcflow.core.data.events import MicroBatch, RowChange, TableName
+from cdcflow.core.data.events import InsertRun, MicroBatch, RowChange, TableName
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.plugin.base import ConfigT, Plugin
 
@@ -144,6 +144,12 @@ class PartitionWriter(abc.ABC):
     @abc.abstractmethod
     def write(self, rows: Sequence[RowChange]) -> None:
         """Write the next rows of the partition, in the order given (they continue it)."""
+
+    def write_inserts(self, run: InsertRun) -> None:
+        """Write the rows of ``run`` next (an initial snapshot's, mounted together), as
+        :meth:`write` would write ``run.rows()`` — which the default does. A writer
+        that encodes a table's inserts faster without a row object each overrides it."""
+        self.write(run.rows())
 
     @abc.abstractmethod
     def flush(self) -> None:
@@ -212,6 +218,11 @@ class LaneTaskWriter(TaskWriter):
             by_lane.setdefault((route, lane), []).append(part)
         return by_lane
 
+    def encode_insert_lanes(self, run: InsertRun) -> Mapping[tuple[str, int], Sequence[EncodedMessage]]:
+        """:meth:`encode_lanes` of ``run.rows()`` (which the default gives), for a writer
+        that routes and encodes a run of one table's inserts faster whole."""
+        return self.encode_lanes(run.rows())
+
     def open(self, batch: MicroBatch, partition: int) -> PartitionWriter:
         return _EncodingPartitionWriter(self, self.open_lanes(batch, partition))
 
@@ -223,6 +234,10 @@ class _EncodingPartitionWriter(PartitionWriter):
 
     def write(self, rows: Sequence[RowChange]) -> None:
         for (route, lane), parts in self._target.encode_lanes(rows).items():
+            self._lanes.write(route, lane, parts)
+
+    def write_inserts(self, run: InsertRun) -> None:
+        for (route, lane), parts in self._target.encode_insert_lanes(run).items():
             self._lanes.write(route, lane, parts)
 
     def flush(self) -> None:

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from cdcflow.core.control.gc.keeper import GCSafepointKeeper
 from cdcflow.core.data.events import (
+    InsertRun,
     RawKVEvent,
     ResolvedEvent,
     RowChange,
@@ -132,6 +133,18 @@ class BatchMounter(abc.ABC):
         together overrides this. The default mounts one event at a time.
         """
         return [self.mount(event) for event in events]
+
+    def mount_inserts(
+        self, span: Span, keys: Sequence[bytes], values: Sequence[bytes], commit_ts: int, start_ts: int
+    ) -> InsertRun | None:
+        """The rows of the puts of ``keys`` with ``values`` (no old values), all of one span
+        and committed at ``commit_ts`` (an initial snapshot's pairs), as one
+        :class:`~cdcflow.core.data.events.InsertRun` — the same rows, in the same order,
+        :meth:`mount_many` gives them — when every one is an insert of one table and schema
+        version that the mounter decodes together. None (the default) for any other:
+        the caller mounts them with :meth:`mount_many`, which also raises the coded error
+        of a row that does not decode."""
+        return None
 
     @abc.abstractmethod
     def schemas(self) -> Sequence[TableSchema]:

@@ -33,7 +33,16 @@ from typing import Any, Literal
 from pydantic import Field
 
 from cdcflow.core.data.codec import Codec, EncodedMessage, make_encoded_message
-from cdcflow.core.data.events import ColumnInfo, DDLEvent, OpType, RowChange, TableName
+from cdcflow.core.data.events import (
+    ColumnInfo,
+    DDLEvent,
+    InsertRun,
+    OpType,
+    RowChange,
+    TableName,
+    TableSchema,
+    make_row_change,
+)
 from cdcflow.core.data.types import (
     BLOB_TYPES,
     CHAR_TYPES,
@@ -440,7 +449,10 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
     def _schema_columns(self, row: RowChange) -> tuple[KnownColumns, OrderedColumns]:
         """The row's schema columns by name with their JSON heads, and the same sorted by
         name; cached per column tuple."""
-        schema = row.schema
+        return self._columns_of(row.schema)
+
+    def _columns_of(self, schema: TableSchema | None) -> tuple[KnownColumns, OrderedColumns]:
+        """:meth:`_schema_columns` of a schema."""
         if schema is None:
             return {}, ()
         columns = schema.columns
@@ -520,6 +532,34 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
                     append(make_encoded_message(key, value, table, 1, row.commit_ts))
                     continue
             append(make_encoded_message(*self._fitting_pair(row), row.table, 1, row.commit_ts))
+        return out
+
+    def encode_insert_parts(self, topic: str, run: InsertRun) -> list[EncodedMessage]:
+        """:meth:`encode_row_parts` of the run's rows, the key written once for the run
+        (one table and ts) and each value by the C image writer straight from its image:
+        no row object but for an image the writer leaves to Python or a message over the
+        size limit (:meth:`_fitting_pair`, as :meth:`_native_parts` does)."""
+        config = self.config
+        ordered = self._columns_of(run.schema)[1]
+        if NATIVE is None or config.delete_only_output_handle_key_columns or config.only_output_updated_columns:
+            ordered = ()
+        if not ordered:
+            return super().encode_insert_parts(topic, run)
+        columns = self._schemas[id(run.schema.columns)][3]
+        table, ts, image = run.table, run.commit_ts, NATIVE.image
+        key = b'{"ts":%d%b' % (ts, self._key_tail(table, False).encode("utf-8"))
+        fits = config.max_message_bytes - MAX_RECORD_OVERHEAD - 16 - 8 - len(key)  # as _fits_alone
+        out: list[EncodedMessage] = []
+        append = out.append
+        for i, after in enumerate(run.afters):
+            written = image(after, columns)
+            if written is not None:
+                value = b'{"u":' + written + b"}"
+                if len(value) <= fits:
+                    append(make_encoded_message(key, value, table, 1, ts))
+                    continue
+            row = make_row_change(table, OpType.INSERT, ts, run.start_ts, after, None, run.schema, run.keys[i])
+            append(make_encoded_message(*self._fitting_pair(row), table, 1, ts))
         return out
 
     def assemble(self, topic: str, parts: Sequence[EncodedMessage]) -> list[EncodedMessage]:

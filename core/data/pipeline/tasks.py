@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.core.data.codec import EncodedMessage, make_encoded_message
-from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableName, TableSchema
+from cdcflow.core.data.events import InsertRun, MicroBatch, RawKVEvent, RowChange, Span, TableName, TableSchema
 from cdcflow.core.data.filter import TableFilter
 from cdcflow.core.data.logservice.records import (
     KIND_RAW,
@@ -253,6 +253,18 @@ class RowPlan:
                     rows.append(row)
             yield rows
 
+    def runs(self, batches: Iterable[pa.RecordBatch]) -> Iterator[list[RowChange] | InsertRun]:
+        """:meth:`rows`, but a record batch of raw puts of one span at one commit ts (an
+        initial snapshot's, as its parts hold them) that the mounter takes together comes
+        as one :class:`~cdcflow.core.data.events.InsertRun` instead of a list of rows."""
+        mounter = self.mounter
+        for batch in batches:
+            run = _insert_run(mounter, self.spans, batch) if mounter is not None else None
+            if run is None:
+                yield from self.rows((batch,))
+            elif self.table_filter.matches(run.table.schema, run.table.table):
+                yield run
+
     def mounted_records(self, batch: pa.RecordBatch) -> list[Record]:
         """The records of ``batch`` with every raw record mounted into a row record."""
         ids = _FrozenSchemaIds(self.schema_ids)
@@ -273,6 +285,28 @@ class RowPlan:
             if row is not None:
                 out.append(record_from_event(row, record[4], ids))
         return out
+
+
+def _insert_run(mounter: BatchMounter, spans: Mapping[int, Span], batch: pa.RecordBatch) -> InsertRun | None:
+    """``batch`` mounted as one run when it holds raw puts only (no old values), all of
+    one span and one commit and start ts, and the mounter takes them together."""
+    if not batch.num_rows:
+        return None
+    column = batch.column
+    for name in ("commit_ts", "start_ts", "span_id", "kind", "op"):
+        bounds = pc.min_max(column(name))
+        if column(name).null_count or bounds["min"] != bounds["max"]:
+            return None
+    old = column("old_value")
+    if column("op")[0].as_py() != "put" or column("kind")[0].as_py() != KIND_RAW:
+        return None
+    if old.null_count != len(old) and pc.max(pc.binary_length(old)).as_py():
+        return None
+    span = spans.get(column("span_id")[0].as_py())
+    if span is None:
+        return None
+    commit_ts, start_ts = column("commit_ts")[0].as_py(), column("start_ts")[0].as_py()
+    return mounter.mount_inserts(span, column("key").to_pylist(), column("value").to_pylist(), commit_ts, start_ts)
 
 
 class _LazyRegistry:
@@ -595,6 +629,17 @@ def _prepared_rows(
             yield rows
 
 
+def _prepared_runs(
+    plan: RowPlan, column_selection: ColumnSelection, batches: Iterable[pa.RecordBatch]
+) -> Iterator[list[RowChange] | InsertRun]:
+    """:func:`_prepared_rows`, with :meth:`RowPlan.runs` where rows are handed on as mounted
+    (no column selection, no transforms: a run is its rows unchanged)."""
+    if column_selection or plan.transforms:
+        return _prepared_rows(plan, column_selection, batches)
+    freeze_worker_heap()
+    return (run for run in plan.runs(batches) if len(run))
+
+
 def _summary(partition: int, rows: int, started: float, error: bytes, nbytes: int) -> dict[str, object]:
     return {
         "partition": partition,
@@ -624,10 +669,15 @@ class WriteTask:
         measured = _Measured(batches)
         opened: list[PartitionWriter] = []
         try:
-            for rows in _prepared_rows(self.plan, self.column_selection, measured):
+            for rows in _prepared_runs(self.plan, self.column_selection, measured):
                 if not opened:
                     opened = [writer.open(self.head, partition) for writer in self.writers]
                 for i in range(0, len(rows), _WRITE_ROWS):
+                    if isinstance(rows, InsertRun):
+                        run = rows.slice(i, i + _WRITE_ROWS)
+                        for writer in opened:
+                            writer.write_inserts(run)
+                        continue
                     chunk = rows[i : i + _WRITE_ROWS]
                     for writer in opened:
                         writer.write(chunk)

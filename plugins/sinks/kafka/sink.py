@@ -87,7 +87,7 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from cdcflow.core.data.codec import Codec, EncodedMessage
-from cdcflow.core.data.events import MicroBatch, OpType, RowChange, TableName
+from cdcflow.core.data.events import InsertRun, MicroBatch, OpType, RowChange, TableName
 from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, Sink, SinkContext, TaskWriter
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
@@ -544,6 +544,17 @@ class _KafkaTaskWriter(LaneTaskWriter):
     def encode_lanes(self, rows: Sequence[RowChange]) -> dict[tuple[str, int], list[EncodedMessage]]:
         routed = _route(rows, self.router, self._partition_count, indexed=False)
         return {lane: self.codec.encode_row_parts(lane[0], parts) for lane, parts in routed.items()}
+
+    def encode_insert_lanes(self, run: InsertRun) -> dict[tuple[str, int], list[EncodedMessage]]:
+        """Under a dispatcher that puts a table in one partition (the table rule): the run
+        routed once, to that lane, and encoded whole (the codec's
+        :meth:`~cdcflow.core.data.codec.Codec.encode_insert_parts`); else row by row."""
+        topic, dispatcher = self.router.route(run.table)
+        count = self._partition_count(topic)
+        partition = None if _may_move(dispatcher) else dispatcher.table_partition(run.table, count)
+        if partition is None:
+            return self.encode_lanes(run.rows())
+        return {(topic, partition): self.codec.encode_insert_parts(topic, run)}
 
     def open_lanes(self, batch: MicroBatch, partition: int) -> LaneWriter:
         return _KafkaLaneWriter(self, batch)

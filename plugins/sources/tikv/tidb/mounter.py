@@ -30,7 +30,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from cdcflow.core.data.events import DDLEvent, OpType, RawKVEvent, RowChange, TableName, TableSchema, make_row_change
+from cdcflow.core.data.events import (
+    DDLEvent,
+    InsertRun,
+    OpType,
+    RawKVEvent,
+    RowChange,
+    Span,
+    TableName,
+    TableSchema,
+    make_row_change,
+)
 from cdcflow.core.data.source import BatchMounter, Mounter
 from cdcflow.core.errors import CdcflowError, ErrorCode, Retryable, Severity
 from cdcflow.core.native import native_module
@@ -309,6 +319,46 @@ class TiDBMounter(Mounter):
         schema = plan.schema
         return make_row_change(schema.table, op, event.commit_ts, event.start_ts, after, before, schema, key)
 
+    def mount_inserts(
+        self, keys_: Sequence[bytes], values_: Sequence[bytes], commit_ts: int, start_ts: int
+    ) -> InsertRun | None:
+        """:meth:`BatchMounter.mount_inserts`: puts of int-handle record keys of one
+        replicated table, every value a small v2 row, decoded with one plan and the C
+        layouts; None as soon as one pair is anything else (the caller's
+        :meth:`mount_many` then mounts them all, or raises the row's coded error)."""
+        if not keys_:
+            return None
+        first = keys_[0]
+        if len(first) != keys.RECORD_ROW_KEY_LEN or first[0] != 0x74:  # b"t"
+            return None
+        raw_id, sep, _ = _INT_RECORD_KEY.unpack_from(first, 1)
+        if sep != b"_r":
+            return None
+        table_id = (raw_id ^ _SIGN) - (1 << 64) if not raw_id & _SIGN else raw_id ^ _SIGN
+        plan = self._plan_between(table_id, commit_ts - 1)[2]
+        if plan is None:
+            return None
+        prefix = first[:11]  # b"t", the table id, b"_r"
+        length, unpack, image, unsigned = (
+            keys.RECORD_ROW_KEY_LEN,
+            _INT_RECORD_KEY.unpack_from,
+            self._fast_image,
+            plan.pk_unsigned,
+        )
+        afters: list[dict[str, Any]] = []
+        append = afters.append
+        try:
+            for key, value in zip(keys_, values_, strict=True):
+                if len(key) != length or not value or not key.startswith(prefix):
+                    return None
+                raw_handle = unpack(key, 1)[2]
+                handle = (raw_handle ^ _SIGN) - (1 << 64) if not raw_handle & _SIGN else raw_handle ^ _SIGN
+                append(image(plan, value, handle & _U64 if unsigned else handle))
+        except _FAST_PATH_ERRORS:
+            return None
+        schema = plan.schema
+        return InsertRun(schema.table, schema, commit_ts, start_ts, keys_, afters)
+
     def _plan_between(self, table_id: int, ts: int) -> tuple[int, int, _Plan | None]:
         """The ts range around ``ts`` with one version of the table (:meth:`SchemaStore.table_between`)
         and that version's plan, None when its rows are not given (no such table, a table
@@ -519,6 +569,11 @@ class TiDBBatchMounter(BatchMounter):
 
     def mount_many(self, events: Sequence[RawKVEvent]) -> list[RowChange | None]:
         return self._row_mounter().mount_many(events)
+
+    def mount_inserts(
+        self, span: Span, keys_: Sequence[bytes], values_: Sequence[bytes], commit_ts: int, start_ts: int
+    ) -> InsertRun | None:
+        return self._row_mounter().mount_inserts(keys_, values_, commit_ts, start_ts)
 
     def _row_mounter(self) -> TiDBMounter:
         if self._mounter is None:
