@@ -33,6 +33,7 @@
 #include <Python.h>
 #include <datetime.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,9 +412,155 @@ image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/*
+ * pack(parts, max_rows, max_bytes, version, overhead) packs row parts (objects with
+ * .key: bytes | None, .value: bytes, .ts: int) into Open Protocol messages, in order, by
+ * the rule OpenProtocolCodec.assemble writes in Python: at most max_rows parts a message,
+ * and no more than max_bytes counting 16 + len(key) + len(value) a part on top of
+ * 8 + overhead (a part over the limit alone gets a message of its own).  A message's key
+ * is version then each part's 8-byte big-endian length and key, its value each part's
+ * length and value.  It returns a list of (key, value, count, ts) -- ts the largest of
+ * its parts' -- or None, for the Python path, when a part is of another shape.
+ */
+typedef struct {
+    PyObject *key, *value; /* new references; key NULL for None */
+    long long ts;
+} Part;
+
+static void
+put_be64(char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+static PyObject *
+pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static PyObject *s_key, *s_value, *s_ts;
+    if (s_key == NULL && ((s_key = PyUnicode_InternFromString("key")) == NULL
+                          || (s_value = PyUnicode_InternFromString("value")) == NULL
+                          || (s_ts = PyUnicode_InternFromString("ts")) == NULL))
+        return NULL;
+    if (nargs != 5 || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "pack(parts, max_rows, max_bytes, version: bytes, overhead)");
+        return NULL;
+    }
+    long long max_rows = PyLong_AsLongLong(args[1]), max_bytes = PyLong_AsLongLong(args[2]);
+    long long overhead = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "pack: parts must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Part *parts = PyMem_Calloc(n ? n : 1, sizeof(Part));
+    PyObject *out = NULL;
+    int python = 0; /* a part this code does not take: None for the caller */
+    if (parts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *part = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *key = PyObject_GetAttr(part, s_key);
+        if (key == NULL)
+            goto done;
+        if (key == Py_None)
+            Py_CLEAR(key);
+        parts[i].key = key;
+        if ((parts[i].value = PyObject_GetAttr(part, s_value)) == NULL)
+            goto done;
+        PyObject *ts = PyObject_GetAttr(part, s_ts);
+        if (ts == NULL)
+            goto done;
+        int overflow = 0;
+        parts[i].ts = PyLong_Check(ts) ? PyLong_AsLongLongAndOverflow(ts, &overflow) : 0;
+        int exact = PyLong_CheckExact(ts) && !overflow;
+        Py_DECREF(ts);
+        if (PyErr_Occurred())
+            goto done;
+        if (!exact || !PyBytes_CheckExact(parts[i].value) || (key != NULL && !PyBytes_CheckExact(key))) {
+            python = 1;
+            goto done;
+        }
+    }
+    if (max_rows < 1)
+        max_rows = 1;
+    out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    const char *version = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t version_len = PyBytes_GET_SIZE(args[3]);
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t first = i, key_len = version_len, value_len = 0;
+        long long size = 8 + overhead, ts = parts[i].ts, count = 0;
+        while (i < n && count < max_rows) {
+            Py_ssize_t kl = parts[i].key ? PyBytes_GET_SIZE(parts[i].key) : 0;
+            Py_ssize_t vl = PyBytes_GET_SIZE(parts[i].value);
+            long long grow = 16 + (long long)kl + (long long)vl;
+            if (count && size + grow > max_bytes)
+                break;
+            size += grow;
+            key_len += 8 + kl;
+            value_len += 8 + vl;
+            if (parts[i].ts > ts)
+                ts = parts[i].ts;
+            count++;
+            i++;
+        }
+        PyObject *key = PyBytes_FromStringAndSize(NULL, key_len);
+        PyObject *value = key ? PyBytes_FromStringAndSize(NULL, value_len) : NULL;
+        if (value == NULL) {
+            Py_XDECREF(key);
+            Py_CLEAR(out);
+            goto done;
+        }
+        char *k = PyBytes_AS_STRING(key), *v = PyBytes_AS_STRING(value);
+        memcpy(k, version, version_len);
+        k += version_len;
+        for (Py_ssize_t j = first; j < i; j++) {
+            Py_ssize_t kl = parts[j].key ? PyBytes_GET_SIZE(parts[j].key) : 0;
+            Py_ssize_t vl = PyBytes_GET_SIZE(parts[j].value);
+            put_be64(k, (uint64_t)kl);
+            if (kl)
+                memcpy(k + 8, PyBytes_AS_STRING(parts[j].key), kl);
+            k += 8 + kl;
+            put_be64(v, (uint64_t)vl);
+            memcpy(v + 8, PyBytes_AS_STRING(parts[j].value), vl);
+            v += 8 + vl;
+        }
+        PyObject *message = Py_BuildValue("(NNLL)", key, value, count, ts);
+        if (message == NULL || PyList_Append(out, message) < 0) {
+            Py_XDECREF(message);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(message);
+    }
+done:
+    if (parts != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_XDECREF(parts[i].key);
+            Py_XDECREF(parts[i].value);
+        }
+        PyMem_Free(parts);
+    }
+    Py_DECREF(seq);
+    if (python && out == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"image", (PyCFunction)(void (*)(void))image, METH_FASTCALL,
      "image(image, columns) -> bytes | None: a full row image as Open Protocol JSON, UTF-8 and HTML-escaped."},
+    {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,
+     "pack(parts, max_rows, max_bytes, version, overhead) -> list[(key, value, count, ts)] | None:"
+     " row parts packed into Open Protocol messages as OpenProtocolCodec.assemble packs them."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdcflow.core.data.codec import EncodedMessage
 from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, TableSchema
 from cdcflow.core.data.types import TypeCode
 from cdcflow.core.errors import UnsupportedProtocolError
@@ -181,3 +182,45 @@ def test_temporal_values_are_spelled_as_in_python(sql_type, code, value):
 def test_decimals_are_written_in_fixed_point(value):
     native, python = one_column_both_ways(ColumnInfo("n", TypeCode.NEWDECIMAL, N), value)
     assert native == python
+
+
+# -- packing parts into messages -------------------------------------------------------------
+
+PARTS = st.lists(
+    st.builds(
+        EncodedMessage,
+        st.none() | st.binary(max_size=40),
+        st.binary(max_size=300),
+        st.none(),
+        st.just(1),
+        st.integers(0, (1 << 63) - 1),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PARTS, st.integers(-1, 20), st.integers(1024, 4096))
+def test_parts_are_packed_into_the_messages_python_packs(parts, max_batch_size, max_message_bytes):
+    config = OpenProtocolConfig(max_batch_size=max(1, max_batch_size), max_message_bytes=max_message_bytes)
+    native = OpenProtocolCodec(config).assemble("t", parts)
+    saved, open_protocol.NATIVE = open_protocol.NATIVE, None
+    try:
+        python = OpenProtocolCodec(config).assemble("t", parts)
+    finally:
+        open_protocol.NATIVE = saved
+    assert native == python
+
+
+def test_parts_of_another_shape_are_left_to_python():
+    class Part:
+        def __init__(self, key, value, ts):
+            self.key, self.value, self.ts = key, value, ts
+
+    pack = _opfast.pack
+    assert pack([Part(bytearray(b"k"), b"v", 1)], 16, 4096, b"\0" * 8, 8) is None
+    assert pack([Part(b"k", b"v", 1.5)], 16, 4096, b"\0" * 8, 8) is None
+    assert pack([Part(b"k", b"v", 1 << 70)], 16, 4096, b"\0" * 8, 8) is None
+    assert pack([], 16, 4096, b"\0" * 8, 8) == []
+    with pytest.raises(AttributeError):
+        pack([object()], 16, 4096, b"\0" * 8, 8)
