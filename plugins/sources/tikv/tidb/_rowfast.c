@@ -498,22 +498,25 @@ uint_le(const unsigned char *p, Py_ssize_t n, uint64_t *out)
     return -1;
 }
 
+/* The signed value of a little-endian integer of n bytes read as u. */
+static int64_t
+sign_extend(uint64_t u, Py_ssize_t n)
+{
+    switch (n) {
+    case 1: return (int8_t)u;
+    case 2: return (int16_t)u;
+    case 4: return (int32_t)u;
+    }
+    return (int64_t)u;
+}
+
 static PyObject *
 int_value(const unsigned char *p, Py_ssize_t n, int is_signed)
 {
     uint64_t u;
     if (uint_le(p, n, &u) < 0)
         return fail("an integer value must be 1, 2, 4 or 8 bytes");
-    if (!is_signed)
-        return PyLong_FromUnsignedLongLong(u);
-    int64_t s;
-    switch (n) {
-    case 1: s = (int8_t)u; break;
-    case 2: s = (int16_t)u; break;
-    case 4: s = (int32_t)u; break;
-    default: s = (int64_t)u;
-    }
-    return PyLong_FromLongLong(s);
+    return is_signed ? PyLong_FromLongLong(sign_extend(u, n)) : PyLong_FromUnsignedLongLong(u);
 }
 
 static PyObject *
@@ -565,13 +568,7 @@ duration_value(const unsigned char *p, Py_ssize_t n)
     uint64_t u;
     if (uint_le(p, n, &u) < 0)
         return fail("an integer value must be 1, 2, 4 or 8 bytes");
-    int64_t ns;
-    switch (n) {
-    case 1: ns = (int8_t)u; break;
-    case 2: ns = (int16_t)u; break;
-    case 4: ns = (int32_t)u; break;
-    default: ns = (int64_t)u;
-    }
+    int64_t ns = sign_extend(u, n);
     const int64_t day_us = 86400LL * 1000000LL;
     int64_t us = floor_div(ns, 1000);
     int64_t days = floor_div(us, day_us);

@@ -220,6 +220,16 @@ def _native_layout(
     return decode
 
 
+def _int_record_key(key: bytes) -> tuple[int, int] | None:
+    """The table id and the raw (sign-flipped) handle of an int-handle record key, None for any other key."""
+    if len(key) != keys.RECORD_ROW_KEY_LEN or key[0] != 0x74:  # b"t"
+        return None
+    raw_id, sep, raw_handle = _INT_RECORD_KEY.unpack_from(key, 1)
+    if sep != b"_r":
+        return None
+    return (raw_id ^ _SIGN) - (1 << 64) if not raw_id & _SIGN else raw_id ^ _SIGN, raw_handle
+
+
 class TiDBMounter(Mounter):
     """Decodes TiDB rows with the schema store's schema at ``commit_ts − 1``."""
 
@@ -291,12 +301,10 @@ class TiDBMounter(Mounter):
         ``found``: by table id, the ts range ``[low, high)`` an earlier row of the run looked its
         table up for, and the plan of the version valid there (None: no rows to give)."""
         key = event.key
-        if len(key) != keys.RECORD_ROW_KEY_LEN or key[0] != 0x74:  # b"t"
+        ids = _int_record_key(key)
+        if ids is None:
             return _MISSING
-        raw_id, sep, raw_handle = _INT_RECORD_KEY.unpack_from(key, 1)
-        if sep != b"_r":
-            return _MISSING
-        table_id = (raw_id ^ _SIGN) - (1 << 64) if not raw_id & _SIGN else raw_id ^ _SIGN
+        table_id, raw_handle = ids
         ts = event.commit_ts - 1  # the version that decodes a row is the one before its commit
         hit = found.get(table_id)
         if hit is None or not hit[0] <= ts < hit[1]:
@@ -329,13 +337,10 @@ class TiDBMounter(Mounter):
         if not keys_:
             return None
         first = keys_[0]
-        if len(first) != keys.RECORD_ROW_KEY_LEN or first[0] != 0x74:  # b"t"
+        ids = _int_record_key(first)
+        if ids is None:
             return None
-        raw_id, sep, _ = _INT_RECORD_KEY.unpack_from(first, 1)
-        if sep != b"_r":
-            return None
-        table_id = (raw_id ^ _SIGN) - (1 << 64) if not raw_id & _SIGN else raw_id ^ _SIGN
-        plan = self._plan_between(table_id, commit_ts - 1)[2]
+        plan = self._plan_between(ids[0], commit_ts - 1)[2]
         if plan is None:
             return None
         prefix = first[:11]  # b"t", the table id, b"_r"
