@@ -19,6 +19,11 @@ in one process:
   (Arrow → raw events → mounted, filtered rows → routed by the table dispatcher
   to a 3-partition topic, encoded, each lane's parts packed into messages): a
   write task's CPU work short of the Kafka client;
+* snapshot task / snapshot task rows — the task above over an initial snapshot's
+  record batches (``N`` inserts of ``shop.orders`` read at one ts, 8,192 a batch, as
+  its parts hold them): mounted as one run per batch and written whole
+  (:meth:`BatchMounter.mount_inserts`, ``write_inserts``), then the same batches with
+  a mounter that declines runs, row by row (``rows``; the ratio of the two is printed);
 * encode step / lane step — the two steps of a batch whose rows are kept in
   order per table (Kafka's default table dispatcher, see
   :class:`~cdcflow.core.data.sink.LaneTaskWriter`): the same batches through an
@@ -67,12 +72,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.core.data.codec import EncodedMessage
-from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span
+from cdcflow.core.data.events import MicroBatch, RawKVEvent, RowChange, Span, TableSchema
 from cdcflow.core.data.filter import TableFilter
-from cdcflow.core.data.logservice.records import record_from_event, records_to_batch
+from cdcflow.core.data.logservice.records import raw_puts_batch, record_from_event, records_to_batch
 from cdcflow.core.data.pipeline.columns import ColumnSelection
 from cdcflow.core.data.pipeline.tasks import LANE_ORDER, EncodeTask, LaneTask, RowPlan, RowsTask, WriteTask
 from cdcflow.core.data.sink import LaneWriter
+from cdcflow.core.data.source import BatchMounter
 from cdcflow.plugins.codecs import open_protocol
 from cdcflow.plugins.codecs.open_protocol import OpenProtocolCodec, OpenProtocolConfig
 from cdcflow.plugins.sinks.kafka.dispatch import EventRouter
@@ -217,6 +223,40 @@ def lane_writer() -> _PackOnly:
     return _PackOnly({}, EventRouter("bench", []), codec, {"bench": 3}, 10.0, "bench")
 
 
+#: The ts an initial snapshot's rows are read at (the first schema version's range, see build).
+SNAPSHOT_TS = 500
+
+
+def snapshot_batches(rows: int, seed: int = 11) -> tuple[dict[int, Span], list[pa.RecordBatch]]:
+    """``rows`` rows of shop.orders read at SNAPSHOT_TS, as an initial snapshot's parts
+    hold them: raw puts of one span, 8,192 records a batch."""
+    rng = random.Random(seed)
+    table_id = FIRST_TABLE_ID + sorted(SHOP_TABLES).index("orders")
+    columns = [Column(n + 1, name, ft) for n, (name, ft) in enumerate(SHOP_TABLES["orders"])]
+    ks = [keys.record_key(table_id, handle) for handle in range(1, rows + 1)]
+    vs = [rowcodec.encode_row({c.id: (c.ft, random_value(rng, c)) for c in columns[1:]}) for _ in ks]
+    spans = {1: Span(table_id, *keys.table_record_span(table_id))}
+    return spans, [
+        raw_puts_batch(ks[i : i + 8_192], vs[i : i + 8_192], 1, table_id, SNAPSHOT_TS) for i in range(0, rows, 8_192)
+    ]
+
+
+class RowsOnly(BatchMounter):
+    """A batch mounter that declines runs (``mount_inserts``' default): every row mounted one by one."""
+
+    def __init__(self, mounter: BatchMounter) -> None:
+        self.mounter = mounter
+
+    def mount(self, event: RawKVEvent) -> RowChange | None:
+        return self.mounter.mount(event)
+
+    def mount_many(self, events: Sequence[RawKVEvent]) -> list[RowChange | None]:
+        return self.mounter.mount_many(events)
+
+    def schemas(self) -> Sequence[TableSchema]:
+        return self.mounter.schemas()
+
+
 def run_encode_step(plan: RowPlan, batches: Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return list(EncodeTask(plan, (lane_writer(),), ColumnSelection())(iter(batches)))
 
@@ -269,19 +309,34 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--profile",
-        choices=("mount", "encode", "task", "encode-step", "lane-step", "parts-step", "unpack-step"),
+        choices=(
+            "mount",
+            "encode",
+            "task",
+            "snapshot-task",
+            "snapshot-task-rows",
+            "encode-step",
+            "lane-step",
+            "parts-step",
+            "unpack-step",
+        ),
         help="profile one stage instead",
     )
     args = parser.parse_args()
     mounter, events = build(args.rows)
     rows = mount_all(pickle.loads(pickle.dumps(mounter)), events)
     spans, batches = record_batches(events)
+    snapshot_spans, snapshot = snapshot_batches(args.rows)
     with tempfile.TemporaryDirectory() as store_dir:
 
         def task_plan() -> RowPlan:
             return RowPlan("bench", store_dir, spans, pickle.loads(pickle.dumps(mounter)), TableFilter())
 
-        measure(args, mounter, events, rows, batches, task_plan)
+        def snapshot_plan(runs: bool = True) -> RowPlan:
+            fresh: BatchMounter = pickle.loads(pickle.dumps(mounter))
+            return RowPlan("bench", store_dir, snapshot_spans, fresh if runs else RowsOnly(fresh), TableFilter())
+
+        measure(args, mounter, events, rows, batches, task_plan, (snapshot, snapshot_plan))
 
 
 def measure(
@@ -291,11 +346,12 @@ def measure(
     rows: list[RowChange],
     batches: list[pa.RecordBatch],
     task_plan: Callable[[], RowPlan],
+    snapshot: tuple[list[pa.RecordBatch], Callable[..., RowPlan]],
 ) -> None:
     parts = run_parts_step(task_plan(), batches)  # also imports what the step imports on its first run
     found, tables = read_found(parts), by_table(parts)
     if args.profile:
-        profile(args.profile, mounter, events, rows, batches, task_plan, found, tables)
+        profile(args.profile, mounter, events, rows, batches, task_plan, found, tables, snapshot)
         return
     rates: dict[str, list[float]] = {}
 
@@ -343,6 +399,10 @@ def measure(
             "task path",
             timed("task", len(events), lambda p=plan: run_task(p, batches)),
         )
+        for name, runs in (("snapshot task", True), ("snapshot task rows", False)):
+            got = timed(name, args.rows, lambda r=runs: run_task(snapshot[1](r), snapshot[0]))
+            if got != args.rows:
+                raise SystemExit(f"the {name} path lost rows")
         encoded, _ = both("encode step", len(events), lambda: functools.partial(run_encode_step, task_plan(), batches))
         parts = by_lane(encoded)
         check("lane step", timed("lane step", len(events), lambda p=parts: run_lane_step(p)))
@@ -354,6 +414,12 @@ def measure(
         values = rates[name]
         rounds = ", ".join(f"{r:,.0f}" for r in values)
         print(f"{name + ':':24}{statistics.median(values):,.0f} rows/s  (rounds: {rounds})")
+    for suffix in ("", " cpu"):
+        ratios = [
+            a / b for a, b in zip(rates[f"snapshot task{suffix}"], rates[f"snapshot task rows{suffix}"], strict=True)
+        ]
+        shown = ", ".join(f"{r:.2f}" for r in ratios)
+        print(f"snapshot task / rows{suffix}: {statistics.median(ratios):.2f}x (rounds: {shown})")
 
 
 def profile(
@@ -365,6 +431,7 @@ def profile(
     task_plan: Callable[[], RowPlan],
     found: dict[tuple[str, str], TableRows],
     tables: dict[tuple[str, str], list[pa.RecordBatch]],
+    snapshot: tuple[list[pa.RecordBatch], Callable[..., RowPlan]],
 ) -> None:
     """Run ``stage`` once under cProfile and print its top costs (by own time)."""
     codec = OpenProtocolCodec(OpenProtocolConfig())
@@ -373,6 +440,8 @@ def profile(
         "mount": lambda: mount_all(pickle.loads(pickle.dumps(mounter)), events),
         "encode": lambda: encode_all(codec, rows),
         "task": lambda: run_task(task_plan(), batches),
+        "snapshot-task": lambda: run_task(snapshot[1](), snapshot[0]),
+        "snapshot-task-rows": lambda: run_task(snapshot[1](False), snapshot[0]),
         "encode-step": lambda: run_encode_step(task_plan(), batches),
         "lane-step": lambda: run_lane_step(parts),
         "parts-step": lambda: run_parts_step(task_plan(), batches),
