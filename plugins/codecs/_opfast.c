@@ -440,9 +440,10 @@ static PyObject *
 pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static PyObject *s_key, *s_value, *s_ts;
-    if (s_key == NULL && ((s_key = PyUnicode_InternFromString("key")) == NULL
-                          || (s_value = PyUnicode_InternFromString("value")) == NULL
-                          || (s_ts = PyUnicode_InternFromString("ts")) == NULL))
+    /* Each name made until it is made: a failed first call leaves none half-set. */
+    if ((s_key == NULL && (s_key = PyUnicode_InternFromString("key")) == NULL)
+        || (s_value == NULL && (s_value = PyUnicode_InternFromString("value")) == NULL)
+        || (s_ts == NULL && (s_ts = PyUnicode_InternFromString("ts")) == NULL))
         return NULL;
     if (nargs != 5 || !PyBytes_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "pack(parts, max_rows, max_bytes, version: bytes, overhead)");
