@@ -356,6 +356,47 @@ put_value(Out *o, PyObject *value, long kind, PyObject *arg, PyObject *writer)
     return rc;
 }
 
+/* Writes img with columns (see the top of this file) to o: 1 written, 0 for the Python
+ * path, -1 an error. */
+static int
+write_image(Out *o, PyObject *img, PyObject *columns)
+{
+    Py_ssize_t count = PyTuple_GET_SIZE(columns);
+    if (!PyDict_CheckExact(img) || count == 0 || PyDict_GET_SIZE(img) != count)
+        return 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *column = PyTuple_GET_ITEM(columns, i);
+        long kind = -1;
+        if (!PyTuple_Check(column) || PyTuple_GET_SIZE(column) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(column, 1))
+            || ((kind = PyLong_AsLong(PyTuple_GET_ITEM(column, 2))) == -1 && PyErr_Occurred())
+            || (kind == K_TEMPORAL && !PyLong_Check(PyTuple_GET_ITEM(column, 3)))) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a column is (name, head: bytes, kind: int, arg, writer)");
+            return -1;
+        }
+        PyObject *value = PyDict_GetItemWithError(img, PyTuple_GET_ITEM(column, 0));
+        if (value == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        PyObject *head = PyTuple_GET_ITEM(column, 1);
+        if (out_put(o, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head)) < 0)
+            return -1;
+        Py_INCREF(value); /* a writer may run any code, the dict's too */
+        int rc = put_value(o, value, kind, PyTuple_GET_ITEM(column, 3), PyTuple_GET_ITEM(column, 4));
+        Py_DECREF(value);
+        if (rc <= 0)
+            return rc;
+    }
+    return out_put(o, "}}", 2) < 0 ? -1 : 1;
+}
+
+static void
+out_init(Out *o)
+{
+    o->data = o->small;
+    o->len = 0;
+    o->cap = sizeof(o->small);
+}
+
 static PyObject *
 image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -364,52 +405,98 @@ image(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "image(image, columns: tuple)");
         return NULL;
     }
-    PyObject *img = args[0], *columns = args[1];
-    Py_ssize_t count = PyTuple_GET_SIZE(columns);
-    if (!PyDict_CheckExact(img) || count == 0 || PyDict_GET_SIZE(img) != count)
-        Py_RETURN_NONE;
     Out o;
-    o.data = o.small;
-    o.len = 0;
-    o.cap = sizeof(o.small);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *column = PyTuple_GET_ITEM(columns, i);
-        long kind = -1;
-        if (!PyTuple_Check(column) || PyTuple_GET_SIZE(column) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(column, 1))
-            || ((kind = PyLong_AsLong(PyTuple_GET_ITEM(column, 2))) == -1 && PyErr_Occurred())
-            || (kind == K_TEMPORAL && !PyLong_Check(PyTuple_GET_ITEM(column, 3)))) {
-            out_free(&o);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "a column is (name, head: bytes, kind: int, arg, writer)");
-            return NULL;
-        }
-        PyObject *value = PyDict_GetItemWithError(img, PyTuple_GET_ITEM(column, 0));
-        if (value == NULL) {
-            out_free(&o);
-            if (PyErr_Occurred())
-                return NULL;
-            Py_RETURN_NONE;
-        }
-        PyObject *head = PyTuple_GET_ITEM(column, 1);
-        if (out_put(&o, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head)) < 0) {
-            out_free(&o);
-            return NULL;
-        }
-        Py_INCREF(value); /* a writer may run any code, the dict's too */
-        int rc = put_value(&o, value, kind, PyTuple_GET_ITEM(column, 3), PyTuple_GET_ITEM(column, 4));
-        Py_DECREF(value);
-        if (rc <= 0) {
-            out_free(&o);
-            if (rc < 0)
-                return NULL;
-            Py_RETURN_NONE;
-        }
-    }
-    PyObject *result = NULL;
-    if (out_put(&o, "}}", 2) == 0)
-        result = PyBytes_FromStringAndSize(o.data, o.len);
+    out_init(&o);
+    int rc = write_image(&o, args[0], args[1]);
+    PyObject *result = rc > 0 ? PyBytes_FromStringAndSize(o.data, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
     out_free(&o);
     return result;
+}
+
+/*
+ * parts(images, columns, key, fits, table, ts, cls, fields) -> (parts, holes): the
+ * Open Protocol parts of a run of inserts of one table at one ts, each value
+ * b'{"u":' + image(img, columns) + b'}' for each img of images, and its key the
+ * run's key.  A part is made as cls(key, value, table, 1, ts) would make it: an
+ * instance of cls (a frozen dataclass with slots) whose slots are set through
+ * fields, the member descriptors of key, value, table, row_count and ts.  An image
+ * the writer leaves to Python, or whose value is longer than fits, gets None in
+ * parts and its index in holes, for the caller to fill.
+ */
+static PyObject *
+parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8 || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2]) || !PyType_Check(args[6])
+        || !PyTuple_Check(args[7]) || PyTuple_GET_SIZE(args[7]) != 5) {
+        PyErr_SetString(PyExc_TypeError, "parts(images, columns: tuple, key: bytes, fits, table, ts, cls, fields)");
+        return NULL;
+    }
+    PyObject *columns = args[1], *key = args[2], *table = args[4], *ts = args[5], *fields = args[7];
+    PyTypeObject *cls = (PyTypeObject *)args[6];
+    for (Py_ssize_t f = 0; f < 5; f++) {
+        if (Py_TYPE(PyTuple_GET_ITEM(fields, f))->tp_descr_set == NULL) {
+            PyErr_SetString(PyExc_TypeError, "parts: fields must be the class's slot descriptors");
+            return NULL;
+        }
+    }
+    Py_ssize_t fits = PyLong_AsSsize_t(args[3]);
+    if (fits == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "parts: images must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n), *holes = PyList_New(0), *one = PyLong_FromLong(1);
+    if (out == NULL || holes == NULL || one == NULL)
+        goto fail;
+    Out o;
+    out_init(&o);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        o.len = 0;
+        int rc = out_put(&o, "{\"u\":", 5) < 0 ? -1 : write_image(&o, PySequence_Fast_GET_ITEM(seq, i), columns);
+        if (rc > 0)
+            rc = out_put(&o, "}", 1) < 0 ? -1 : o.len <= fits;
+        if (rc < 0) {
+            out_free(&o);
+            goto fail;
+        }
+        if (rc == 0) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            int failed = index == NULL || PyList_Append(holes, index) < 0;
+            Py_XDECREF(index);
+            if (failed) {
+                out_free(&o);
+                goto fail;
+            }
+            PyList_SET_ITEM(out, i, Py_NewRef(Py_None));
+            continue;
+        }
+        PyObject *value = PyBytes_FromStringAndSize(o.data, o.len);
+        PyObject *part = value ? cls->tp_alloc(cls, 0) : NULL;
+        PyObject *set[5] = {key, value, table, one, ts};
+        for (Py_ssize_t f = 0; part != NULL && f < 5; f++) {
+            PyObject *field = PyTuple_GET_ITEM(fields, f);
+            if (Py_TYPE(field)->tp_descr_set(field, part, set[f]) < 0)
+                Py_CLEAR(part);
+        }
+        Py_XDECREF(value);
+        if (part == NULL) {
+            out_free(&o);
+            goto fail;
+        }
+        PyList_SET_ITEM(out, i, part);
+    }
+    out_free(&o);
+    Py_DECREF(seq);
+    Py_DECREF(one);
+    return Py_BuildValue("(NN)", out, holes);
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(out);
+    Py_XDECREF(holes);
+    Py_XDECREF(one);
+    return NULL;
 }
 
 /*
@@ -559,6 +646,9 @@ done:
 static PyMethodDef methods[] = {
     {"image", (PyCFunction)(void (*)(void))image, METH_FASTCALL,
      "image(image, columns) -> bytes | None: a full row image as Open Protocol JSON, UTF-8 and HTML-escaped."},
+    {"parts", (PyCFunction)(void (*)(void))parts, METH_FASTCALL,
+     "parts(images, columns, key, fits, table, ts, cls, fields) -> (parts, holes): a run of inserts'"
+     " Open Protocol parts (see the source)."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,
      "pack(parts, max_rows, max_bytes, version, overhead) -> list[(key, value, count, ts)] | None:"
      " row parts packed into Open Protocol messages as OpenProtocolCodec.assemble packs them."},

@@ -28,7 +28,7 @@ import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field
 
@@ -223,6 +223,9 @@ def _known(column: ColumnInfo) -> tuple[ColumnInfo, str, ValueWriter]:
 #: The C writer of full row images (see :func:`_native_columns`), None to write them in Python
 #: (not built, or turned off with ``CDCFLOW_PURE_PYTHON=1``).
 NATIVE: Any = native_module("cdcflow.plugins.codecs._opfast")
+
+#: The slot descriptors ``_opfast.parts`` makes each part's fields with, in its order.
+_PART_FIELDS = tuple(EncodedMessage.__dict__[name] for name in ("key", "value", "table", "row_count", "ts"))
 
 
 def _native_kind(column: ColumnInfo) -> tuple[int, Any]:
@@ -536,9 +539,10 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
 
     def encode_insert_parts(self, topic: str, run: InsertRun) -> list[EncodedMessage]:
         """:meth:`encode_row_parts` of the run's rows, the key written once for the run
-        (one table and ts) and each value by the C image writer straight from its image:
-        no row object but for an image the writer leaves to Python or a message over the
-        size limit (:meth:`_fitting_pair`, as :meth:`_native_parts` does)."""
+        (one table and ts) and the parts in one C call (``_opfast.parts``: each value by
+        the C image writer straight from its image, each part made in C): no Python per
+        row but for an image the writer leaves to Python or a message over the size limit
+        (:meth:`_fitting_pair`, as :meth:`_native_parts` does)."""
         config = self.config
         ordered = self._columns_of(run.schema)[1]
         if NATIVE is None or config.delete_only_output_handle_key_columns or config.only_output_updated_columns:
@@ -546,21 +550,14 @@ class OpenProtocolCodec(Codec[OpenProtocolConfig]):
         if not ordered:
             return super().encode_insert_parts(topic, run)
         columns = self._schemas[id(run.schema.columns)][3]
-        table, ts, image = run.table, run.commit_ts, NATIVE.image
+        table, ts = run.table, run.commit_ts
         key = b'{"ts":%d%b' % (ts, self._key_tail(table, False).encode("utf-8"))
         fits = config.max_message_bytes - MAX_RECORD_OVERHEAD - 16 - 8 - len(key)  # as _fits_alone
-        out: list[EncodedMessage] = []
-        append = out.append
-        for i, after in enumerate(run.afters):
-            written = image(after, columns)
-            if written is not None:
-                value = b'{"u":' + written + b"}"
-                if len(value) <= fits:
-                    append(make_encoded_message(key, value, table, 1, ts))
-                    continue
-            row = make_row_change(table, OpType.INSERT, ts, run.start_ts, after, None, run.schema, run.keys[i])
-            append(make_encoded_message(*self._fitting_pair(row), table, 1, ts))
-        return out
+        out, holes = NATIVE.parts(run.afters, columns, key, fits, table, ts, EncodedMessage, _PART_FIELDS)
+        for i in holes:  # written in Python: an image the C writer leaves, a message over the limit
+            row = make_row_change(table, OpType.INSERT, ts, run.start_ts, run.afters[i], None, run.schema, run.keys[i])
+            out[i] = make_encoded_message(*self._fitting_pair(row), table, 1, ts)
+        return cast(list[EncodedMessage], out)
 
     def assemble(self, topic: str, parts: Sequence[EncodedMessage]) -> list[EncodedMessage]:
         """Row parts packed into messages in order: at most ``max-batch-size`` rows and

@@ -6,6 +6,7 @@ Every row is encoded twice, by one codec with the C writer and by one without
 what a value holds; the bytes must be equal, and so must the errors.
 """
 
+import dataclasses
 import datetime as dt
 import decimal
 import itertools
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdcflow.core.data.codec import EncodedMessage
-from cdcflow.core.data.events import ColumnInfo, OpType, RowChange, TableSchema
+from cdcflow.core.data.events import ColumnInfo, InsertRun, OpType, RowChange, TableSchema
 from cdcflow.core.data.types import TypeCode
 from cdcflow.core.errors import UnsupportedProtocolError
 from cdcflow.plugins.codecs import (
@@ -224,3 +225,46 @@ def test_parts_of_another_shape_are_left_to_python():
     assert pack([], 16, 4096, b"\0" * 8, 8) == []
     with pytest.raises(AttributeError):
         pack([object()], 16, 4096, b"\0" * 8, 8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(images(), max_size=8), st.integers(1024, 4096))
+def test_a_run_of_inserts_gives_the_parts_its_rows_give_in_python(afters, max_message_bytes):
+    """``_opfast.parts`` writes a run's parts in one call; images the C writer leaves to
+    Python and rows over the size limit are holes the codec fills: the parts are those
+    of the run's rows, encoded one by one without the C writer."""
+    run = InsertRun(TABLE, SCHEMA, 10, 9, [b"k%d" % i for i in range(len(afters))], afters)
+    config = OpenProtocolConfig(max_message_bytes=max_message_bytes, large_message_handle_option="handle-key-only")
+
+    def parts_of(codec_run):
+        try:
+            return codec_run()
+        except UnsupportedProtocolError as e:
+            return type(e), str(e)
+
+    native = parts_of(lambda: OpenProtocolCodec(config).encode_insert_parts("t", run))
+    saved, open_protocol.NATIVE = open_protocol.NATIVE, None
+    try:
+        python = parts_of(lambda: OpenProtocolCodec(config).encode_row_parts("t", run.rows()))
+    finally:
+        open_protocol.NATIVE = saved
+    assert native == python
+    if isinstance(native, list):
+        assert all(type(part) is EncodedMessage for part in native)
+
+
+def test_run_parts_are_frozen_messages_of_the_codecs_class():
+    columns = (("a", b'{"a":{"t":3,"f":1,"v":', _opfast.K_INT, None, str),)
+    value = b'{"u":{"a":{"t":3,"f":1,"v":1}}}'
+    fields = open_protocol._PART_FIELDS
+    made, holes = _opfast.parts(
+        [{"a": 1}, {"b": 1}, {"a": 1, "b": 2}], columns, b"K", len(value), TABLE, 7, EncodedMessage, fields
+    )
+    assert made[0] == EncodedMessage(b"K", value, TABLE, 1, 7) and hash(made[0]) == hash(made[0])
+    assert made[1:] == [None, None] and holes == [1, 2]  # images without the schema's columns: Python's
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].value = b""
+    over = _opfast.parts([{"a": 1}], columns, b"K", len(value) - 1, TABLE, 7, EncodedMessage, fields)
+    assert over == ([None], [0])  # over the size a part may have
+    with pytest.raises(TypeError):
+        _opfast.parts([], columns, b"K", 30, TABLE, 7, EncodedMessage, (1, 2, 3, 4, 5))

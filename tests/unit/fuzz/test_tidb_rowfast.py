@@ -7,9 +7,12 @@ never accepts what Python refuses, and never gives another value.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
+import functools
 import math
+import random
 import struct
 from typing import Any
 
@@ -17,10 +20,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cdcflow.plugins.sources.playground.catalog import Column
+from cdcflow.plugins.sources.playground.shop import SHOP_TABLES, random_value
+
 # Not importorskip: an install that failed to build the extension must fail here, not skip.
 from cdcflow.plugins.sources.tikv.tidb import _rowfast as rowfast  # type: ignore[attr-defined]
-from cdcflow.plugins.sources.tikv.tidb import jsonbin, mounter, mydecimal, rowcodec, timecodec, values
-from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, TypeCode
+from cdcflow.plugins.sources.tikv.tidb import jsonbin, keys, mounter, mydecimal, rowcodec, timecodec, values
+from cdcflow.plugins.sources.tikv.tidb.fieldtype import FieldType, Flag, TypeCode
+from cdcflow.plugins.sources.tikv.tidb.schema import TiDBColumn, TiDBDatabase, TiDBTable
+from cdcflow.plugins.sources.tikv.tidb.schema_store import SchemaStore
 from tests.unit.fuzz._mutate import mutated
 from tests.unit.fuzz.profiles import FUZZ
 from tests.unit.fuzz.test_tidb_json import JSON_VALUES
@@ -259,3 +267,91 @@ def test_layout_values_of_every_kind_and_its_refusals() -> None:
     assert decode(checksum, 42) == image
     with pytest.raises(ValueError):
         decode(checksum[:-1], 42)  # a checksum cut short: check_tail refuses it
+
+
+# ------------------------------------------------------------------ runs of puts
+
+
+def _run_plan(unsigned: bool) -> Any:
+    """A fresh plan (no layouts compiled yet) of ``shop.orders``, its handle signed or not."""
+    store = SchemaStore()
+    store.add_database(TiDBDatabase(1, "shop"))
+    fields = []
+    for n, (name, ft) in enumerate(SHOP_TABLES["orders"]):
+        typed = dataclasses.replace(ft, flag=ft.flag | Flag.UNSIGNED) if n == 0 and unsigned else ft
+        fields.append(TiDBColumn(n + 1, name, n, typed))
+    store.add_table(1, "shop", TiDBTable(_RUN_TABLE, "orders", tuple(fields), pk_is_handle=True), 10)
+    return mounter.TiDBMounter(store)._plan_between(_RUN_TABLE, 100)[2]
+
+
+_RUN_TABLE = 70
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> tuple[bool, list[bytes], list[bytes]]:
+    """Puts of shop.orders rows: most valid, some keys and values mutated, cut or of another table."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    columns = [Column(n + 1, name, ft) for n, (name, ft) in enumerate(SHOP_TABLES["orders"])]
+    handles = draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=12))
+    ks = [keys.record_key(_RUN_TABLE, h) for h in handles]
+    vs = [rowcodec.encode_row({c.id: (c.ft, random_value(rng, c)) for c in columns[1:]}) for _ in handles]
+    for _ in range(draw(st.integers(0, 2))):
+        i = draw(st.integers(0, len(ks) - 1))
+        what = draw(st.sampled_from(["value", "key", "other table", "empty", "drop"]))
+        if what == "value":
+            vs[i] = draw(mutated(st.just(vs[i])))
+        elif what == "key":
+            ks[i] = draw(mutated(st.just(ks[i])))
+        elif what == "other table":
+            ks[i] = keys.record_key(_RUN_TABLE + 1, handles[i])
+        elif what == "empty":
+            vs[i] = b""
+        else:
+            del vs[i]
+    return draw(st.booleans()), ks, vs
+
+
+def _images_both_ways(unsigned: bool, ks: list[bytes], vs: list[bytes]) -> Any:
+    """``_rowfast.images`` of a run, having checked it against the mounter's Python loop
+    (each on a plan of its own, so that each compiles the layouts it needs)."""
+    prefix = keys.record_key(_RUN_TABLE, 0)[:11]
+    got = []
+    for images in (rowfast.images, mounter._images):
+        plan = _run_plan(unsigned)
+        make = functools.partial(mounter._new_layout, plan)
+        got.append(images(ks, vs, prefix, unsigned, plan.layouts, make, mounter._FAST_PATH_ERRORS))
+    assert got[0] == got[1]
+    return got[0]
+
+
+@FUZZ
+@given(_runs())
+def test_a_run_of_puts_decodes_as_the_python_loop_decodes_it(run: tuple[bool, list[bytes], list[bytes]]) -> None:
+    _images_both_ways(*run)
+
+
+def test_run_images_their_handles_and_refusals() -> None:
+    rng = random.Random(5)
+    columns = [Column(n + 1, name, ft) for n, (name, ft) in enumerate(SHOP_TABLES["orders"])]
+    handles = [-(2**63), -1, 0, 1, 2**63 - 1]
+    ks = [keys.record_key(_RUN_TABLE, h) for h in handles]
+    vs = [rowcodec.encode_row({c.id: (c.ft, random_value(rng, c)) for c in columns[1:]}) for _ in handles]
+    images = _images_both_ways(False, ks, vs)
+    assert [image["id"] for image in images] == handles
+    unsigned = _images_both_ways(True, ks, vs)
+    assert [image["id"] for image in unsigned] == [h & (2**64 - 1) for h in handles]
+    assert _images_both_ways(False, ks, vs[:-1]) is None  # a value short
+    assert _images_both_ways(False, ks, [*vs[:-1], vs[-1][:5]]) is None  # shorter than a v2 header
+    assert _images_both_ways(False, ks, [*vs[:-1], b"\x81" + vs[-1][1:]]) is None  # not v2
+    assert _images_both_ways(False, ks, [*vs[:-1], vs[-1][:1] + b"\x01" + vs[-1][2:]]) is None  # a large row
+    assert _images_both_ways(False, ks, [*vs[:-1], vs[-1] + b"x"]) is None  # data past its offsets
+    assert _images_both_ways(False, [*ks[:-1], ks[-1] + b"\x00"], vs) is None  # not a record key's length
+    assert _images_both_ways(False, [], []) == []
+
+    def broken(header: bytes, n_not_null: int) -> Any:
+        raise RuntimeError("not a path error")
+
+    prefix = ks[0][:11]
+    for images_of in (rowfast.images, mounter._images):
+        with pytest.raises(RuntimeError):  # an error that is not "leave it to the row path" propagates
+            images_of(ks, vs, prefix, False, {}, broken, mounter._FAST_PATH_ERRORS)

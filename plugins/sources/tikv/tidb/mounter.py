@@ -24,6 +24,7 @@ never a crash of the caller's loop, never a silently dropped row.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from collections.abc import Callable, Sequence
@@ -220,6 +221,55 @@ def _native_layout(
     return decode
 
 
+def _new_layout(plan: _Plan, header: bytes, n_not_null: int) -> _Layout | None:
+    """:func:`_layout` of a header not in ``plan.layouts``, kept there (which holds at most
+    ``_MAX_LAYOUTS``: a table whose rows have many NULL patterns starts it again)."""
+    layouts = plan.layouts
+    if len(layouts) >= _MAX_LAYOUTS:
+        layouts.clear()
+    layout = layouts[header] = _layout(plan, header, n_not_null)
+    return layout
+
+
+def _images(
+    keys_: Sequence[bytes],
+    values_: Sequence[bytes],
+    prefix: bytes,
+    unsigned: bool,
+    layouts: dict[bytes, _Layout | None],
+    make: Callable[[bytes, int], _Layout | None],
+    errors: tuple[type[BaseException], ...],
+) -> list[dict[str, Any]] | None:
+    """The images of a run of puts of one table's int-handle record keys (``prefix``: b"t",
+    the table id, b"_r"), each value a small v2 row decoded by its header's layout
+    (``make`` compiles one missing from ``layouts``); None as soon as one pair is anything
+    else, or a layout raises one of ``errors``. Where the C decoder is built,
+    ``_rowfast.images`` does the same with no Python per pair (the fuzz tests compare them)."""
+    if len(keys_) != len(values_):
+        return None
+    length = len(prefix) + 8
+    out: list[dict[str, Any]] = []
+    append = out.append
+    try:
+        for key, value in zip(keys_, values_, strict=True):
+            if len(key) != length or not key.startswith(prefix) or len(value) < 6:
+                return None
+            if value[0] != rowcodec.CODEC_VERSION or value[1] & ~rowcodec.FLAG_CHECKSUM:
+                return None
+            n_not_null, n_null = _COUNTS.unpack_from(value, 2)
+            header = value[2 : 6 + n_not_null + n_null]
+            layout = layouts.get(header, _MISSING)
+            if layout is _MISSING:
+                layout = make(header, n_not_null)
+            if layout is None:
+                return None
+            raw = int.from_bytes(key[-8:], "big") ^ _SIGN  # the key's sign-flipped int64
+            append(cast(_Layout, layout)(value, raw if unsigned or not raw & _SIGN else raw - (1 << 64)))
+    except errors:
+        return None
+    return out
+
+
 def _int_record_key(key: bytes) -> tuple[int, int] | None:
     """The table id and the raw (sign-flipped) handle of an int-handle record key, None for any other key."""
     if len(key) != keys.RECORD_ROW_KEY_LEN or key[0] != 0x74:  # b"t"
@@ -332,7 +382,8 @@ class TiDBMounter(Mounter):
     ) -> InsertRun | None:
         """:meth:`BatchMounter.mount_inserts`: puts of int-handle record keys of one
         replicated table, every value a small v2 row, decoded with one plan and the C
-        layouts; None as soon as one pair is anything else (the caller's
+        layouts, the whole run in one C call where it is built (``_rowfast.images``,
+        else :func:`_images`); None as soon as one pair is anything else (the caller's
         :meth:`mount_many` then mounts them all, or raises the row's coded error)."""
         if not keys_:
             return None
@@ -344,25 +395,20 @@ class TiDBMounter(Mounter):
         if plan is None:
             return None
         prefix = first[:11]  # b"t", the table id, b"_r"
-        length, unpack, image, unsigned = (
-            keys.RECORD_ROW_KEY_LEN,
-            _INT_RECORD_KEY.unpack_from,
-            self._fast_image,
+        images = NATIVE.images if NATIVE is not None else _images
+        made = images(
+            keys_,
+            values_,
+            prefix,
             plan.pk_unsigned,
+            plan.layouts,
+            functools.partial(_new_layout, plan),
+            _FAST_PATH_ERRORS,
         )
-        afters: list[dict[str, Any]] = []
-        append = afters.append
-        try:
-            for key, value in zip(keys_, values_, strict=True):
-                if len(key) != length or not value or not key.startswith(prefix):
-                    return None
-                raw_handle = unpack(key, 1)[2]
-                handle = (raw_handle ^ _SIGN) - (1 << 64) if not raw_handle & _SIGN else raw_handle ^ _SIGN
-                append(image(plan, value, handle & _U64 if unsigned else handle))
-        except _FAST_PATH_ERRORS:
+        if made is None:
             return None
         schema = plan.schema
-        return InsertRun(schema.table, schema, commit_ts, start_ts, keys_, afters)
+        return InsertRun(schema.table, schema, commit_ts, start_ts, keys_, made)
 
     def _plan_between(self, table_id: int, ts: int) -> tuple[int, int, _Plan | None]:
         """The ts range around ``ts`` with one version of the table (:meth:`SchemaStore.table_between`)
@@ -381,12 +427,9 @@ class TiDBMounter(Mounter):
             raise ValueError("not a small v2 row value")
         n_not_null, n_null = _COUNTS.unpack_from(value, 2)
         header = value[2 : 6 + n_not_null + n_null]
-        layouts = plan.layouts
-        layout = layouts.get(header, _MISSING)
+        layout = plan.layouts.get(header, _MISSING)
         if layout is _MISSING:
-            if len(layouts) >= _MAX_LAYOUTS:
-                layouts.clear()
-            layout = layouts[header] = _layout(plan, header, n_not_null)
+            layout = _new_layout(plan, header, n_not_null)
         if layout is None:
             raise ValueError("malformed v2 row header")
         return cast(_Layout, layout)(value, handle)
