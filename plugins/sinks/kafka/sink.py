@@ -466,7 +466,7 @@ def _route(
         if hit is None or hit[0] is not table:
             topic, dispatcher = router.route(table)
             count = partition_count(topic)
-            fixed = dispatcher.table_partition(table, count) if not _may_move(dispatcher) else None
+            fixed = _fixed_partition(dispatcher, table, count)
             whole = None if fixed is None else routed.setdefault((topic, fixed), [])
             hit = tables[id(table)] = (table, topic, dispatcher, count, whole)
         whole = hit[4]
@@ -479,9 +479,13 @@ def _route(
     return routed
 
 
-def _may_move(dispatcher: Dispatcher) -> bool:
-    """Whether the dispatcher may name columns whose change moves a row (``key_columns``)."""
-    return type(dispatcher).key_columns is not Dispatcher.key_columns
+def _fixed_partition(dispatcher: Dispatcher, table: TableName, count: int) -> int | None:
+    """The partition of all of ``table``'s rows (the table rule's), None when it depends on
+    the row: the dispatcher gives none, or it may name columns whose change moves a row
+    (``key_columns``: such a row is split and its parts routed one by one)."""
+    if type(dispatcher).key_columns is not Dispatcher.key_columns:
+        return None
+    return dispatcher.table_partition(table, count)
 
 
 #: One producer per Python worker and configuration, reused by the tasks the worker runs.
@@ -551,7 +555,7 @@ class _KafkaTaskWriter(LaneTaskWriter):
         :meth:`~cdcflow.core.data.codec.Codec.encode_insert_parts`); else row by row."""
         topic, dispatcher = self.router.route(run.table)
         count = self._partition_count(topic)
-        partition = None if _may_move(dispatcher) else dispatcher.table_partition(run.table, count)
+        partition = _fixed_partition(dispatcher, run.table, count)
         if partition is None:
             return self.encode_lanes(run.rows())
         return {(topic, partition): self.codec.encode_insert_parts(topic, run)}
@@ -567,7 +571,7 @@ class _KafkaTaskWriter(LaneTaskWriter):
         count = self.partitions.get(topic)
         if count is None:
             return None
-        partition = dispatcher.table_partition(table, count)
+        partition = _fixed_partition(dispatcher, table, count)
         return [(topic, partition)] if partition is not None else [(topic, p) for p in range(count)]
 
 

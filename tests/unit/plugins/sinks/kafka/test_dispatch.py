@@ -162,6 +162,31 @@ def test_a_tables_lanes_are_its_partition_under_the_table_rule_else_every_partit
     assert writer.table_lanes(TableName("shop", "orders", 70, 71)) == writer.table_lanes(TableName("shop", "orders"))
 
 
+def test_a_dispatcher_that_may_move_rows_has_no_fixed_lane_even_with_a_table_partition():
+    """A plugin dispatcher giving a table's partition and naming key columns (a row whose
+    key changes is split and its parts routed one by one): every partition of its topic
+    is a lane of the table, as routing its rows finds."""
+    from cdcflow.plugins.sinks.kafka.dispatch import Dispatcher
+    from cdcflow.plugins.sinks.kafka.sink import _KafkaTaskWriter, route_rows
+
+    class ByKey(Dispatcher):
+        def partition(self, row, partitions):
+            return (row.after or row.before)["id"] % partitions
+
+        def key_columns(self, row):
+            return ("id",)
+
+        def table_partition(self, table, partitions):
+            return 0
+
+    router = EventRouter("cdc", [])
+    router.route = lambda table: ("cdc", ByKey())  # type: ignore[method-assign]
+    writer = _KafkaTaskWriter({}, router, None, {"cdc": 3}, 1.0, "mock")
+    rows = [row("shop", "orders", {"id": i}, handle=("id",), ts=10 + i) for i in range(6)]
+    assert sorted(route_rows(rows, router, {"cdc": 3}.__getitem__)) == [("cdc", p) for p in range(3)]
+    assert writer.table_lanes(TableName("shop", "orders")) == [("cdc", p) for p in range(3)]
+
+
 def test_rows_are_routed_as_each_by_its_own_tables_rule_and_lanes_encode_as_their_parts():
     """route_rows decides a table once per call and appends its rows under the table rule
     without a decision per row: the lanes are those of routing each row by its own table's
