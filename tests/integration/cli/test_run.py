@@ -6,6 +6,7 @@ import asyncio
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -44,24 +45,56 @@ def summary_checkpoint(stdout: str) -> int:
     return int(match.group(1))
 
 
-def test_run_with_duration_then_again_from_the_checkpoint(tmp_path):
+def test_run_stopped_then_again_from_the_checkpoint(tmp_path):
     env = env_with_plugin(tmp_path / "plugins")
     path = write_file(tmp_path)
-    # Long enough for the embedded Spark session to start and commit batches on a loaded machine
-    # (Spark's startup alone took 20-70 s with the load average at 7 per core).
-    first = subprocess.run([CDCFLOW, "run", path, "--duration", "60"], capture_output=True, text=True, env=env,
-                           timeout=240, check=False)  # fmt: skip
-    assert first.returncode == 0, first.stderr
+    # Each run is stopped with Ctrl-C once it has stored a checkpoint past the one it started
+    # from, rather than after a fixed duration long enough for the embedded Spark session to
+    # start on a loaded machine (its startup alone took 20-70 s with the load average at 7 per core).
+    first = run_until_checkpoint_passes(path, env, tmp_path, None)
     progress = [line for line in first.stderr.splitlines() if line.startswith("ticks normal")]
     assert progress, first.stderr  # the progress line
     assert "rows/s, checkpoint lag" in progress[0] and "resolved lag" in progress[0]
     assert re.search(r"ticks: normal, checkpoint \d+, [1-9]\d* rows in \d+ batches", first.stdout), first.stdout
     checkpoint = summary_checkpoint(first.stdout)
     assert list((tmp_path / "out").rglob("*.jsonl"))
-    second = subprocess.run([CDCFLOW, "run", path, "--duration", "60"], capture_output=True, text=True, env=env,
-                            timeout=240, check=False)  # fmt: skip
-    assert second.returncode == 0, second.stderr
+    second = run_until_checkpoint_passes(path, env, tmp_path, checkpoint)
     assert summary_checkpoint(second.stdout) > checkpoint  # the stored connector resumed, not recreated
+
+
+def run_until_checkpoint_passes(path: str, env: dict[str, str], tmp: Path, past: int | None, timeout: float = 240):
+    """``cdcflow run FILE``, stopped with Ctrl-C once a progress line is out and the stored
+    checkpoint of ``ticks`` passes ``past`` (its start ts when None); the finished process."""
+    err: list[str] = []
+    with subprocess.Popen([CDCFLOW, "run", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as proc:  # fmt: skip
+        reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+        reader.start()
+        deadline = time.monotonic() + timeout
+        try:
+            while not (any(line.startswith("ticks normal") for line in err) and _passed(tmp, past)):
+                assert proc.poll() is None, "".join(err)
+                assert time.monotonic() < deadline, f"no checkpoint past {past} in {timeout:.0f}s:\n" + "".join(err)
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            out = proc.stdout.read()  # type: ignore[union-attr]
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=10)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, "".join(err))
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def _passed(tmp: Path, past: int | None) -> bool:
+    record = asyncio.run(_stored_or_none(tmp, "ticks"))
+    if record is None:
+        return False
+    info, status = record
+    return status.checkpoint_ts > (info.start_ts if past is None else past)
 
 
 def test_ctrl_c_stops_cleanly(tmp_path):
@@ -141,12 +174,16 @@ def test_a_changefeed_of_the_embedded_playground_is_replaced_in_a_new_run(tmp_pa
 
 
 async def _stored(tmp: Path, changefeed_id: str):
+    record = await _stored_or_none(tmp, changefeed_id)
+    assert record is not None
+    return record[0]
+
+
+async def _stored_or_none(tmp: Path, changefeed_id: str):
     from cdcflow.core.control.metastore import open_metastore
 
     store = open_metastore(f"sqlite:///{tmp}/meta.db")
     try:
-        record = await store.get_changefeed(changefeed_id)
+        return await store.get_changefeed(changefeed_id)
     finally:
         await store.close()
-    assert record is not None
-    return record[0]
