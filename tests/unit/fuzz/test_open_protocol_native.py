@@ -178,6 +178,27 @@ def test_temporal_values_are_spelled_as_in_python(sql_type, code, value):
     assert native == python
 
 
+@pytest.mark.parametrize(
+    ("code", "value"),
+    [
+        *((TypeCode.LONGLONG, v) for v in (-(2**63), -(2**63) + 1, -10, -1, 0, 9, 10, 2**63 - 1, 2**63, 2**64 - 1)),
+        (TypeCode.DATETIME, dt.datetime(1, 1, 1)),
+        (TypeCode.DATETIME, dt.datetime(9999, 12, 31, 23, 59, 59, 999999)),
+        (TypeCode.DATETIME, dt.datetime(2024, 2, 9, 8, 7, 6, 5)),
+        (TypeCode.DATE, dt.date(10, 3, 4)),
+        *(
+            (TypeCode.DURATION, dt.timedelta(**kw))
+            for kw in ({}, {"microseconds": -1}, {"hours": 838, "minutes": 59, "seconds": 59}, {"days": -4000})
+        ),
+    ],
+)
+def test_digits_at_the_edges_are_written_as_in_python(code, value):
+    """The C writer spells integers and temporal fields digit by digit: the ends of each range."""
+    for sql_type in ("", "datetime(6)" if code == TypeCode.DATETIME else "time(6)"):
+        native, python = one_column_both_ways(ColumnInfo("v", code, N, sql_type), value)
+        assert native is not None and native == python
+
+
 @settings(max_examples=1000, deadline=None)
 @given(st.decimals(allow_nan=False) | st.decimals(places=4, allow_nan=False) | st.integers().map(decimal.Decimal))
 def test_decimals_are_written_in_fixed_point(value):
