@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 
 from cdcflow.core.errors import ConfigInvalidError
 from cdcflow.core.plugin import PluginConfig
@@ -93,8 +93,27 @@ class KafkaSinkConfig(PluginConfig):
         default_factory=list, description="Per-table topic and partition rules; the first matching rule wins."
     )
     producer_config: dict[str, str] = Field(
-        default_factory=dict, description="Extra librdkafka producer properties, applied last."
+        default_factory=dict,
+        description=(
+            "Extra librdkafka producer properties, applied last (over cdcflow's linger.ms 5 and "
+            "delivery.report.only.error true, a failed message's report being the one read)."
+        ),
     )
+
+    @field_validator("producer_config")
+    @classmethod
+    def _python_client_booleans(cls, value: dict[str, str]) -> dict[str, str]:
+        for prop in PYTHON_CLIENT_BOOLEANS:
+            if prop in value and value[prop].strip().lower() not in BOOLEAN_WORDS:
+                raise ValueError(f"{prop} must be true or false, not {value[prop]!r}")
+        return value
+
+
+#: Producer properties the Python client reads itself, as booleans (librdkafka's other
+#: properties take their text as it is).
+PYTHON_CLIENT_BOOLEANS = ("delivery.report.only.error",)
+#: A boolean property's words, and what each means.
+BOOLEAN_WORDS = {"true": True, "1": True, "false": False, "0": False}
 
 
 def bootstrap_of(config: KafkaSinkConfig) -> str:

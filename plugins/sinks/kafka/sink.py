@@ -92,7 +92,14 @@ from cdcflow.core.data.sink import LaneTaskWriter, LaneWriter, Sink, SinkContext
 from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnavailableError
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
-from cdcflow.plugins.sinks.kafka.config import DEFAULT_PARTITIONS, MOCK_HOST, KafkaSinkConfig, bootstrap_of
+from cdcflow.plugins.sinks.kafka.config import (
+    BOOLEAN_WORDS,
+    DEFAULT_PARTITIONS,
+    MOCK_HOST,
+    PYTHON_CLIENT_BOOLEANS,
+    KafkaSinkConfig,
+    bootstrap_of,
+)
 from cdcflow.plugins.sinks.kafka.dispatch import (
     Dispatcher,
     EventRouter,
@@ -265,6 +272,10 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             "message.timeout.ms": int(cfg.write_timeout * 1000),
             "allow.auto.create.topics": False,
             "linger.ms": 5,
+            # Delivery reports of failed messages only: a report is what tells of a failure
+            # (flush counts the rest), and each report of a success cost a copy of its
+            # message's value into a Python object, then a callback doing nothing.
+            "delivery.report.only.error": True,
         }
         ssl = cfg.enable_tls
         if cfg.sasl_mechanism:
@@ -283,6 +294,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                     conf[prop] = getattr(cfg, option)
             conf["enable.ssl.certificate.verification"] = not cfg.insecure_skip_verify
         conf.update(cfg.producer_config)
+        for prop in PYTHON_CLIENT_BOOLEANS:  # given as text in producer-config: made bools
+            if isinstance(conf.get(prop), str):
+                conf[prop] = BOOLEAN_WORDS[conf[prop].strip().lower()]
         return conf
 
     # -- topics -------------------------------------------------------------------------
@@ -634,10 +648,22 @@ def _is_mock(config: KafkaSinkConfig) -> bool:
     return bool(config.uri) and urlsplit(config.uri).hostname == MOCK_HOST
 
 
+#: Producer properties of the sink's configuration that its admin client is not given.
+_PRODUCER_ONLY = frozenset(
+    {
+        "acks",
+        "enable.idempotence",
+        "compression.type",
+        "message.timeout.ms",
+        "linger.ms",
+        "delivery.report.only.error",
+        "allow.auto.create.topics",
+    }
+)
+
+
 def _producer_only(prop: str) -> bool:
-    return prop in {"acks", "enable.idempotence", "compression.type", "message.timeout.ms", "linger.ms"} or (
-        prop == "allow.auto.create.topics"
-    )
+    return prop in _PRODUCER_ONLY
 
 
 def _split_if_moved(row: RowChange) -> tuple[RowChange, RowChange]:

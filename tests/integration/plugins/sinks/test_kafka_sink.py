@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import decimal
 import random
+import re
 import time
 import uuid
 
@@ -216,6 +217,8 @@ def test_brokers_down_is_downstream_unavailable_then_recovers():
         with pytest.raises(DownstreamUnavailableError) as info:
             sink.write_batch(MicroBatch("cf", 0, 0, 10, (row,)))
         assert info.value.code == 2001
+        # The failed message's delivery report (the producer asks for failures' reports only).
+        assert re.search(rf"{topic}\[\d+\]: Local: Message timed out", str(info.value)), info.value
     finally:
         for broker in (1, 2):
             cluster.set_broker_down(broker, down=False)

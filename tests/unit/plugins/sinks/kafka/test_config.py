@@ -44,6 +44,18 @@ def test_uri_options_and_dispatchers_from_yaml(pm):
     producer = sink._producer_config()
     assert producer["security.protocol"] == "ssl" and producer["acks"] == "1"
     assert producer["enable.idempotence"] is False  # idempotence needs acks=all
+    assert producer["delivery.report.only.error"] is True  # reports of failures only
+
+
+@pytest.mark.parametrize(("text", "want"), [("false", False), (" TRUE ", True), ("0", False)])
+def test_a_python_client_boolean_in_producer_config_is_given_as_a_bool(text: str, want: bool) -> None:
+    config = KafkaSinkConfig(uri="kafka://h:9092/t", topic="t", producer_config={"delivery.report.only.error": text})
+    assert KafkaSink(config)._producer_config()["delivery.report.only.error"] is want
+
+
+def test_a_python_client_boolean_that_is_no_boolean_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"delivery\.report\.only\.error must be true or false, not 'sometimes'"):
+        KafkaSinkConfig(uri="kafka://h:9092/t", producer_config={"delivery.report.only.error": "sometimes"})
 
 
 @pytest.mark.parametrize(
