@@ -827,6 +827,36 @@ def test_a_task_freezes_its_workers_heap_and_the_driver_keeps_its_own(spark: Any
     assert len(frozen) == 2 and min(frozen) > 1_000  # the worker's modules and classes, at least
 
 
+def _collector_in_task(batches: Any) -> Any:
+    import gc
+
+    import pyarrow as pa
+
+    from cdcflow.core.data.pipeline.tasks import paused_collector
+
+    seen = []
+    with paused_collector():
+        seen.append(gc.isenabled())
+        with paused_collector():
+            seen.append(gc.isenabled())
+        seen.append(gc.isenabled())  # the inner pause left it to the outer one
+    seen.append(gc.isenabled())
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pylist([{"seen": "".join("on" if on else "off" for on in seen)}])
+
+
+def test_a_task_pauses_the_collector_while_it_makes_rows_and_the_driver_keeps_its_own(spark: Any) -> None:
+    import gc
+
+    from cdcflow.core.data.pipeline.tasks import paused_collector
+
+    with paused_collector():
+        assert gc.isenabled()  # not in a Spark task: nothing paused
+    seen = [row.seen for row in spark.range(0, 2, 1, 2).mapInArrow(_collector_in_task, "seen string").collect()]
+    assert seen == ["offoffoffon"] * 2
+
+
 def test_calls_run_in_threads_keep_the_callers_job_group_and_their_order(spark: Any) -> None:
     import threading
 
