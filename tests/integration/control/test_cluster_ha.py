@@ -39,6 +39,21 @@ def output_files(tmp, name):
     return len(list((tmp / "out" / name).rglob("*.jsonl")))
 
 
+def output_settled(tmp, name, quiet):
+    """A poll: the number of output files of ``name`` once it has not changed for ``quiet``
+    seconds, else None."""
+    seen = {"files": -1, "since": 0.0}
+
+    def poll():
+        files, now = output_files(tmp, name), time.monotonic()
+        if files != seen["files"]:
+            seen.update(files=files, since=now)
+            return None
+        return files if now - seen["since"] >= quiet else None
+
+    return poll
+
+
 def checkpoints(server):
     return {i["id"]: (i["state"], i["checkpoint_tso"]) for i in server.get("/api/v2/changefeeds?state=all")["items"]}
 
@@ -98,9 +113,12 @@ def test_three_captures_on_etcd_survive_sigkill(tmp_path):
         until_sync(lambda: all_advanced(first, start), interval=REST_POLL, message="checkpoints advancing")
 
         # a pause stops the changefeed's spans on every capture: its sink output stops growing
+        # (each capture closes its spans once the pause reaches it: on a loaded machine, the
+        # last one a second or two after the others)
         cli(servers[1], env, "changefeed", "pause", "-c", "cf-1")
-        time.sleep(1.5)
-        written = output_files(tmp_path, "cf-1")
+        written = until_sync(
+            output_settled(tmp_path, "cf-1", quiet=1.5), interval=0.25, message="cf-1's output to stop after the pause"
+        )
         time.sleep(2)
         assert output_files(tmp_path, "cf-1") == written
         cli(servers[2], env, "changefeed", "resume", "-c", "cf-1")
