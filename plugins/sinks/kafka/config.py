@@ -103,17 +103,22 @@ class KafkaSinkConfig(PluginConfig):
     @field_validator("producer_config")
     @classmethod
     def _python_client_booleans(cls, value: dict[str, str]) -> dict[str, str]:
+        """Each of :data:`PYTHON_CLIENT_BOOLEANS` given is true/false/1/0 (any case),
+        kept as ``"true"`` or ``"false"``."""
+        out = dict(value)
         for prop in PYTHON_CLIENT_BOOLEANS:
-            if prop in value and value[prop].strip().lower() not in BOOLEAN_WORDS:
-                raise ValueError(f"{prop} must be true or false, not {value[prop]!r}")
-        return value
+            if prop in out:
+                word = _BOOLEAN_WORDS.get(out[prop].strip().lower())
+                if word is None:
+                    raise ValueError(f"{prop} must be true or false, not {out[prop]!r}")
+                out[prop] = word
+        return out
 
 
 #: Producer properties the Python client reads itself, as booleans (librdkafka's other
 #: properties take their text as it is).
 PYTHON_CLIENT_BOOLEANS = ("delivery.report.only.error",)
-#: A boolean property's words, and what each means.
-BOOLEAN_WORDS = {"true": True, "1": True, "false": False, "0": False}
+_BOOLEAN_WORDS = {"true": "true", "1": "true", "false": "false", "0": "false"}
 
 
 def bootstrap_of(config: KafkaSinkConfig) -> str:

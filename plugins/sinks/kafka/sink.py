@@ -93,7 +93,6 @@ from cdcflow.core.errors import CdcflowError, ConfigInvalidError, DownstreamUnav
 from cdcflow.core.plugin import PluginConfig, Registrar, hookimpl
 from cdcflow.core.plugin.manager import PluginManager
 from cdcflow.plugins.sinks.kafka.config import (
-    BOOLEAN_WORDS,
     DEFAULT_PARTITIONS,
     MOCK_HOST,
     PYTHON_CLIENT_BOOLEANS,
@@ -294,9 +293,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                     conf[prop] = getattr(cfg, option)
             conf["enable.ssl.certificate.verification"] = not cfg.insecure_skip_verify
         conf.update(cfg.producer_config)
-        for prop in PYTHON_CLIENT_BOOLEANS:  # given as text in producer-config: made bools
+        for prop in PYTHON_CLIENT_BOOLEANS:  # "true"/"false" in producer-config (validated): a bool
             if isinstance(conf.get(prop), str):
-                conf[prop] = BOOLEAN_WORDS[conf[prop].strip().lower()]
+                conf[prop] = conf[prop] == "true"
         return conf
 
     # -- topics -------------------------------------------------------------------------
@@ -343,7 +342,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-        admin_conf = {k: v for k, v in self._producer_config().items() if not _producer_only(k)}
+        admin_conf = {k: v for k, v in self._producer_config().items() if k not in _PRODUCER_ONLY}
         future = AdminClient(admin_conf).create_topics(
             [NewTopic(topic, num_partitions=partitions, replication_factor=self.config.replication_factor)],
             request_timeout=self.config.write_timeout,
@@ -660,10 +659,6 @@ _PRODUCER_ONLY = frozenset(
         "allow.auto.create.topics",
     }
 )
-
-
-def _producer_only(prop: str) -> bool:
-    return prop in _PRODUCER_ONLY
 
 
 def _split_if_moved(row: RowChange) -> tuple[RowChange, RowChange]:
