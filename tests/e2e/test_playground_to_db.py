@@ -41,7 +41,7 @@ CATCH_UP = 180.0  # seconds the capture may take to pass the last commit
 OUTAGE = 30.0  # seconds MariaDB stays down
 # The workload's rate while MariaDB is down. Every DDL ends a batch, and the catch-up after the
 # outage writes one Spark snapshot version per DDL batch (seconds each on two busy cores): at
-# RATE, 30 s of workload hold ~24 DDLs, and the catch-up came close to CATCH_UP. This test is
+# RATE, 30 s of workload hold ~24 DDLs, and on a busy machine the catch-up passed CATCH_UP. This test is
 # about the recovery (Warning 2001, then Normal by itself, nothing lost), not catch-up speed.
 OUTAGE_RATE = 5.0
 
